@@ -1,0 +1,15 @@
+"""The ``none`` generator: audit samples as they are (the population-level experiment)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from canaries.base import Canaries, CanaryGenerator
+
+
+class NoCanaries(CanaryGenerator):
+    name = "none"
+    description = "audit samples unchanged: the population-level experiment"
+
+    def apply(self, x: np.ndarray, y: np.ndarray, *, num_classes: int, rng: np.random.Generator) -> Canaries:
+        return Canaries(x=x.copy(), y=y.copy(), evaluated=np.ones(len(y), dtype=bool))

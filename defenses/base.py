@@ -1,0 +1,115 @@
+"""The defense interface.
+
+``Defense.fit(train, ctx) -> ServedModel``: train on a labeled dataset and return the model the
+adversary queries. ``ServedModel.query`` is the black-box API (outputs after any test-time
+defense); ``raw_query`` (before it) and ``features`` (white-box) are optional. A defense declares
+its default canary and its adaptive attacks (paper section 5.3: attacks must be adapted).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+
+from harness.config import TrainConfig
+from harness.data import AugmentSpec
+
+
+@dataclass(frozen=True)
+class LabeledImages:
+    """A training set: uint8 NCHW images and int64 labels, with the dataset's normalization."""
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: AugmentSpec
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass(frozen=True)
+class FitContext:
+    """What a defense may use besides the data: seed, device, the preset's recipe, progress."""
+
+    seed: int
+    device: str
+    train: TrainConfig
+    params: dict[str, Any] = field(default_factory=dict)
+    progress: Callable[[str, float], None] | None = None
+
+    def report(self, what: str, fraction: float) -> None:
+        if self.progress is not None:
+            self.progress(what, fraction)
+
+
+class ServedModel(ABC):
+    """What the adversary can query."""
+
+    @abstractmethod
+    def query(self, x: np.ndarray) -> np.ndarray:
+        """Black-box outputs for uint8 images (N, C, H, W): float32 logits (N, K), i.e. scores whose
+        softmax is the served probability vector (log-probabilities are fine)."""
+
+    def raw_query(self, x: np.ndarray) -> np.ndarray | None:
+        """Outputs before any test-time defense, or None if the defense has none."""
+        return None
+
+    def features(self, x: np.ndarray) -> np.ndarray | None:
+        """White-box features (e.g. penultimate activations), or None."""
+        return None
+
+
+class TorchClassifier(ServedModel):
+    """A torch classifier served as-is: normalizes uint8 inputs and returns its logits."""
+
+    def __init__(self, net: torch.nn.Module, mean: tuple[float, ...], std: tuple[float, ...], device: str,
+                 batch_size: int = 1024) -> None:
+        self.net = net.eval()
+        self.device = device
+        self.batch_size = batch_size
+        self._mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        self._std = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(self.device, torch.float32) / 255.0 - self._mean) / self._std
+
+    @torch.no_grad()
+    def query(self, x: np.ndarray) -> np.ndarray:
+        outs = []
+        for i in range(0, len(x), self.batch_size):
+            xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
+            outs.append(self.net(self.normalize(xb)).float().cpu())
+        return torch.cat(outs).numpy() if outs else np.zeros((0, 0), np.float32)
+
+
+class Defense(ABC):
+    """A membership-inference defense. Subclasses set the class attributes and implement ``fit``.
+
+    ``params`` are the defense's own hyperparameters (``defense_params`` in the config); unknown
+    keys must raise ``ValueError`` so that typos are caught before any training.
+    """
+
+    name: ClassVar[str]
+    description: ClassVar[str]
+    default_canary: ClassVar[str] = "mislabeled"
+    adaptive_attacks: ClassVar[tuple[str, ...]] = ("lira",)
+    param_defaults: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, **params: Any) -> None:
+        unknown = sorted(set(params) - set(self.param_defaults))
+        if unknown:
+            raise ValueError(
+                f"defense {self.name!r} has no parameter(s) {unknown}; known: {sorted(self.param_defaults) or 'none'}"
+            )
+        self.params = {**self.param_defaults, **params}
+
+    @abstractmethod
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        """Train on ``train`` and return the served model."""

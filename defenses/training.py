@@ -1,0 +1,91 @@
+"""One supervised training loop shared by the defenses, with a hook for custom losses.
+
+SGD with momentum and weight decay; the learning rate is set per step: an optional linear warm-up
+over ``warmup_epochs`` (from 1/steps to 1, as the paper's ``LinearLR``), then ``constant``,
+``cosine`` (to 0) or ``step`` (multiply by ``gamma`` at the given fractions of training; the
+paper's x0.2 at epochs 60/120/160 of 200). Batches are reshuffled every epoch from a seeded
+generator and augmented per sample when ``augment`` is set.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+from torch import nn
+
+from defenses.base import FitContext, LabeledImages
+from harness.augment import random_augment
+from harness.config import TrainConfig
+
+LossFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+
+
+def lr_factor(step: int, total_steps: int, steps_per_epoch: int, cfg: TrainConfig) -> float:
+    """Multiplier of the base learning rate at optimizer step ``step`` (0-based)."""
+    warm = cfg.warmup_epochs * steps_per_epoch
+    if step < warm:
+        return (step + 1) / warm
+    if cfg.schedule == "constant":
+        return 1.0
+    if cfg.schedule == "cosine":
+        t = (step - warm) / max(1, total_steps - warm)
+        return 0.5 * (1 + math.cos(math.pi * t))
+    passed = sum(step >= round(m * total_steps) for m in cfg.milestones)
+    return cfg.gamma**passed
+
+
+def train_classifier(
+    net: nn.Module,
+    train: LabeledImages,
+    ctx: FitContext,
+    *,
+    cfg: TrainConfig | None = None,
+    targets: np.ndarray | None = None,
+    loss_fn: LossFn | None = None,
+) -> nn.Module:
+    """Train ``net`` in place on ``train`` and return it in eval mode.
+
+    ``targets`` replaces the hard labels (e.g. soft labels (N, K) for distillation);
+    ``loss_fn(logits, targets, epoch)`` replaces cross-entropy.
+    """
+    cfg = cfg or ctx.train
+    device = torch.device(ctx.device)
+    net.to(device).train()
+    x_all = torch.from_numpy(train.x).to(device)
+    t_all = torch.from_numpy(train.y if targets is None else targets).to(device)
+    mean = torch.tensor(train.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    std = torch.tensor(train.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    loss_fn = loss_fn or (lambda z, t, epoch: nn.functional.cross_entropy(z, t))
+    opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    gen = torch.Generator().manual_seed(ctx.seed)
+    n = len(train)
+    steps_per_epoch = math.ceil(n / cfg.batch_size)
+    total = steps_per_epoch * cfg.epochs
+    step = 0
+    for epoch in range(cfg.epochs):
+        perm = torch.randperm(n, generator=gen).to(device)
+        for i in range(0, n, cfg.batch_size):
+            idx = perm[i : i + cfg.batch_size]
+            xb = x_all[idx]
+            if cfg.augment:
+                xb = random_augment(xb, train.augment, gen)
+            xb = (xb.float() / 255.0 - mean) / std
+            for g in opt.param_groups:
+                g["lr"] = cfg.lr * lr_factor(step, total, steps_per_epoch, cfg)
+            loss = loss_fn(net(xb), t_all[idx], epoch)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            step += 1
+        ctx.report("train", (epoch + 1) / cfg.epochs)
+    return net.eval()
+
+
+def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:
+    """Build a module with its parameter initialization drawn from ``seed`` (torch's RNG restored after)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return build()

@@ -1,0 +1,197 @@
+"""The ``harness`` command line.
+
+    harness evaluate DEFENSE [--preset quick|cifar10|paper|FILE.yaml] [overrides]   train + attack + report
+    harness attack RUN_DIR                                                            re-run attacks, no training
+    harness report RUN_DIR                                                            re-print / re-export
+    harness list                                                                      defenses, canaries, attacks
+
+User mistakes (bad config, missing data, unknown plugin, foreign run directory) print one
+``error:`` line and exit with code 2; Ctrl-C keeps every finished model and exits with 130.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from harness.config import ConfigError, build_config, parse_set_options
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate membership-inference defenses honestly.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _overrides(**flags: Any) -> dict[str, Any]:
+    mapping = {
+        "models": "audit.models",
+        "audit_size": "audit.size",
+        "canary": "audit.canary",
+        "epochs": "train.epochs",
+        "seed": "seed",
+        "device": "run.device",
+        "workers": "run.workers",
+        "out": "run.out",
+        "level": "run.level",
+        "data_dir": "data.path",
+    }
+    return {mapping[k]: v for k, v in flags.items() if v is not None}
+
+
+def _attack_and_report(run_path: Path, details: bool = False) -> dict[str, Any]:
+    from harness.evaluation import evaluate_run
+    from harness.report import print_report, write_outputs
+    from harness.runstore import RunDir
+
+    with console.status("running attacks on saved signals..."):
+        results, curves = evaluate_run(RunDir(run_path))
+    write_outputs(run_path, results, curves)
+    print_report(results, console, details=details)
+    console.print(f"Results: {run_path / 'results.json'}")
+    return results
+
+
+@app.command()
+def evaluate(
+    defense: str = typer.Argument(..., help="defense name (see `harness list`) or path/to/file.py:ClassName"),
+    preset: str = typer.Option("quick", help="quick | cifar10 | paper, or a YAML file"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
+    models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
+    audit_size: Optional[int] = typer.Option(None, "--audit-size", help="C, number of audit samples"),
+    canary: Optional[str] = typer.Option(None, help="sample-level canary (default: the defense's)"),
+    epochs: Optional[int] = typer.Option(None, help="training epochs"),
+    seed: Optional[int] = typer.Option(None, help="seed of the whole experiment"),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda | cuda:N | mps | auto"),
+    workers: Optional[int] = typer.Option(None, help="parallel training jobs (0 = one per core)"),
+    out: Optional[str] = typer.Option(None, help="parent folder of run directories"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="use exactly this run directory"),
+    level: Optional[str] = typer.Option(None, help="population | sample | both"),
+    set_: list[str] = typer.Option([], "--set", help="override any config field: --set train.lr=0.05"),
+    details: bool = typer.Option(False, help="list every attack variant"),
+) -> None:
+    """Train S models per level (resuming finished ones), run the attacks and print the report."""
+    from harness.executors import make_executor
+    from harness.runner import prepare_run, train_all
+
+    try:
+        overrides = parse_set_options(set_)
+        overrides.update(
+            _overrides(models=models, audit_size=audit_size, canary=canary, epochs=epochs, seed=seed, device=device,
+                       workers=workers, out=out, level=level, data_dir=data_dir)
+        )
+        overrides["defense"] = defense
+        cfg = build_config(preset, overrides)
+        t0 = time.perf_counter()
+        with console.status("loading data and building the audit design..."):
+            prep = prepare_run(cfg, run_dir)
+        t_prep = time.perf_counter() - t0
+        run = prep.run
+        console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
+        executor = make_executor(cfg.run.executor, cfg.run.workers)
+        from harness.runner import pending_jobs
+
+        jobs = pending_jobs(prep)
+        total = cfg.audit.models * len(prep.levels)
+        if len(jobs) < total:
+            console.print(f"Resuming: {total - len(jobs)} of {total} models already trained.")
+        t1 = time.perf_counter()
+        if jobs:
+            console.print(f"Training {len(jobs)} models with {executor.description}.")
+            with Progress(
+                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                TimeRemainingColumn(), console=console,
+            ) as progress:
+                tasks = {
+                    lv: progress.add_task(f"train {lv} ({'none' if lv == 'population' else 'canaries'})",
+                                          total=cfg.audit.models,
+                                          completed=cfg.audit.models - sum(j.level == lv for j in jobs))
+                    for lv in prep.levels
+                }
+                train_all(prep, executor, on_done=lambda job, meta: progress.advance(tasks[job.level]))
+        manifest = run.load_manifest()
+        manifest["timings"] = {
+            "prepare_seconds": t_prep,
+            "train_wall_seconds": time.perf_counter() - t1,
+            "models_trained_last_invocation": len(jobs),
+        }
+        run.save_manifest(manifest)
+        _attack_and_report(run.path, details)
+    except ConfigError as e:
+        _fail(str(e))
+    except KeyboardInterrupt:
+        err_console.print(
+            "[yellow]interrupted:[/] every finished model is saved; run the same command again to resume."
+        )
+        raise typer.Exit(130)
+
+
+@app.command()
+def attack(
+    run_dir: Path = typer.Argument(..., help="a run directory made by `harness evaluate`"),
+    details: bool = typer.Option(False, help="list every attack variant"),
+) -> None:
+    """Re-run the attacks on a run's saved signals (no retraining) and rewrite its reports."""
+    try:
+        _attack_and_report(run_dir, details)
+    except ConfigError as e:
+        _fail(str(e))
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="a run directory with results.json"),
+    details: bool = typer.Option(False, help="list every attack variant"),
+) -> None:
+    """Re-print the tables of a finished run and re-export table.csv / attacks.csv."""
+    from harness.report import attacks_frame, load_results, print_report, summary_frame
+
+    path = run_dir / "results.json"
+    if not path.is_file():
+        _fail(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
+    results = load_results(run_dir)
+    summary_frame(results).to_csv(run_dir / "table.csv", index=False)
+    attacks_frame(results).to_csv(run_dir / "attacks.csv", index=False)
+    print_report(results, console, details=details)
+
+
+@app.command("list")
+def list_plugins() -> None:
+    """Show every defense, canary and attack with a one-line description."""
+    from rich.table import Table
+
+    from harness.config import preset_names
+    from harness.registry import available, resolve
+
+    table = Table(title="privacy-harness plugins", title_justify="left")
+    for col in ("kind", "name", "description"):
+        table.add_column(col)
+    for kind in ("defenses", "canaries", "attacks"):
+        for name in available(kind):
+            try:
+                cls = resolve(kind, name)
+                desc = cls.description
+                if kind == "defenses":
+                    desc += f" [dim](canary: {cls.default_canary}; attacks: {', '.join(cls.adaptive_attacks)})[/]"
+            except ConfigError as e:
+                desc = f"[red]failed to load: {e}[/]"
+            table.add_row(kind[:-1] if kind != "canaries" else "canary", name, desc)
+    console.print(table)
+    console.print(f"Presets: {', '.join(preset_names())}")
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

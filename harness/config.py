@@ -1,0 +1,238 @@
+"""Typed experiment configuration: YAML presets shipped with the package plus CLI overrides.
+
+A configuration is loaded in three steps: the preset's YAML file is read, the user's overrides
+(dotted paths such as ``audit.models=16``) are applied to the raw mapping, and the result is
+validated into :class:`ExperimentConfig`. Unknown keys, wrong types and impossible values raise
+:class:`ConfigError` with one readable line; the CLI turns that into exit code 2.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration (bad preset, unknown key, impossible value)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class DataConfig(_Strict):
+    """Which dataset to load. ``path`` is the data directory (cifar10) or the .npz file (npz)."""
+
+    name: Literal["digits", "cifar10", "npz"] = "digits"
+    path: str | None = None
+    test_size: int = Field(default=500, ge=1, description="digits only: held-out test images")
+    download: bool = Field(default=True, description="cifar10 only: download when the folder is absent")
+
+
+class AuditConfig(_Strict):
+    """Audit design of paper section 5.2: C audit samples, each a member of exactly S/2 models."""
+
+    models: int = Field(default=32, description="S, the number of models (even)")
+    size: int = Field(default=200, ge=1, description="C, the number of audit samples")
+    canary: str | None = Field(default=None, description="sample-level canary; None = the defense's default")
+
+    @field_validator("models")
+    @classmethod
+    def _even_models(cls, v: int) -> int:
+        if v < 4 or v % 2:
+            raise ValueError(f"must be an even number >= 4 (each audit sample is in exactly S/2 models), got {v}")
+        return v
+
+
+class TrainConfig(_Strict):
+    """The training recipe shared by the supervised defenses (paper section 4.1 for ``paper``)."""
+
+    model: Literal["mlp", "cnn", "wrn16-4"] = "mlp"
+    width: int = Field(default=256, ge=1, description="hidden width (mlp) or base channels (cnn)")
+    epochs: int = Field(default=60, ge=1)
+    batch_size: int = Field(default=64, ge=1)
+    lr: float = Field(default=0.1, gt=0)
+    momentum: float = Field(default=0.9, ge=0, lt=1)
+    weight_decay: float = Field(default=5e-4, ge=0)
+    schedule: Literal["constant", "cosine", "step"] = "cosine"
+    milestones: list[float] = Field(
+        default_factory=lambda: [0.3, 0.6, 0.8], description="step schedule: fractions of training"
+    )
+    gamma: float = Field(default=0.2, gt=0, le=1)
+    warmup_epochs: int = Field(default=0, ge=0)
+    augment: bool = True
+
+    @field_validator("milestones")
+    @classmethod
+    def _fractions(cls, v: list[float]) -> list[float]:
+        if any(not 0 < m < 1 for m in v) or v != sorted(v):
+            raise ValueError(f"milestones must be increasing fractions in (0, 1), got {v}")
+        return v
+
+
+class AttackConfig(_Strict):
+    """Which attacks score the saved signals, and how the metrics are computed."""
+
+    names: list[str] = Field(default_factory=lambda: ["lira"], description="attacks beside the defense's own")
+    fprs: list[float] = Field(
+        default_factory=lambda: [0.001, 0.01], description="target FPRs in (0, 1); FPR = 0 is always reported"
+    )
+    bootstrap: int = Field(default=1000, ge=0, description="bootstrap replicates over victim models for CIs")
+    confidence: float = Field(default=0.95, gt=0, lt=1)
+
+    @field_validator("fprs")
+    @classmethod
+    def _fprs_in_range(cls, v: list[float]) -> list[float]:
+        bad = [f for f in v if not 0 < f < 1]
+        if bad:
+            raise ValueError(f"every FPR must lie in (0, 1) (FPR = 0 is always reported), got {bad}")
+        return sorted(set(v))
+
+
+class RunConfig(_Strict):
+    """Where and how jobs run. None of these fields changes a trained model's membership design."""
+
+    workers: int = Field(default=0, ge=0, description="parallel training jobs; 0 = one per CPU core")
+    device: str = "cpu"
+    executor: Literal["local"] = "local"
+    out: str = "runs"
+    level: Literal["population", "sample", "both"] = "both"
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, v: str) -> str:
+        if v not in ("cpu", "cuda", "mps", "auto") and not v.startswith("cuda:"):
+            raise ValueError(f"must be cpu, cuda, cuda:N, mps or auto, got {v!r}")
+        return v
+
+
+class ExperimentConfig(_Strict):
+    """The whole resolved configuration of one ``harness evaluate`` run."""
+
+    preset: str
+    defense: str = "undefended"
+    seed: int = Field(default=0, ge=0)
+    data: DataConfig = DataConfig()
+    audit: AuditConfig = AuditConfig()
+    train: TrainConfig = TrainConfig()
+    defense_params: dict[str, Any] = Field(default_factory=dict)
+    attack: AttackConfig = AttackConfig()
+    run: RunConfig = RunConfig()
+
+    @model_validator(mode="after")
+    def _npz_needs_path(self) -> "ExperimentConfig":
+        if self.data.name == "npz" and not self.data.path:
+            raise ValueError("data.path must name the .npz file when data.name is npz")
+        return self
+
+    def model_determining(self) -> dict[str, Any]:
+        """The part of the config that determines the trained models (goes into the run fingerprint).
+
+        Attack settings and run plumbing (workers, device, output folder, levels) are excluded so
+        that attacks can be re-run with other settings and an interrupted run can resume with more
+        workers. The data *path* is excluded too: the data themselves are hashed instead.
+        """
+        d = self.model_dump(mode="json")
+        d.pop("attack")
+        d.pop("run")
+        d.pop("preset")
+        d["data"].pop("path")
+        d["data"].pop("download")
+        return d
+
+
+PRESETS = ("quick", "cifar10", "paper")
+
+
+def preset_names() -> list[str]:
+    """Names of the presets shipped in ``harness/presets``."""
+    files = resources.files("harness") / "presets"
+    return sorted(p.name[: -len(".yaml")] for p in files.iterdir() if p.name.endswith(".yaml"))
+
+
+def load_preset_mapping(preset: str) -> dict[str, Any]:
+    """Read a shipped preset (by name) or a user YAML file (by path) into a plain mapping."""
+    path = Path(preset)
+    if path.suffix in (".yaml", ".yml"):
+        if not path.is_file():
+            raise ConfigError(f"config file {preset!r} does not exist")
+        text = path.read_text()
+        name = path.stem
+    else:
+        names = preset_names()
+        if preset not in names:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(names)} or a .yaml file")
+        text = (resources.files("harness") / "presets" / f"{preset}.yaml").read_text()
+        name = preset
+    try:
+        raw = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError(f"cannot parse {preset}: {e}".replace("\n", " ")) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{preset}: the top level must be a mapping")
+    raw.setdefault("preset", name)
+    return raw
+
+
+def _parse_value(text: str) -> Any:
+    """Parse an override's value as YAML so that ``16``, ``0.5``, ``true`` and ``[1, 2]`` get their types."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted paths (``audit.models``) in a copy of ``raw``; values are kept as given."""
+    out = copy.deepcopy(raw)
+    for dotted, value in overrides.items():
+        keys = dotted.split(".")
+        node = out
+        for k in keys[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"cannot set {dotted!r}: {k!r} is not a section")
+            node = nxt
+        node[keys[-1]] = value
+    return out
+
+
+def parse_set_options(items: list[str]) -> dict[str, Any]:
+    """Turn ``--set key.path=value`` strings into an override mapping (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _parse_value(v)
+    return out
+
+
+def _format_error(e: ValidationError) -> str:
+    parts = []
+    for err in e.errors():
+        loc = ".".join(str(x) for x in err["loc"]) or "config"
+        msg = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        parts.append(f"{loc}: {msg}")
+    return "invalid config: " + "; ".join(parts)
+
+
+def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> ExperimentConfig:
+    """Load a preset, apply overrides and validate. Raises :class:`ConfigError` on any mistake."""
+    raw = apply_overrides(load_preset_mapping(preset), overrides or {})
+    return validate_config(raw)
+
+
+def validate_config(raw: dict[str, Any]) -> ExperimentConfig:
+    """Validate a raw mapping (e.g. read back from a run directory) into an :class:`ExperimentConfig`."""
+    try:
+        return ExperimentConfig.model_validate(raw)
+    except ValidationError as e:
+        raise ConfigError(_format_error(e)) from None

@@ -1,0 +1,276 @@
+"""Datasets, their normalization and their augmentations.
+
+Every dataset is held as uint8 images in NCHW layout plus int64 labels. Normalization (per-channel
+mean/std) and the augmentations (random flips and +-shift px translations with zero padding, the
+paper's ``RandomCrop(32, padding=4)`` + ``RandomHorizontalFlip``) are properties of the dataset, so
+training and querying use the same ones.
+
+Loaders:
+- ``digits``: scikit-learn's bundled 8x8 digits (the embedded default; no network).
+- ``cifar10``: the official ``cifar-10-batches-py`` pickles, read directly (so a folder holding a
+  subset of each batch works); downloaded with torchvision when the folder is absent.
+- ``npz``: user data with arrays ``x_train, y_train, x_test, y_test``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from harness.config import ConfigError, DataConfig
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+
+
+class DataError(ConfigError):
+    """The data named by the config cannot be loaded (a user mistake: wrong path, bad file)."""
+
+
+@dataclass(frozen=True)
+class AugmentSpec:
+    """Augmentations of a dataset: horizontal flips and translations of up to ``shift`` pixels."""
+
+    flip: bool
+    shift: int
+
+    def query_offsets(self) -> list[tuple[bool, int, int]]:
+        """The fixed query augmentations (flip, dy, dx), index 0 the unaugmented query.
+
+        Ordered as in the paper's code: ``for flip in (F, T): for dy in (0,-s,s): for dx in (0,-s,s)``,
+        so index ``a = 9*flip + 3*i_y + i_x`` (18 queries with flips, 9 without).
+        """
+        flips = (False, True) if self.flip else (False,)
+        shifts = (0, -self.shift, self.shift) if self.shift else (0,)
+        return [(f, dy, dx) for f in flips for dy in shifts for dx in shifts]
+
+
+@dataclass(frozen=True)
+class ImageDataset:
+    """A train/test split of uint8 NCHW images with its normalization and augmentations."""
+
+    name: str
+    x_train: np.ndarray
+    y_train: np.ndarray
+    x_test: np.ndarray
+    y_test: np.ndarray
+    num_classes: int
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: AugmentSpec
+    _hash: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def image_shape(self) -> tuple[int, int, int]:
+        return tuple(self.x_train.shape[1:])  # type: ignore[return-value]
+
+    def fingerprint(self) -> str:
+        """SHA-256 over all arrays and the normalization: the data part of a run's fingerprint."""
+        if not self._hash:
+            h = hashlib.sha256()
+            for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+                h.update(str((a.dtype, a.shape)).encode())
+                h.update(np.ascontiguousarray(a).tobytes())
+            h.update(repr((self.num_classes, self.mean, self.std, self.augment)).encode())
+            self._hash.append(h.hexdigest())
+        return self._hash[0]
+
+    def save(self, path: Path) -> None:
+        np.savez(
+            path,
+            x_train=self.x_train,
+            y_train=self.y_train,
+            x_test=self.x_test,
+            y_test=self.y_test,
+            meta=np.array(
+                repr(
+                    dict(
+                        name=self.name,
+                        num_classes=self.num_classes,
+                        mean=self.mean,
+                        std=self.std,
+                        flip=self.augment.flip,
+                        shift=self.augment.shift,
+                    )
+                )
+            ),
+        )
+
+    @classmethod
+    def load(cls, path: Path) -> "ImageDataset":
+        import ast
+
+        with np.load(path) as z:
+            meta = ast.literal_eval(str(z["meta"]))
+            return cls(
+                name=meta["name"],
+                x_train=z["x_train"],
+                y_train=z["y_train"],
+                x_test=z["x_test"],
+                y_test=z["y_test"],
+                num_classes=meta["num_classes"],
+                mean=tuple(meta["mean"]),
+                std=tuple(meta["std"]),
+                augment=AugmentSpec(flip=meta["flip"], shift=meta["shift"]),
+            )
+
+
+def load_dataset(cfg: DataConfig, seed: int) -> ImageDataset:
+    """Load the dataset named by ``cfg``; raise :class:`DataError` with a clear message on failure."""
+    if cfg.name == "digits":
+        return load_digits(cfg.test_size, seed)
+    if cfg.name == "cifar10":
+        return load_cifar10(Path(cfg.path or "data"), download=cfg.download)
+    if cfg.name == "npz":
+        return load_npz(Path(cfg.path or ""))
+    raise DataError(f"unknown dataset {cfg.name!r}")  # pragma: no cover - guarded by the config schema
+
+
+def load_digits(test_size: int, seed: int) -> ImageDataset:
+    """scikit-learn's digits: 1797 real 8x8 grey images (values 0..16, scaled to uint8 0..255).
+
+    The train/test split is a seeded permutation; augmentations are +-1 px shifts without flips
+    (a flipped digit is another symbol).
+    """
+    from sklearn.datasets import load_digits as _load
+
+    d = _load()
+    n = len(d.target)
+    if not 0 < test_size < n - 1:
+        raise DataError(f"data.test_size must be between 1 and {n - 2} for digits, got {test_size}")
+    x = np.rint(d.images * (255.0 / 16.0)).astype(np.uint8)[:, None, :, :]
+    y = d.target.astype(np.int64)
+    perm = np.random.default_rng(np.random.SeedSequence([seed, 0xD161])).permutation(n)
+    test, train = perm[:test_size], perm[test_size:]
+    mean = float(x[train].mean() / 255.0)
+    std = float(x[train].std() / 255.0)
+    return ImageDataset(
+        name="digits",
+        x_train=x[train],
+        y_train=y[train],
+        x_test=x[test],
+        y_test=y[test],
+        num_classes=10,
+        mean=(mean,),
+        std=(std,),
+        augment=AugmentSpec(flip=False, shift=1),
+    )
+
+
+def _read_cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    try:
+        with open(path, "rb") as f:
+            d = pickle.load(f, encoding="latin1")
+        x = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3, 32, 32)
+        y = np.asarray(d["labels"], dtype=np.int64)
+    except (OSError, pickle.UnpicklingError, KeyError, ValueError, EOFError) as e:
+        raise DataError(f"{path} is not a CIFAR-10 python batch file ({type(e).__name__}: {e})") from None
+    if len(x) != len(y):
+        raise DataError(f"{path}: {len(x)} images but {len(y)} labels")
+    return x, y
+
+
+def _find_cifar_folder(root: Path) -> Path | None:
+    for cand in (root, root / "cifar-10-batches-py"):
+        if (cand / "data_batch_1").is_file() and (cand / "test_batch").is_file():
+            return cand
+    return None
+
+
+def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
+    """CIFAR-10 from the official python pickles in ``root`` or ``root/cifar-10-batches-py``.
+
+    When neither holds the batch files and ``download`` is set, torchvision downloads the official
+    archive into ``root`` (no checksum is required when reading, so a subset folder also works).
+    """
+    folder = _find_cifar_folder(root)
+    if folder is None:
+        if not download:
+            raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}")
+        try:
+            from torchvision.datasets import CIFAR10
+        except Exception as e:  # torchvision missing or broken
+            raise DataError(f"no CIFAR-10 files under {root} and torchvision cannot download: {e}") from None
+        try:
+            CIFAR10(root=str(root), train=True, download=True)
+        except Exception as e:
+            raise DataError(f"no CIFAR-10 files under {root} and the download failed: {e}") from None
+        folder = _find_cifar_folder(root)
+        if folder is None:
+            raise DataError(f"download finished but no CIFAR-10 batch files appeared under {root}")
+    parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6) if (folder / f"data_batch_{i}").is_file()]
+    x_train = np.concatenate([p[0] for p in parts])
+    y_train = np.concatenate([p[1] for p in parts])
+    x_test, y_test = _read_cifar_batch(folder / "test_batch")
+    return ImageDataset(
+        name="cifar10",
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        num_classes=10,
+        mean=CIFAR10_MEAN,
+        std=CIFAR10_STD,
+        augment=AugmentSpec(flip=True, shift=4),
+    )
+
+
+def _to_nchw_uint8(x: np.ndarray, key: str, path: Path) -> np.ndarray:
+    if x.ndim == 3:
+        x = x[:, None]
+    if x.ndim != 4:
+        raise DataError(f"{path}: {key} must have shape [N, C, H, W] or [N, H, W, C], got {x.shape}")
+    if x.shape[1] not in (1, 3) and x.shape[3] in (1, 3):
+        x = x.transpose(0, 3, 1, 2)
+    if x.dtype != np.uint8:
+        if np.issubdtype(x.dtype, np.floating) and x.min() >= 0 and x.max() <= 1:
+            x = np.rint(x * 255)
+        elif x.min() < 0 or x.max() > 255:
+            raise DataError(f"{path}: {key} must hold uint8 pixels or floats in [0, 1]")
+        x = x.astype(np.uint8)
+    return np.ascontiguousarray(x)
+
+
+def load_npz(path: Path) -> ImageDataset:
+    """User data: an .npz with ``x_train, y_train, x_test, y_test`` (uint8 or [0,1] floats, NCHW or NHWC).
+
+    Augmentations: flips and shifts of 1/8 of the image side; normalization from the training images.
+    """
+    if not path.is_file():
+        raise DataError(f"npz file {str(path)!r} does not exist")
+    try:
+        z = np.load(path)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read {path}: {e}") from None
+    missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z.files]
+    if missing:
+        raise DataError(f"{path} lacks arrays {missing}")
+    x_train = _to_nchw_uint8(z["x_train"], "x_train", path)
+    x_test = _to_nchw_uint8(z["x_test"], "x_test", path)
+    y_train = np.asarray(z["y_train"]).astype(np.int64).ravel()
+    y_test = np.asarray(z["y_test"]).astype(np.int64).ravel()
+    if len(y_train) != len(x_train) or len(y_test) != len(x_test):
+        raise DataError(f"{path}: image and label counts differ")
+    if x_train.shape[1:] != x_test.shape[1:]:
+        raise DataError(f"{path}: train and test images have different shapes")
+    if y_train.min() < 0:
+        raise DataError(f"{path}: labels must be 0..K-1")
+    k = int(max(y_train.max(), y_test.max())) + 1
+    xf = x_train.astype(np.float64) / 255.0
+    mean = tuple(float(m) for m in xf.mean(axis=(0, 2, 3)))
+    std = tuple(float(s) + 1e-8 for s in xf.std(axis=(0, 2, 3)))
+    return ImageDataset(
+        name="npz",
+        x_train=x_train,
+        y_train=y_train,
+        x_test=x_test,
+        y_test=y_test,
+        num_classes=k,
+        mean=mean,
+        std=std,
+        augment=AugmentSpec(flip=True, shift=max(1, x_train.shape[-1] // 8)),
+    )

@@ -1,0 +1,151 @@
+"""The attack phase: read the saved signals of a level, run the attacks, compute the metrics.
+
+Nothing here trains a model: ``harness attack RUN_DIR`` re-runs it on any finished run.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from attacks.base import Attack, AttackInput
+from harness.config import ConfigError, ExperimentConfig
+from harness.metrics import AttackMetrics, evaluate_scores
+from harness.registry import resolve
+from harness.runstore import RunDir, RunDirError
+
+HEADLINE_FPR = 0.001
+
+
+def fpr_key(t: float) -> str:
+    """JSON key of a target FPR: ``repr`` of the float ("0.0", "0.001", "0.01")."""
+    return repr(float(t))
+
+
+def headline_fpr(cfg: ExperimentConfig) -> float:
+    return HEADLINE_FPR if HEADLINE_FPR in cfg.attack.fprs else min(cfg.attack.fprs, default=0.0)
+
+
+def attack_names(cfg: ExperimentConfig, adaptive: tuple[str, ...]) -> list[str]:
+    """The configured attacks followed by the defense's adaptive ones, without repeats."""
+    return list(dict.fromkeys([*cfg.attack.names, *adaptive]))
+
+
+def load_attacks(names: list[str]) -> list[Attack]:
+    out = []
+    for n in names:
+        cls = resolve("attacks", n)
+        out.append(cls())
+    return out
+
+
+@dataclass(frozen=True)
+class LevelSignals:
+    signals: dict[str, np.ndarray]  # name -> (S, C, ...)
+    metas: list[dict[str, Any]]
+
+
+def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals:
+    """Stack every model's signals; refuse if any model of the level is unfinished."""
+    per_model = [run.read_signals(level, s) for s in range(num_models)]
+    missing = [s for s, m in enumerate(per_model) if m is None]
+    if missing:
+        raise RunDirError(
+            f"{level} level: {len(missing)} of {num_models} models have no finished signals "
+            f"(e.g. model {missing[0]}); re-run `harness evaluate` with the same arguments to finish training"
+        )
+    names = set.intersection(*(set(m.arrays) for m in per_model))  # type: ignore[union-attr]
+    signals = {n: np.stack([m.arrays[n] for m in per_model]) for n in sorted(names)}  # type: ignore[union-attr]
+    return LevelSignals(signals=signals, metas=[m.meta for m in per_model])  # type: ignore[union-attr]
+
+
+def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
+    return {
+        "tpr_at_fpr": {fpr_key(t): v for t, v in m.tpr_at_fpr.items()},
+        "tpr_ci": {fpr_key(t): list(v) for t, v in m.tpr_ci.items()},
+        "resolved": {fpr_key(t): v for t, v in m.resolved.items()},
+        "auc": m.auc,
+        "balanced_accuracy": m.balanced_accuracy,
+        "num_pos": m.num_pos,
+        "num_neg": m.num_neg,
+    }
+
+
+def evaluate_level(
+    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack]
+) -> tuple[dict[str, Any], dict[tuple[str, str], AttackMetrics]]:
+    """Run every attack variant on one level. Returns the level's results object and the metrics
+    (with ROC curves) keyed by (attack, variant)."""
+    ld = run.load_level(level)
+    ls = load_level_signals(run, level, cfg.audit.models)
+    inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership)
+    entries, curves = [], {}
+    for attack in attacks:
+        lacking = sorted(attack.needs - set(ls.signals))
+        if lacking:
+            raise ConfigError(f"attack {attack.name!r} needs signals {lacking}, which this run did not save")
+        for variant, scores in attack.score(inp).items():
+            m = evaluate_scores(
+                scores,
+                ld.design.membership,
+                ld.canaries.evaluated,
+                cfg.attack.fprs,
+                bootstrap=cfg.attack.bootstrap,
+                confidence=cfg.attack.confidence,
+                seed=cfg.seed,
+            )
+            curves[(attack.name, variant)] = m
+            entries.append({"name": attack.name, "variant": variant, **_metrics_json(m)})
+    hk = fpr_key(headline_fpr(cfg))
+    best = max(entries, key=lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"]))
+    accs = np.array([m["test_accuracy"] for m in ls.metas])
+    result = {
+        "canary": ld.canary,
+        "num_evaluated": int(ld.canaries.evaluated.sum()),
+        "num_guesses": int(best["num_pos"] + best["num_neg"]),
+        "test_accuracy": {"mean": float(accs.mean()), "std": float(accs.std(ddof=1)) if len(accs) > 1 else 0.0,
+                          "per_model": accs.tolist()},
+        "attacks": entries,
+        "best": {"name": best["name"], "variant": best["variant"], "tpr_at_fpr": best["tpr_at_fpr"],
+                 "tpr_ci": best["tpr_ci"], "resolved": best["resolved"]},
+        "compute": {
+            "train_seconds_total": float(sum(m["train_seconds"] for m in ls.metas)),
+            "query_seconds_total": float(sum(m["query_seconds"] for m in ls.metas)),
+            "devices": sorted({m["device"] for m in ls.metas}),
+        },
+    }
+    return result, curves
+
+
+def evaluate_run(run: RunDir, levels: list[str] | None = None) -> tuple[dict[str, Any], dict]:
+    """Attack every level of a finished run; return results.json's content and the ROC curves."""
+    from harness import __version__
+    from harness.runner import make_defense
+
+    cfg = run.load_config()
+    manifest = run.load_manifest()
+    defense = make_defense(cfg)
+    attacks = load_attacks(attack_names(cfg, defense.adaptive_attacks))
+    levels = levels or run.levels()
+    t0 = time.perf_counter()
+    results: dict[str, Any] = {
+        "defense": cfg.defense,
+        "preset": cfg.preset,
+        "dataset": cfg.data.name,
+        "num_models": cfg.audit.models,
+        "audit_size": cfg.audit.size,
+        "seed": cfg.seed,
+        "harness_version": __version__,
+        "trained_with_version": manifest.get("harness_version"),
+        "fingerprint": manifest["fingerprint"],
+        "headline_fpr": headline_fpr(cfg),
+        "config": cfg.model_dump(mode="json"),
+    }
+    curves: dict[str, dict] = {}
+    for level in levels:
+        results[level], curves[level] = evaluate_level(run, level, cfg, attacks)
+    results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}
+    return results, curves

@@ -1,0 +1,179 @@
+"""Metrics over the pooled S x C membership guesses (paper section 5.2).
+
+- ROC: every distinct score is a threshold ("member" iff score >= threshold); tied scores move
+  together, so a tie between a member and a non-member can never be split.
+- TPR at FPR t: the largest TPR over thresholds whose FPR is at most t (no interpolation), the
+  paper's ``tpr[fpr <= t][-1]``. t = 0 gives the TPR before the first false positive.
+- Resolution: with N negative guesses the smallest non-zero FPR is 1/N; a target 0 < t < 1/N is
+  not resolvable (its TPR equals TPR at FPR 0) and is flagged so.
+- AUC (trapezoid on the ROC, ties counted half) and balanced accuracy, the best
+  ``(TPR + 1 - FPR) / 2`` over thresholds (Carlini et al. 2022).
+- Confidence intervals: percentile bootstrap over victim models. Guesses about the same victim are
+  correlated, so a replicate draws S victims with replacement and pools all their C guesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Roc:
+    """ROC points from (FPR, TPR) = (0, 0) to (1, 1) over decreasing thresholds."""
+
+    fpr: np.ndarray
+    tpr: np.ndarray
+    thresholds: np.ndarray  # thresholds[0] = +inf
+    num_pos: int
+    num_neg: int
+
+
+def _sorted_groups(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Descending order of ``scores`` and the last index of each group of equal scores."""
+    order = np.argsort(-scores, kind="stable")
+    s = scores[order]
+    ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
+    return order, ends
+
+
+def roc_curve(scores: np.ndarray, is_member: np.ndarray) -> Roc:
+    """ROC of flat ``scores`` against boolean ``is_member``; NaN scores are an error."""
+    scores = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(is_member, dtype=bool).ravel()
+    if scores.shape != y.shape:
+        raise ValueError("scores and membership must have the same number of entries")
+    if np.isnan(scores).any():
+        raise ValueError("attack scores contain NaN")
+    npos, nneg = int(y.sum()), int((~y).sum())
+    if npos == 0 or nneg == 0:
+        raise ValueError("the ROC needs both member and non-member guesses")
+    order, ends = _sorted_groups(scores)
+    tp = np.cumsum(y[order])[ends]
+    fp = np.cumsum(~y[order])[ends]
+    return Roc(
+        fpr=np.r_[0.0, fp / nneg],
+        tpr=np.r_[0.0, tp / npos],
+        thresholds=np.r_[np.inf, scores[order][ends]],
+        num_pos=npos,
+        num_neg=nneg,
+    )
+
+
+def tpr_at_fpr(roc: Roc, target: float) -> float:
+    """Largest TPR among ROC points with FPR <= ``target`` (no interpolation)."""
+    ok = roc.fpr <= target + 1e-12
+    return float(roc.tpr[ok].max())
+
+
+def auc(roc: Roc) -> float:
+    return float(np.trapezoid(roc.tpr, roc.fpr)) if hasattr(np, "trapezoid") else float(np.trapz(roc.tpr, roc.fpr))
+
+
+def balanced_accuracy(roc: Roc) -> float:
+    return float(((roc.tpr + 1.0 - roc.fpr) / 2.0).max())
+
+
+def resolvable(target: float, num_neg: int) -> bool:
+    """Whether FPR ``target`` can be told apart from FPR 0 with ``num_neg`` negative guesses."""
+    return target == 0.0 or target >= 1.0 / num_neg
+
+
+def thin_roc(roc: Roc) -> Roc:
+    """Drop ROC points that lie on a straight segment between their neighbours (same curve, fewer rows)."""
+    f, t = roc.fpr, roc.tpr
+    if len(f) <= 2:
+        return roc
+    df, dt = np.diff(f), np.diff(t)
+    keep = np.r_[True, (df[1:] * dt[:-1] != df[:-1] * dt[1:]), True]
+    return Roc(f[keep], t[keep], roc.thresholds[keep], roc.num_pos, roc.num_neg)
+
+
+def bootstrap_tpr_ci(
+    scores: np.ndarray,
+    membership: np.ndarray,
+    targets: list[float],
+    *,
+    replicates: int,
+    confidence: float,
+    seed: int,
+    chunk: int = 64,
+) -> dict[float, tuple[float, float]]:
+    """Percentile bootstrap CI of TPR@FPR for each target, resampling victim models.
+
+    ``scores`` and ``membership`` are (S, C). Each replicate weights victim t by how often it was
+    drawn; the pooled ROC uses those weights, so it needs one sort in total.
+    """
+    s_models = scores.shape[0]
+    flat = scores.ravel().astype(np.float64)
+    y = membership.ravel().astype(bool)
+    victim = np.repeat(np.arange(s_models), scores.shape[1])
+    order, ends = _sorted_groups(flat)
+    y_o, v_o = y[order], victim[order]
+    rng = np.random.default_rng(seed)
+    draws = rng.integers(0, s_models, size=(replicates, s_models))
+    stats = {t: [] for t in targets}
+    for lo in range(0, replicates, chunk):
+        w = np.stack([np.bincount(d, minlength=s_models) for d in draws[lo : lo + chunk]]).astype(np.float64)
+        wg = w[:, v_o]  # (B, N) weight of each sorted guess
+        tp = np.cumsum(wg * y_o, axis=1)[:, ends]
+        fp = np.cumsum(wg * ~y_o, axis=1)[:, ends]
+        npos, nneg = tp[:, -1:], fp[:, -1:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpr = np.where(npos > 0, tp / npos, np.nan)
+            fpr = np.where(nneg > 0, fp / nneg, np.nan)
+        for t in targets:
+            ok = fpr <= t + 1e-12
+            stats[t].append(np.where(ok, tpr, 0.0).max(axis=1))
+    alpha = (1 - confidence) / 2
+    out = {}
+    for t in targets:
+        v = np.concatenate(stats[t]) if stats[t] else np.array([np.nan])
+        v = v[~np.isnan(v)]
+        out[t] = (float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha))) if len(v) else (np.nan, np.nan)
+    return out
+
+
+@dataclass(frozen=True)
+class AttackMetrics:
+    tpr_at_fpr: dict[float, float]
+    tpr_ci: dict[float, tuple[float, float]]
+    resolved: dict[float, bool]
+    auc: float
+    balanced_accuracy: float
+    num_pos: int
+    num_neg: int
+    roc: Roc
+
+
+def evaluate_scores(
+    scores: np.ndarray,
+    membership: np.ndarray,
+    evaluated: np.ndarray,
+    fprs: list[float],
+    *,
+    bootstrap: int,
+    confidence: float,
+    seed: int,
+) -> AttackMetrics:
+    """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses."""
+    sc = scores[:, evaluated]
+    mem = membership[:, evaluated]
+    roc = roc_curve(sc, mem)
+    targets = [0.0, *fprs]
+    ci = (
+        bootstrap_tpr_ci(sc, mem, targets, replicates=bootstrap, confidence=confidence, seed=seed)
+        if bootstrap > 0
+        else {t: (float("nan"), float("nan")) for t in targets}
+    )
+    return AttackMetrics(
+        tpr_at_fpr={t: tpr_at_fpr(roc, t) for t in targets},
+        tpr_ci=ci,
+        resolved={t: resolvable(t, roc.num_neg) for t in targets},
+        auc=auc(roc),
+        balanced_accuracy=balanced_accuracy(roc),
+        num_pos=roc.num_pos,
+        num_neg=roc.num_neg,
+        roc=roc,
+    )

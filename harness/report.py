@@ -1,0 +1,157 @@
+"""Reports: results.json, the CSV exports, ROC curves and the terminal tables.
+
+``results.json`` is documented in docs/results-json.md. The terminal table puts the population
+level (audit samples as they are) and the sample level (the defense's canaries) side by side.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from harness.evaluation import fpr_key
+from harness.metrics import AttackMetrics, thin_roc
+from harness.runstore import atomic_write_bytes, atomic_write_json
+
+
+def _targets(results: dict[str, Any]) -> list[float]:
+    return [0.0, *results["config"]["attack"]["fprs"]]
+
+
+def _levels(results: dict[str, Any]) -> list[str]:
+    return [lv for lv in ("population", "sample") if lv in results]
+
+
+def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
+    """One row per level: canary, test accuracy, headline attack, TPR@FPR with CIs, AUC."""
+    rows = []
+    for level in _levels(results):
+        r = results[level]
+        best = r["best"]
+        entry = next(e for e in r["attacks"] if e["name"] == best["name"] and e["variant"] == best["variant"])
+        row: dict[str, Any] = {
+            "level": level,
+            "canary": r["canary"],
+            "test_acc_mean": r["test_accuracy"]["mean"],
+            "test_acc_std": r["test_accuracy"]["std"],
+            "best_attack": f"{best['name']}:{best['variant']}",
+        }
+        for t in _targets(results):
+            k = fpr_key(t)
+            row[f"tpr@{k}"] = entry["tpr_at_fpr"][k]
+            row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = entry["tpr_ci"][k]
+            row[f"tpr@{k}_resolved"] = entry["resolved"][k]
+        row["auc"] = entry["auc"]
+        row["num_guesses"] = r["num_guesses"]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
+    """Every attack variant of every level, one row each."""
+    rows = []
+    for level in _levels(results):
+        for e in results[level]["attacks"]:
+            row = {"level": level, "attack": e["name"], "variant": e["variant"]}
+            for k, v in e["tpr_at_fpr"].items():
+                row[f"tpr@{k}"] = v
+                row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = e["tpr_ci"][k]
+            row["auc"] = e["auc"]
+            row["balanced_accuracy"] = e["balanced_accuracy"]
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dict[tuple[str, str], AttackMetrics]]) -> None:
+    """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv."""
+    atomic_write_json(run_path / "results.json", results)
+    atomic_write_bytes(run_path / "table.csv", summary_frame(results).to_csv(index=False).encode())
+    atomic_write_bytes(run_path / "attacks.csv", attacks_frame(results).to_csv(index=False).encode())
+    for level, by_attack in curves.items():
+        for (name, variant), m in by_attack.items():
+            roc = thin_roc(m.roc)
+            df = pd.DataFrame({"fpr": roc.fpr, "tpr": roc.tpr, "threshold": roc.thresholds})
+            atomic_write_bytes(run_path / "roc" / f"{level}__{name}__{variant}.csv", df.to_csv(index=False).encode())
+
+
+def load_results(run_path: Path) -> dict[str, Any]:
+    return json.loads((run_path / "results.json").read_text())
+
+
+def _pct(v: float) -> str:
+    return f"{100 * v:.1f}%"
+
+
+def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int) -> str:
+    k = fpr_key(t)
+    if not entry["resolved"][k]:
+        return f"[yellow]n/a[/] (FPR<1/{num_neg})"
+    lo, hi = entry["tpr_ci"][k]
+    ci = f" [dim][{_pct(lo)}, {_pct(hi)}][/]" if lo == lo else ""
+    return _pct(entry["tpr_at_fpr"][k]) + ci
+
+
+def print_report(results: dict[str, Any], console: Console | None = None, *, details: bool = False) -> None:
+    """The side-by-side table of the levels, then the best variant of each attack."""
+    console = console or Console()
+    targets = _targets(results)
+    title = (
+        f"{results['defense']} on {results['dataset']} ({results['preset']}): "
+        f"{results['num_models']} models, {results['audit_size']} audit samples, seed {results['seed']}"
+    )
+    table = Table(title=title, title_justify="left")
+    for col in ("level", "canary", "test acc", "best attack"):
+        table.add_column(col)
+    for t in targets:
+        table.add_column(f"TPR@{100 * t:g}% FPR", justify="right")
+    table.add_column("AUC", justify="right")
+    for level in _levels(results):
+        r = results[level]
+        best = r["best"]
+        e = next(a for a in r["attacks"] if a["name"] == best["name"] and a["variant"] == best["variant"])
+        acc = r["test_accuracy"]
+        table.add_row(
+            level,
+            r["canary"],
+            f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}%",
+            f"{best['name']} ({best['variant']})",
+            *[_tpr_cell(e, t, e["num_neg"]) for t in targets],
+            f"{e['auc']:.3f}",
+        )
+    console.print(table)
+    hk = fpr_key(results["headline_fpr"])
+    if "population" in results and "sample" in results:
+        p = results["population"]["best"]["tpr_at_fpr"][hk]
+        s = results["sample"]["best"]["tpr_at_fpr"][hk]
+        ratio = f"{s / p:.1f}x" if p > 0 else "inf (population level found no member at this FPR)"
+        console.print(
+            f"Sample-level TPR@{100 * results['headline_fpr']:g}% FPR is {ratio} the population-level figure "
+            f"({_pct(s)} vs {_pct(p)}). 95% CIs: bootstrap over victim models."
+        )
+    per_attack = Table(title="best variant of each attack", title_justify="left")
+    for col in ("level", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC"):
+        per_attack.add_column(col)
+    for level in _levels(results):
+        seen: dict[str, dict[str, Any]] = {}
+        for e in results[level]["attacks"]:
+            cur = seen.get(e["name"])
+            if details or cur is None or e["tpr_at_fpr"][hk] > cur["tpr_at_fpr"][hk]:
+                seen[e["name"] if not details else f"{e['name']}/{e['variant']}"] = e
+        for e in seen.values():
+            per_attack.add_row(level, e["name"], e["variant"], _pct(e["tpr_at_fpr"][hk]), f"{e['auc']:.3f}")
+    console.print(per_attack)
+    tm = results.get("timings", {})
+    comp = [results[lv]["compute"] for lv in _levels(results)]
+    devices = sorted({d for c in comp for d in c["devices"]})
+    train_s = sum(c["train_seconds_total"] for c in comp)
+    console.print(
+        f"Compute: {sum(results['num_models'] for _ in comp)} models, {train_s:.0f} s of training "
+        f"(summed over models) on {', '.join(devices)}"
+        + (f"; last training phase {tm['train_wall_seconds']:.0f} s wall" if "train_wall_seconds" in tm else "")
+        + (f"; attacks {tm['attack_seconds']:.1f} s" if "attack_seconds" in tm else "")
+    )

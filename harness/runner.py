@@ -1,0 +1,227 @@
+"""Prepare a run and train its S models per level, each in its own seeded job.
+
+Data flow: config -> data + audit design + canaries (saved in the run directory) -> one job per
+(level, model) through an :class:`~harness.executors.Executor` -> each job trains the defense on
+``all non-audit samples + the audit samples it is a member of + the canaries' extra samples``,
+queries the served model on the audit samples under every query augmentation, and writes its
+signals atomically. Finished models are skipped when the same command runs again.
+"""
+
+from __future__ import annotations
+
+import platform
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel
+from harness import __version__
+from harness.augment import shift_flip
+from harness.config import ConfigError, ExperimentConfig
+from harness.data import AugmentSpec, ImageDataset, load_dataset
+from harness.design import make_design
+from harness.executors import Executor
+from harness.registry import resolve, source_fingerprint
+from harness.runstore import LevelDesign, RunDir, sha256_json
+
+
+def resolve_device(device: str) -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ConfigError(f"--device {device} asked for, but torch sees no CUDA device")
+    return device
+
+
+def make_defense(cfg: ExperimentConfig) -> Defense:
+    cls = resolve("defenses", cfg.defense)
+    try:
+        return cls(**cfg.defense_params)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"defense_params: {e}") from None
+
+
+def level_canary(cfg: ExperimentConfig, level: str, defense: Defense) -> str:
+    """Population level audits the samples as they are; sample level uses the defense's canaries."""
+    if level == "population":
+        return "none"
+    return cfg.audit.canary or defense.default_canary
+
+
+def model_seed(seed: int, level: str, index: int) -> int:
+    """Seed of model ``index`` in ``level``: independent streams from one SeedSequence."""
+    return int(np.random.SeedSequence([seed, {"population": 1, "sample": 2}[level], index]).generate_state(1)[0])
+
+
+def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
+    """Hash of everything that determines the models, apart from the per-level design and canaries."""
+    return sha256_json(
+        {
+            "config": cfg.model_determining(),
+            "data": data.fingerprint(),
+            "harness_version": __version__,
+            "defense_source": source_fingerprint(cfg.defense),
+        }
+    )
+
+
+def default_run_dir(cfg: ExperimentConfig, fingerprint: str) -> Path:
+    name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
+    return Path(cfg.run.out) / f"{name}-{cfg.preset}-{fingerprint[:12]}"
+
+
+def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: str) -> LevelDesign:
+    """The audit design (shared by both levels) and this level's canaries, all from ``cfg.seed``."""
+    design = make_design(len(data.y_train), cfg.audit.size, cfg.audit.models, cfg.seed)
+    gen_cls = resolve("canaries", canary)
+    try:
+        gen = gen_cls()
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"canary {canary!r}: {e}") from None
+    idx = design.audit_indices
+    rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()]))
+    canaries = gen.apply(data.x_train[idx], data.y_train[idx], num_classes=data.num_classes, rng=rng)
+    return LevelDesign(level=level, canary=canary, design=design, canaries=canaries)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    run: RunDir
+    cfg: ExperimentConfig
+    data: ImageDataset
+    levels: list[str]
+    fingerprint: str
+    defense: Defense
+
+
+def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
+    """Load the data, check sizes, create (or re-open) the run directory and save each level's design."""
+    defense = make_defense(cfg)
+    data = load_dataset(cfg.data, cfg.seed)
+    if cfg.audit.size > len(data.y_train):
+        raise ConfigError(
+            f"audit.size {cfg.audit.size} is larger than the training pool ({len(data.y_train)} samples)"
+        )
+    fp = run_fingerprint(cfg, data)
+    run = RunDir(run_dir or default_run_dir(cfg, fp))
+    manifest = {
+        "harness_version": __version__,
+        "fingerprint": fp,
+        "defense": cfg.defense,
+        "preset": cfg.preset,
+        "data_fingerprint": data.fingerprint(),
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+    }
+    run.init(cfg, fp, manifest, data)
+    levels = ["population", "sample"] if cfg.run.level == "both" else [cfg.run.level]
+    for level in levels:
+        ld = build_level(cfg, data, level, level_canary(cfg, level, defense))
+        run.save_level(ld, ld.fingerprint(fp))
+    return Prepared(run=run, cfg=cfg, data=data, levels=levels, fingerprint=fp, defense=defense)
+
+
+# --- one job ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Train model ``index`` of ``level`` in the run at ``run_dir``: small and picklable."""
+
+    run_dir: str
+    level: str
+    index: int
+
+
+def training_set(data: ImageDataset, ld: LevelDesign, index: int) -> LabeledImages:
+    """All non-audit samples, the (rewritten) audit samples model ``index`` is a member of, and extras."""
+    keep = ld.design.non_audit_indices(len(data.y_train))
+    member = ld.design.membership[index]
+    parts_x = [data.x_train[keep], ld.canaries.x[member]]
+    parts_y = [data.y_train[keep], ld.canaries.y[member]]
+    if len(ld.canaries.extra_y):
+        parts_x.append(ld.canaries.extra_x)
+        parts_y.append(ld.canaries.extra_y)
+    return LabeledImages(
+        x=np.concatenate(parts_x),
+        y=np.concatenate(parts_y),
+        num_classes=data.num_classes,
+        mean=data.mean,
+        std=data.std,
+        augment=data.augment,
+    )
+
+
+def query_augmented(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec) -> np.ndarray:
+    """Outputs (N, A, K) under the dataset's fixed query augmentations (index 0 = unaugmented)."""
+    xt = torch.from_numpy(x)
+    outs = [query(shift_flip(xt, dy, dx, flip).numpy()) for flip, dy, dx in spec.query_offsets()]
+    return np.stack(outs, axis=1).astype(np.float32)
+
+
+def collect_signals(served: ServedModel, x: np.ndarray, spec: AugmentSpec) -> dict[str, np.ndarray]:
+    """The signals saved per model: served logits and, if the defense has them, pre-defense logits."""
+    signals = {"logits": query_augmented(served.query, x, spec)}
+    if served.raw_query(x[:1]) is not None:
+        signals["raw_logits"] = query_augmented(lambda b: served.raw_query(b), x, spec)  # type: ignore[arg-type, return-value]
+    return signals
+
+
+def train_one(job: TrainJob) -> dict:
+    """Train, query and save one model; return its metadata. Runs in a worker process."""
+    run = RunDir(job.run_dir)
+    cfg = run.load_config()
+    data = run.load_data()
+    ld = run.load_level(job.level)
+    defense = make_defense(cfg)
+    device = resolve_device(cfg.run.device)
+    seed = model_seed(cfg.seed, job.level, job.index)
+    train = training_set(data, ld, job.index)
+    t0 = time.perf_counter()
+    served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
+    t1 = time.perf_counter()
+    signals = collect_signals(served, ld.canaries.x, data.augment)
+    test_pred = served.query(data.x_test).argmax(axis=1)
+    t2 = time.perf_counter()
+    meta = {
+        "model_index": job.index,
+        "level": job.level,
+        "level_fingerprint": run.level_fingerprint(job.level),
+        "seed": seed,
+        "train_size": len(train),
+        "test_accuracy": float((test_pred == data.y_test).mean()),
+        "train_accuracy_audit_members": float(
+            (signals["logits"][ld.design.membership[job.index], 0].argmax(-1) == ld.canaries.y[ld.design.membership[job.index]]).mean()
+        ) if ld.design.membership[job.index].any() else None,
+        "train_seconds": t1 - t0,
+        "query_seconds": t2 - t1,
+        "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
+        "torch_threads": torch.get_num_threads(),
+        "host": platform.node(),
+    }
+    run.write_signals(job.level, job.index, signals, meta)
+    return meta
+
+
+def pending_jobs(prep: Prepared) -> list[TrainJob]:
+    jobs = []
+    for level in prep.levels:
+        prep.run.clean_temp_files(level)
+        done = set(prep.run.finished_models(level, prep.cfg.audit.models))
+        jobs += [TrainJob(str(prep.run.path), level, s) for s in range(prep.cfg.audit.models) if s not in done]
+    return jobs
+
+
+def train_all(
+    prep: Prepared, executor: Executor, on_done: Callable[[TrainJob, dict], None] | None = None
+) -> list[dict]:
+    """Train every model that has no finished signals file yet; return their metadata."""
+    out = []
+    for job, meta in executor.map(train_one, pending_jobs(prep)):
+        out.append(meta)
+        if on_done is not None:
+            on_done(job, meta)
+    return out

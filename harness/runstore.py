@@ -1,0 +1,258 @@
+"""The run directory: everything a run needs to resume, re-attack and report.
+
+```
+RUN_DIR/
+  config.json               the resolved configuration
+  manifest.json             harness version, run fingerprint, data fingerprint, per-level fingerprints
+  data.npz                  the dataset exactly as used (uint8 images, labels, normalization)
+  <level>/design.npz        audit indices, membership (S x C), canary images/labels, evaluated mask
+  <level>/signals/model_0007.npz   one file per finished model (written to a temp name, then renamed)
+  results.json, table.csv, roc/<level>__<attack>__<variant>.csv
+```
+
+A signals file counts as finished only once renamed into place *and* only if the level fingerprint
+stored inside it matches the level's; anything else is never read as a finished model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from canaries.base import Canaries
+from harness.config import ConfigError, ExperimentConfig, validate_config
+from harness.data import ImageDataset
+from harness.design import AuditDesign
+
+LEVELS = ("population", "sample")
+
+
+class RunDirError(ConfigError):
+    """The run directory cannot be used (fingerprint mismatch, missing files, not a run)."""
+
+
+def sha256_arrays(*arrays: np.ndarray) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(str((a.dtype.str, a.shape)).encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def sha256_json(obj: Any) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_json(path: Path, obj: Any) -> None:
+    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+
+
+def atomic_write_npz(path: Path, **arrays: np.ndarray) -> None:
+    import io
+
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+@dataclass(frozen=True)
+class LevelDesign:
+    """One level's experiment: the shared audit design plus the canaries of this level."""
+
+    level: str
+    canary: str
+    design: AuditDesign
+    canaries: Canaries
+
+    def fingerprint(self, run_fingerprint: str) -> str:
+        c = self.canaries
+        return sha256_json(
+            {
+                "run": run_fingerprint,
+                "level": self.level,
+                "canary": self.canary,
+                "arrays": sha256_arrays(
+                    self.design.audit_indices, self.design.membership, c.x, c.y, c.evaluated, c.extra_x, c.extra_y
+                ),
+            }
+        )
+
+
+@dataclass(frozen=True)
+class ModelSignals:
+    """What one trained model left behind: its signals and its metadata."""
+
+    index: int
+    arrays: dict[str, np.ndarray]  # e.g. "logits": (C, A, K) float32
+    meta: dict[str, Any]
+
+
+class RunDir:
+    """Read and write one run directory."""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+
+    # --- top level -------------------------------------------------------------------------
+    @property
+    def config_path(self) -> Path:
+        return self.path / "config.json"
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def exists(self) -> bool:
+        return self.manifest_path.is_file()
+
+    def require(self) -> None:
+        if not self.path.is_dir():
+            raise RunDirError(f"run directory {str(self.path)!r} does not exist")
+        if not self.exists() or not self.config_path.is_file():
+            raise RunDirError(f"{str(self.path)!r} is not a run directory (no manifest.json/config.json)")
+
+    def load_config(self) -> ExperimentConfig:
+        self.require()
+        return validate_config(json.loads(self.config_path.read_text()))
+
+    def load_manifest(self) -> dict[str, Any]:
+        self.require()
+        return json.loads(self.manifest_path.read_text())
+
+    def save_manifest(self, manifest: dict[str, Any]) -> None:
+        atomic_write_json(self.manifest_path, manifest)
+
+    def init(self, cfg: ExperimentConfig, run_fingerprint: str, manifest: dict[str, Any], data: ImageDataset) -> None:
+        """Create the directory, or check that an existing one belongs to the same run."""
+        if self.exists():
+            old = self.load_manifest()
+            if old.get("fingerprint") != run_fingerprint:
+                raise RunDirError(
+                    f"{self.path} holds a different run (fingerprint {str(old.get('fingerprint'))[:12]}, this run "
+                    f"{run_fingerprint[:12]}): its models were trained with another config, data or harness "
+                    "version. Use another --out/--run-dir or delete the folder; runs are never mixed."
+                )
+            # keep the per-level fingerprints recorded so far
+            manifest = {**old, **{k: v for k, v in manifest.items() if k != "levels"}}
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_json(self.config_path, cfg.model_dump(mode="json"))
+        if not (self.path / "data.npz").is_file():
+            import io
+
+            buf = io.BytesIO()
+            data_path = self.path / "data.npz"
+            data.save(buf)  # type: ignore[arg-type]
+            atomic_write_bytes(data_path, buf.getvalue())
+        self.save_manifest(manifest)
+
+    def load_data(self) -> ImageDataset:
+        return ImageDataset.load(self.path / "data.npz")
+
+    # --- levels ----------------------------------------------------------------------------
+    def level_dir(self, level: str) -> Path:
+        return self.path / level
+
+    def save_level(self, ld: LevelDesign, fingerprint: str) -> None:
+        """Write a level's design, or check an existing one has the same fingerprint."""
+        manifest = self.load_manifest()
+        old = manifest.get("levels", {}).get(ld.level)
+        if old is not None and old["fingerprint"] != fingerprint:
+            raise RunDirError(
+                f"{self.path}/{ld.level} was built from another audit design or canaries "
+                f"(fingerprint {old['fingerprint'][:12]} vs {fingerprint[:12]}); refusing to mix models"
+            )
+        c = ld.canaries
+        atomic_write_npz(
+            self.level_dir(ld.level) / "design.npz",
+            audit_indices=ld.design.audit_indices,
+            membership=ld.design.membership,
+            canary_x=c.x,
+            canary_y=c.y,
+            evaluated=c.evaluated,
+            extra_x=c.extra_x,
+            extra_y=c.extra_y,
+            canary=np.array(ld.canary),
+        )
+        manifest.setdefault("levels", {})[ld.level] = {"canary": ld.canary, "fingerprint": fingerprint}
+        self.save_manifest(manifest)
+
+    def level_fingerprint(self, level: str) -> str:
+        try:
+            return self.load_manifest()["levels"][level]["fingerprint"]
+        except KeyError:
+            raise RunDirError(f"{self.path} has no {level}-level experiment") from None
+
+    def levels(self) -> list[str]:
+        return [lv for lv in LEVELS if lv in self.load_manifest().get("levels", {})]
+
+    def load_level(self, level: str) -> LevelDesign:
+        path = self.level_dir(level) / "design.npz"
+        if not path.is_file():
+            raise RunDirError(f"{path} is missing")
+        with np.load(path) as z:
+            return LevelDesign(
+                level=level,
+                canary=str(z["canary"]),
+                design=AuditDesign(audit_indices=z["audit_indices"], membership=z["membership"]),
+                canaries=Canaries(
+                    x=z["canary_x"], y=z["canary_y"], evaluated=z["evaluated"], extra_x=z["extra_x"], extra_y=z["extra_y"]
+                ),
+            )
+
+    # --- signals ---------------------------------------------------------------------------
+    def signals_path(self, level: str, index: int) -> Path:
+        return self.level_dir(level) / "signals" / f"model_{index:04d}.npz"
+
+    def write_signals(self, level: str, index: int, arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
+        atomic_write_npz(self.signals_path(level, index), meta=np.array(json.dumps(meta)), **arrays)
+
+    def read_signals(self, level: str, index: int) -> ModelSignals | None:
+        """The model's signals if its file is finished and belongs to this level's design, else None."""
+        path = self.signals_path(level, index)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path) as z:
+                meta = json.loads(str(z["meta"]))
+                arrays = {k: z[k] for k in z.files if k != "meta"}
+        except (OSError, ValueError, KeyError, EOFError):
+            return None
+        if meta.get("level_fingerprint") != self.level_fingerprint(level) or meta.get("model_index") != index:
+            return None
+        return ModelSignals(index=index, arrays=arrays, meta=meta)
+
+    def finished_models(self, level: str, num_models: int) -> list[int]:
+        return [s for s in range(num_models) if self.read_signals(level, s) is not None]
+
+    def clean_temp_files(self, level: str) -> int:
+        folder = self.level_dir(level) / "signals"
+        n = 0
+        if folder.is_dir():
+            for p in folder.glob(".*.tmp"):
+                p.unlink(missing_ok=True)
+                n += 1
+        return n
