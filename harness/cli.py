@@ -118,13 +118,16 @@ def evaluate(
                     for lv in prep.levels
                 }
                 train_all(prep, executor, on_done=lambda job, meta: progress.advance(tasks[job.level]))
-        manifest = run.load_manifest()
-        manifest["timings"] = {
-            "prepare_seconds": t_prep,
-            "train_wall_seconds": time.perf_counter() - t1,
-            "models_trained_last_invocation": len(jobs),
-        }
-        run.save_manifest(manifest)
+        if jobs:  # accumulate over resumed invocations
+            manifest = run.load_manifest()
+            tm = manifest.get("timings", {})
+            manifest["timings"] = {
+                "prepare_seconds": tm.get("prepare_seconds", 0.0) + t_prep,
+                "train_wall_seconds": tm.get("train_wall_seconds", 0.0) + time.perf_counter() - t1,
+                "invocations": tm.get("invocations", 0) + 1,
+                "executor": executor.description,
+            }
+            run.save_manifest(manifest)
         _attack_and_report(run.path, details)
     except ConfigError as e:
         _fail(str(e))

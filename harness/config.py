@@ -44,8 +44,11 @@ class AuditConfig(_Strict):
     @field_validator("models")
     @classmethod
     def _even_models(cls, v: int) -> int:
-        if v < 4 or v % 2:
-            raise ValueError(f"must be an even number >= 4 (each audit sample is in exactly S/2 models), got {v}")
+        if v < 6 or v % 2:
+            raise ValueError(
+                f"must be an even number >= 6 (each audit sample is in exactly S/2 models, and leave-one-out "
+                f"LiRA needs >= 2 IN and >= 2 OUT shadow models per victim), got {v}"
+            )
         return v
 
 

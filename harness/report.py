@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from rich import box
 from rich.console import Console
 from rich.table import Table
 
@@ -88,11 +89,12 @@ def _pct(v: float) -> str:
 
 
 def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int) -> str:
+    """TPR with its CI, or a notice when the FPR is below the resolution 1/N_neg."""
     k = fpr_key(t)
     if not entry["resolved"][k]:
-        return f"[yellow]n/a[/] (FPR<1/{num_neg})"
+        return f"[yellow]unresolved: FPR < 1/{num_neg} negatives[/]"
     lo, hi = entry["tpr_ci"][k]
-    ci = f" [dim][{_pct(lo)}, {_pct(hi)}][/]" if lo == lo else ""
+    ci = f" [dim][{100 * lo:.1f}, {100 * hi:.1f}][/]" if lo == lo else ""
     return _pct(entry["tpr_at_fpr"][k]) + ci
 
 
@@ -104,25 +106,27 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         f"{results['defense']} on {results['dataset']} ({results['preset']}): "
         f"{results['num_models']} models, {results['audit_size']} audit samples, seed {results['seed']}"
     )
-    table = Table(title=title, title_justify="left")
-    for col in ("level", "canary", "test acc", "best attack"):
-        table.add_column(col)
+    levels = _levels(results)
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
+                  caption="TPR@x%: TPR at FPR <= x% of the headline attack; [..]: 95% CI, percentile "
+                          "bootstrap over victim models")
+    table.add_column("")
+    for level in levels:
+        table.add_column(f"{level} level", justify="right")
+    bests = []
+    for level in levels:
+        best = results[level]["best"]
+        bests.append(next(a for a in results[level]["attacks"]
+                          if a["name"] == best["name"] and a["variant"] == best["variant"]))
+    table.add_row("canary", *[results[lv]["canary"] for lv in levels])
+    table.add_row("test accuracy", *[
+        f"{100 * results[lv]['test_accuracy']['mean']:.1f} ± {100 * results[lv]['test_accuracy']['std']:.1f}%"
+        for lv in levels])
+    table.add_row("guesses (S x C)", *[str(results[lv]["num_guesses"]) for lv in levels])
     for t in targets:
-        table.add_column(f"TPR@{100 * t:g}% FPR", justify="right")
-    table.add_column("AUC", justify="right")
-    for level in _levels(results):
-        r = results[level]
-        best = r["best"]
-        e = next(a for a in r["attacks"] if a["name"] == best["name"] and a["variant"] == best["variant"])
-        acc = r["test_accuracy"]
-        table.add_row(
-            level,
-            r["canary"],
-            f"{100 * acc['mean']:.1f} ± {100 * acc['std']:.1f}%",
-            f"{best['name']} ({best['variant']})",
-            *[_tpr_cell(e, t, e["num_neg"]) for t in targets],
-            f"{e['auc']:.3f}",
-        )
+        table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(e, t, e["num_neg"]) for e in bests])
+    table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
+    table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
     console.print(table)
     hk = fpr_key(results["headline_fpr"])
     if "population" in results and "sample" in results:
@@ -131,9 +135,10 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         ratio = f"{s / p:.1f}x" if p > 0 else "inf (population level found no member at this FPR)"
         console.print(
             f"Sample-level TPR@{100 * results['headline_fpr']:g}% FPR is {ratio} the population-level figure "
-            f"({_pct(s)} vs {_pct(p)}). 95% CIs: bootstrap over victim models."
+            f"({_pct(s)} vs {_pct(p)})."
         )
-    per_attack = Table(title="best variant of each attack", title_justify="left")
+    per_attack = Table(title="best variant of each attack (the headline is the best overall)", title_justify="left",
+                       box=box.SIMPLE_HEAD)
     for col in ("level", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC"):
         per_attack.add_column(col)
     for level in _levels(results):
@@ -152,6 +157,6 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     console.print(
         f"Compute: {sum(results['num_models'] for _ in comp)} models, {train_s:.0f} s of training "
         f"(summed over models) on {', '.join(devices)}"
-        + (f"; last training phase {tm['train_wall_seconds']:.0f} s wall" if "train_wall_seconds" in tm else "")
+        + (f"; training phase {tm['train_wall_seconds']:.0f} s wall" if "train_wall_seconds" in tm else "")
         + (f"; attacks {tm['attack_seconds']:.1f} s" if "attack_seconds" in tm else "")
     )

@@ -1,0 +1,89 @@
+import numpy as np
+import pytest
+from sklearn.metrics import roc_auc_score
+from sklearn.metrics import roc_curve as sk_roc_curve
+
+from harness.metrics import bootstrap_tpr_ci, evaluate_scores, resolvable, roc_curve, thin_roc, tpr_at_fpr
+
+
+def test_hand_made_roc_with_a_tie_between_member_and_non_member():
+    scores = np.array([4.0, 3.0, 3.0, 2.0, 1.0])
+    member = np.array([1, 1, 0, 0, 0], bool)
+    roc = roc_curve(scores, member)
+    # thresholds: inf -> (0,0); 4 -> (0, .5); 3 -> (1/3, 1) since the tie moves together
+    assert tpr_at_fpr(roc, 0.0) == 0.5
+    assert tpr_at_fpr(roc, 0.3) == 0.5
+    assert tpr_at_fpr(roc, 1 / 3) == 1.0
+
+
+def test_tpr_at_zero_fpr_is_the_members_above_every_non_member():
+    scores = np.array([10, 9, 8, 7.5, 7, 1], float)
+    member = np.array([1, 1, 1, 0, 1, 0], bool)
+    assert tpr_at_fpr(roc_curve(scores, member), 0.0) == 0.75
+
+
+def test_all_scores_tied_gives_nothing_at_low_fpr():
+    roc = roc_curve(np.ones(10), np.arange(10) % 2 == 0)
+    assert tpr_at_fpr(roc, 0.0) == 0.0 and tpr_at_fpr(roc, 0.99) == 0.0
+    assert tpr_at_fpr(roc, 1.0) == 1.0
+
+
+def test_perfect_separation():
+    roc = roc_curve(np.array([3, 2, 1, 0.0]), np.array([1, 1, 0, 0], bool))
+    assert tpr_at_fpr(roc, 0.0) == 1.0
+
+
+def test_matches_sklearn_on_random_scores_with_ties():
+    rng = np.random.default_rng(0)
+    member = rng.random(5000) < 0.5
+    scores = np.round(rng.normal(size=5000) + member, 1)
+    roc = roc_curve(scores, member)
+    fpr, tpr, _ = sk_roc_curve(member, scores)
+    for t in (0.0, 0.001, 0.01, 0.1, 0.5):
+        assert tpr_at_fpr(roc, t) == pytest.approx(tpr[fpr <= t][-1])
+    from harness.metrics import auc
+
+    assert auc(roc) == pytest.approx(roc_auc_score(member, scores))
+    thin = thin_roc(roc)
+    assert len(thin.fpr) < len(roc.fpr)
+    for t in (0.0, 0.01, 0.1):
+        assert tpr_at_fpr(thin, t) == tpr_at_fpr(roc, t)
+
+
+def test_resolution_flag():
+    assert resolvable(0.0, 10)
+    assert not resolvable(0.001, 500)  # 1/500 = 0.002 > 0.001
+    assert resolvable(0.001, 1000)
+
+
+def test_bootstrap_ci_brackets_the_estimate_and_shrinks_with_more_models():
+    rng = np.random.default_rng(1)
+
+    def ci_width(models):
+        mem = rng.random((models, 100)) < 0.5
+        sc = rng.normal(size=(models, 100)) + 2 * mem
+        m = evaluate_scores(sc, mem, np.ones(100, bool), [0.01], bootstrap=300, confidence=0.95, seed=0)
+        lo, hi = m.tpr_ci[0.01]
+        assert lo <= m.tpr_at_fpr[0.01] <= hi
+        return hi - lo
+
+    assert ci_width(64) < ci_width(8)
+
+
+def test_bootstrap_of_a_perfect_attack_is_degenerate():
+    mem = np.tile(np.array([True, False] * 10), (8, 1))
+    ci = bootstrap_tpr_ci(mem.astype(float), mem, [0.0, 0.01], replicates=100, confidence=0.95, seed=0)
+    assert ci[0.0] == (1.0, 1.0)
+
+
+def test_only_evaluated_canaries_are_pooled():
+    mem = np.tile(np.array([True, False, True, False]), (4, 1))
+    sc = np.where(mem, 1.0, 0.0)
+    sc[:, 2] = -5  # the third canary is never detected, but it is not evaluated
+    m = evaluate_scores(sc, mem, np.array([True, True, False, True]), [0.01], bootstrap=0, confidence=0.95, seed=0)
+    assert m.tpr_at_fpr[0.0] == 1.0 and m.num_pos == 4 and m.num_neg == 8
+
+
+def test_nan_scores_are_an_error():
+    with pytest.raises(ValueError):
+        roc_curve(np.array([np.nan, 1.0]), np.array([True, False]))

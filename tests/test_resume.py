@@ -1,0 +1,132 @@
+"""Runs resume without losing or mixing models, and refuse foreign run directories."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config import build_config
+from harness.runner import TrainJob, prepare_run, train_one
+from harness.runstore import RunDir
+
+from conftest import tiny_overrides
+
+ARGS = ["--models", "6", "--audit-size", "60", "--epochs", "4", "--set", "train.width=64", "--set", "attack.bootstrap=50"]
+runner = CliRunner()
+
+
+def _numbers(results: dict) -> dict:
+    out = {}
+    for level in ("population", "sample"):
+        for e in results[level]["attacks"]:
+            out[(level, e["name"], e["variant"])] = (e["tpr_at_fpr"], e["tpr_ci"], e["auc"])
+        out[(level, "acc")] = results[level]["test_accuracy"]["per_model"]
+    return out
+
+
+def _evaluate(out: Path, *extra: str) -> dict:
+    res = runner.invoke(app, ["evaluate", "undefended", "--workers", "1", "--out", str(out), *ARGS, *extra])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = out.iterdir()
+    return json.loads((run_dir / "results.json").read_text())
+
+
+def test_partial_run_resumes_to_identical_results(tmp_path):
+    full = _evaluate(tmp_path / "a")
+
+    cfg = build_config("quick", {**tiny_overrides(), "run.out": str(tmp_path / "b")})
+    prep = prepare_run(cfg)
+    for level, idx in [("population", 0), ("population", 3), ("sample", 1)]:
+        train_one(TrainJob(str(prep.run.path), level, idx))
+    finished = {p: p.read_bytes() for p in prep.run.path.glob("*/signals/model_*.npz")}
+    assert len(finished) == 3
+    sig_dir = prep.run.path / "sample" / "signals"
+    (sig_dir / ".model_0002.npz.abc.tmp").write_bytes(b"half-written")  # an interrupted write
+    (sig_dir / "model_0004.npz").write_bytes(b"garbage")  # a corrupt file is not a finished model
+    assert prep.run.finished_models("sample", 6) == [1]
+
+    resumed = _evaluate(tmp_path / "b")
+    assert _numbers(resumed) == _numbers(full)
+    for p, data in finished.items():  # finished models were not retrained
+        assert p.read_bytes() == data
+    assert not list(sig_dir.glob(".*.tmp"))
+
+
+def test_foreign_signals_are_not_taken_as_finished(tmp_path):
+    a = build_config("quick", {**tiny_overrides(), "run.out": str(tmp_path)})
+    b = build_config("quick", {**tiny_overrides(), "run.out": str(tmp_path), "seed": 1})
+    pa, pb = prepare_run(a), prepare_run(b)
+    assert pa.run.path != pb.run.path  # hashed run directories
+    train_one(TrainJob(str(pa.run.path), "sample", 0))
+    src = pa.run.signals_path("sample", 0)
+    dst = pb.run.signals_path("sample", 0)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    dst.write_bytes(src.read_bytes())  # a stale model with another membership design
+    assert pb.run.finished_models("sample", 6) == []
+
+
+def test_resuming_into_a_directory_of_another_run_is_refused(tmp_path):
+    run_dir = tmp_path / "fixed"
+    res = runner.invoke(app, ["evaluate", "undefended", "--run-dir", str(run_dir), "--level", "population",
+                              "--models", "6", "--audit-size", "20", "--epochs", "1", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    res = runner.invoke(app, ["evaluate", "undefended", "--run-dir", str(run_dir), "--level", "population",
+                              "--models", "6", "--audit-size", "20", "--epochs", "2", "--workers", "1"])
+    assert res.exit_code == 2
+    assert "different run" in res.output and "never mixed" in res.output
+
+
+def test_attack_reruns_on_saved_signals_without_training(tmp_path):
+    first = _evaluate(tmp_path / "a")
+    (run_dir,) = (tmp_path / "a").iterdir()
+    stamps = {p: p.stat().st_mtime_ns for p in run_dir.glob("*/signals/*.npz")}
+    (run_dir / "results.json").unlink()
+    res = runner.invoke(app, ["attack", str(run_dir)])
+    assert res.exit_code == 0, res.output
+    again = json.loads((run_dir / "results.json").read_text())
+    assert _numbers(again) == _numbers(first)
+    assert {p: p.stat().st_mtime_ns for p in run_dir.glob("*/signals/*.npz")} == stamps
+    res = runner.invoke(app, ["report", str(run_dir)])
+    assert res.exit_code == 0 and "population level" in res.output
+    for name in ("table.csv", "attacks.csv"):
+        assert (run_dir / name).stat().st_size > 0
+    assert any((run_dir / "roc").glob("sample__lira__*.csv"))
+
+
+def _harness(*args: str) -> list[str]:
+    return [sys.executable, "-m", "harness.cli", *args]
+
+
+def test_killed_run_resumes_with_no_lost_model_and_the_same_numbers(tmp_path):
+    common = ["evaluate", "undefended", "--workers", "2", *ARGS, "--models", "8"]
+    subprocess.run(_harness(*common, "--out", str(tmp_path / "ref")), check=True, capture_output=True, timeout=600)
+    (ref_dir,) = (tmp_path / "ref").iterdir()
+    reference = json.loads((ref_dir / "results.json").read_text())
+
+    out = tmp_path / "killed"
+    proc = subprocess.Popen(_harness(*common, "--out", str(out)), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    files: list[Path] = []
+    while time.time() < deadline and len(files) < 3 and proc.poll() is None:
+        time.sleep(0.2)
+        files = list(out.glob("*/*/signals/model_*.npz"))
+    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    saved = {p: p.read_bytes() for p in out.glob("*/*/signals/model_*.npz")}
+    assert 3 <= len(saved) < 16
+
+    subprocess.run(_harness(*common, "--out", str(out)), check=True, capture_output=True, timeout=600)
+    (run_dir,) = out.iterdir()
+    assert _numbers(json.loads((run_dir / "results.json").read_text())) == _numbers(reference)
+    for p, data in saved.items():
+        assert p.read_bytes() == data
+    assert np.all([RunDir(run_dir).read_signals(lv, s) is not None for lv in ("population", "sample") for s in range(8)])
