@@ -192,6 +192,23 @@ def list_plugins() -> None:
     console.print(f"Presets: {', '.join(preset_names())}")
 
 
+@app.command()
+def leaderboard(
+    paths: list[Path] = typer.Argument(..., help="results.json files or folders holding run directories"),
+    out: Path = typer.Option(Path("site"), help="output folder for index.html and leaderboard.md"),
+) -> None:
+    """Build the static leaderboard page from results.json files."""
+    from leaderboard.build import build
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        _fail(f"not found: {', '.join(missing)}")
+    entries = build(paths, out)
+    if not entries:
+        _fail("no results.json found under the given paths")
+    console.print(f"{len(entries)} entries -> {out / 'index.html'}, {out / 'leaderboard.md'}")
+
+
 def main() -> None:
     app()
 

@@ -32,6 +32,8 @@ from harness.data import ImageDataset
 from harness.design import AuditDesign
 
 LEVELS = ("population", "sample")
+_UMASK = os.umask(0o022)
+os.umask(_UMASK)
 
 
 class RunDirError(ConfigError):
@@ -56,6 +58,7 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give them the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
