@@ -1,8 +1,8 @@
 """Model architectures shared by the defenses.
 
 - ``mlp``: flatten -> Linear(d, w) -> ReLU -> Linear(w, w) -> ReLU -> Linear(w, K) (quick preset).
-- ``cnn``: three conv-BN-ReLU-maxpool stages (w, 2w, 4w channels) + global average pool + linear
-  (the CPU-sized cifar10 preset).
+- ``cnn``: three conv-BN-ReLU-maxpool stages (w, 2w, 4w channels), a 256-unit fully connected
+  layer on the 4x4 map, and a linear head (the CPU-sized cifar10 preset).
 - ``wrn16-4``: the paper's pre-activation WideResNet-16-4 (protocol notes section 4.0): all convs
   with bias, stride on the block's second conv, 1x1 conv skip on the raw block input when the shape
   changes; 2,751,146 parameters with BatchNorm.
@@ -29,7 +29,9 @@ class MLP(nn.Module):
 
 
 class SmallCNN(nn.Module):
-    def __init__(self, in_channels: int, width: int, num_classes: int) -> None:
+    """Three conv-BN-ReLU-maxpool stages, then a 256-unit fully connected layer on the 4x4 map."""
+
+    def __init__(self, in_channels: int, width: int, num_classes: int, hidden: int = 256) -> None:
         super().__init__()
         layers: list[nn.Module] = []
         c = in_channels
@@ -37,8 +39,9 @@ class SmallCNN(nn.Module):
             layers += [nn.Conv2d(c, width * mult, 3, padding=1, bias=False), nn.BatchNorm2d(width * mult),
                        nn.ReLU(), nn.MaxPool2d(2)]
             c = width * mult
-        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten())
-        self.head = nn.Linear(c, num_classes)
+        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(c * 16, hidden),
+                                  nn.ReLU())
+        self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))

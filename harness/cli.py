@@ -48,6 +48,31 @@ def _overrides(**flags: Any) -> dict[str, Any]:
     return {mapping[k]: v for k, v in flags.items() if v is not None}
 
 
+class _Every:
+    """Call ``fn`` every ``seconds`` in a daemon thread while the ``with`` block runs."""
+
+    def __init__(self, seconds: float, fn: Any) -> None:
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, args=(seconds, fn), daemon=True)
+
+    def _loop(self, seconds: float, fn: Any) -> None:
+        while not self._stop.wait(seconds):
+            try:
+                fn()
+            except Exception:  # a progress display must never kill the run
+                pass
+
+    def __enter__(self) -> "_Every":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def _attack_and_report(run_path: Path, details: bool = False) -> dict[str, Any]:
     from harness.evaluation import evaluate_run
     from harness.report import print_report, write_outputs
@@ -97,7 +122,9 @@ def evaluate(
         t_prep = time.perf_counter() - t0
         run = prep.run
         console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
-        executor = make_executor(cfg.run.executor, cfg.run.workers)
+        from harness.runner import resolve_device
+
+        executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device))
         from harness.runner import pending_jobs
 
         jobs = pending_jobs(prep)
@@ -117,7 +144,18 @@ def evaluate(
                                           completed=cfg.audit.models - sum(j.level == lv for j in jobs))
                     for lv in prep.levels
                 }
-                train_all(prep, executor, on_done=lambda job, meta: progress.advance(tasks[job.level]))
+                done = {lv: cfg.audit.models - sum(j.level == lv for j in jobs) for lv in prep.levels}
+
+                def on_done(job: Any, meta: Any) -> None:
+                    done[job.level] += 1
+
+                def refresh() -> None:  # finished models + the fraction reported by running ones
+                    for lv in prep.levels:
+                        progress.update(tasks[lv], completed=done[lv] + sum(run.read_progress(lv).values()))
+
+                with _Every(1.0, refresh):
+                    train_all(prep, executor, on_done=on_done)
+                refresh()
         if jobs:  # accumulate over resumed invocations
             manifest = run.load_manifest()
             tm = manifest.get("timings", {})

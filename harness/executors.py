@@ -85,8 +85,16 @@ class LocalExecutor(Executor):
                         p.terminate()
 
 
-def make_executor(kind: str, workers: int) -> Executor:
-    """The executor named in the config (``run.executor``)."""
+def make_executor(kind: str, workers: int, device: str = "cpu") -> Executor:
+    """The executor named in the config (``run.executor``).
+
+    ``workers = 0`` means one job per CPU core on CPU, and one job per GPU on CUDA (several
+    trainings sharing one GPU mostly contend for it).
+    """
     if kind == "local":
+        if workers == 0 and device.startswith("cuda"):
+            import torch
+
+            workers = max(1, torch.cuda.device_count())
         return LocalExecutor(workers)
     raise ValueError(f"unknown executor {kind!r}")

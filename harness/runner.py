@@ -178,10 +178,21 @@ def train_one(job: TrainJob) -> dict:
     ld = run.load_level(job.level)
     defense = make_defense(cfg)
     device = resolve_device(cfg.run.device)
+    if device == "cuda" and torch.cuda.device_count() > 1:  # spread jobs over the GPUs
+        device = f"cuda:{job.index % torch.cuda.device_count()}"
     seed = model_seed(cfg.seed, job.level, job.index)
     train = training_set(data, ld, job.index)
+    last = [0.0]
+
+    def progress(what: str, fraction: float) -> None:  # at most one progress write per second
+        now = time.perf_counter()
+        if now - last[0] >= 1.0:
+            last[0] = now
+            run.write_progress(job.level, job.index, fraction)
+
     t0 = time.perf_counter()
-    served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
+    served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params,
+                                           progress=progress))
     t1 = time.perf_counter()
     signals = collect_signals(served, ld.canaries.x, data.augment)
     test_pred = served.query(data.x_test).argmax(axis=1)
@@ -203,6 +214,7 @@ def train_one(job: TrainJob) -> dict:
         "host": platform.node(),
     }
     run.write_signals(job.level, job.index, signals, meta)
+    run.clear_progress(job.level, job.index)
     return meta
 
 

@@ -251,6 +251,26 @@ class RunDir:
     def finished_models(self, level: str, num_models: int) -> list[int]:
         return [s for s in range(num_models) if self.read_signals(level, s) is not None]
 
+    # --- progress of running jobs (engine-agnostic: plain files in the run directory) ----------
+    def progress_path(self, level: str, index: int) -> Path:
+        return self.level_dir(level) / "progress" / f"model_{index:04d}.txt"
+
+    def write_progress(self, level: str, index: int, fraction: float) -> None:
+        atomic_write_bytes(self.progress_path(level, index), f"{fraction:.4f}".encode())
+
+    def read_progress(self, level: str) -> dict[int, float]:
+        """Fraction done of each model whose job is running (as last reported by the job)."""
+        out = {}
+        for p in (self.level_dir(level) / "progress").glob("model_*.txt"):
+            try:
+                out[int(p.stem.split("_")[1])] = float(p.read_text())
+            except (OSError, ValueError):
+                continue
+        return out
+
+    def clear_progress(self, level: str, index: int) -> None:
+        self.progress_path(level, index).unlink(missing_ok=True)
+
     def clean_temp_files(self, level: str) -> int:
         folder = self.level_dir(level) / "signals"
         n = 0
@@ -258,4 +278,6 @@ class RunDir:
             for p in folder.glob(".*.tmp"):
                 p.unlink(missing_ok=True)
                 n += 1
+        for p in (self.level_dir(level) / "progress").glob("*"):
+            p.unlink(missing_ok=True)
         return n
