@@ -73,13 +73,13 @@ class _Every:
         self._thread.join()
 
 
-def _attack_and_report(run_path: Path, details: bool = False) -> dict[str, Any]:
+def _attack_and_report(run_path: Path, details: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     from harness.evaluation import evaluate_run
     from harness.report import print_report, write_outputs
     from harness.runstore import RunDir
 
     with console.status("running attacks on saved signals..."):
-        results, curves = evaluate_run(RunDir(run_path))
+        results, curves = evaluate_run(RunDir(run_path), attack_overrides=overrides)
     write_outputs(run_path, results, curves)
     print_report(results, console, details=details)
     console.print(f"Results: {run_path / 'results.json'}")
@@ -180,10 +180,11 @@ def evaluate(
 def attack(
     run_dir: Path = typer.Argument(..., help="a run directory made by `harness evaluate`"),
     details: bool = typer.Option(False, help="list every attack variant"),
+    set_: list[str] = typer.Option([], "--set", help="change attack settings: --set attack.names=[lira]"),
 ) -> None:
     """Re-run the attacks on a run's saved signals (no retraining) and rewrite its reports."""
     try:
-        _attack_and_report(run_dir, details)
+        _attack_and_report(run_dir, details, parse_set_options(set_))
     except ConfigError as e:
         _fail(str(e))
 

@@ -120,12 +120,26 @@ def evaluate_level(
     return result, curves
 
 
-def evaluate_run(run: RunDir, levels: list[str] | None = None) -> tuple[dict[str, Any], dict]:
-    """Attack every level of a finished run; return results.json's content and the ROC curves."""
+def evaluate_run(
+    run: RunDir, levels: list[str] | None = None, attack_overrides: dict[str, Any] | None = None
+) -> tuple[dict[str, Any], dict]:
+    """Attack every level of a finished run; return results.json's content and the ROC curves.
+
+    ``attack_overrides`` (dotted ``attack.*`` keys only: they do not change any model) update the
+    run's attack settings, which are then saved in its config.json.
+    """
     from harness import __version__
+    from harness.config import apply_overrides, validate_config
     from harness.runner import make_defense
+    from harness.runstore import atomic_write_json
 
     cfg = run.load_config()
+    if attack_overrides:
+        bad = [k for k in attack_overrides if not k.startswith("attack.")]
+        if bad:
+            raise ConfigError(f"only attack.* settings can change after training, not {', '.join(bad)}")
+        cfg = validate_config(apply_overrides(cfg.model_dump(mode="json"), attack_overrides))
+        atomic_write_json(run.config_path, cfg.model_dump(mode="json"))
     manifest = run.load_manifest()
     defense = make_defense(cfg)
     attacks = load_attacks(attack_names(cfg, defense.adaptive_attacks))

@@ -93,6 +93,13 @@ def test_attack_reruns_on_saved_signals_without_training(tmp_path):
     again = json.loads((run_dir / "results.json").read_text())
     assert _numbers(again) == _numbers(first)
     assert {p: p.stat().st_mtime_ns for p in run_dir.glob("*/signals/*.npz")} == stamps
+    res = runner.invoke(app, ["attack", str(run_dir), "--set", "attack.names=[threshold]", "--set", "attack.fprs=[0.05]"])
+    assert res.exit_code == 0, res.output
+    changed = json.loads((run_dir / "results.json").read_text())
+    assert {e["name"] for e in changed["sample"]["attacks"]} == {"threshold", "lira"}  # lira: the defense's own
+    assert set(changed["sample"]["attacks"][0]["tpr_at_fpr"]) == {"0.0", "0.05"}
+    res = runner.invoke(app, ["attack", str(run_dir), "--set", "train.epochs=9"])
+    assert res.exit_code == 2 and "only attack.*" in res.output
     res = runner.invoke(app, ["report", str(run_dir)])
     assert res.exit_code == 0 and "population level" in res.output
     for name in ("table.csv", "attacks.csv"):
