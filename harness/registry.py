@@ -30,6 +30,9 @@ BUILTINS: dict[str, dict[str, str]] = {
     "canaries": {
         "none": "canaries.none:NoCanaries",
         "mislabeled": "canaries.mislabeled:Mislabeled",
+        "uniform": "canaries.uniform:UniformNoise",
+        "ood": "canaries.ood:OutOfDistribution",
+        "duplicates": "canaries.duplicates:MislabeledDuplicates",
     },
 }
 

@@ -78,13 +78,14 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
     """The audit design (shared by both levels) and this level's canaries, all from ``cfg.seed``."""
     design = make_design(len(data.y_train), cfg.audit.size, cfg.audit.models, cfg.seed)
     gen_cls = resolve("canaries", canary)
-    try:
-        gen = gen_cls()
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"canary {canary!r}: {e}") from None
+    params = cfg.audit.canary_params if level != "population" else {}
     idx = design.audit_indices
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()]))
-    canaries = gen.apply(data.x_train[idx], data.y_train[idx], num_classes=data.num_classes, rng=rng)
+    try:
+        gen = gen_cls(**params)
+        canaries = gen.apply(data.x_train[idx], data.y_train[idx], num_classes=data.num_classes, rng=rng)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"canary {canary!r}: {e}") from None
     return LevelDesign(level=level, canary=canary, design=design, canaries=canaries)
 
 

@@ -1,0 +1,77 @@
+"""The uniform, duplicates and ood canary generators."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from canaries.duplicates import MislabeledDuplicates
+from canaries.ood import OutOfDistribution, fit_to_shape
+from canaries.uniform import UniformNoise
+from conftest import SHARED
+
+OOD_FILE = SHARED / "data" / "ood_imagenet_samples.pt"
+
+
+def _audit(c=40, shape=(3, 32, 32)):
+    rng = np.random.default_rng(0)
+    return rng.integers(0, 256, (c, *shape), dtype=np.uint8), rng.integers(0, 10, c)
+
+
+def test_uniform_noise_images_and_labels():
+    x, y = _audit(200)
+    c = UniformNoise().apply(x, y, num_classes=10, rng=np.random.default_rng(1))
+    assert c.x.shape == x.shape and c.x.dtype == np.uint8 and c.evaluated.all()
+    assert not np.array_equal(c.x, x) and 100 < c.x.mean() < 155  # uniform over 0..255
+    assert set(np.unique(c.y)) == set(range(10))
+
+
+def test_duplicates_pair_clean_originals_with_mislabeled_copies():
+    x, y = _audit(40)
+    c = MislabeledDuplicates().apply(x, y, num_classes=10, rng=np.random.default_rng(2))
+    assert np.array_equal(c.x[:20], x[:20]) and np.array_equal(c.x[20:], x[:20])
+    assert np.array_equal(c.y[:20], y[:20]) and (c.y[20:] != y[:20]).all()
+    assert not c.evaluated[:20].any() and c.evaluated[20:].all()
+    with pytest.raises(ValueError, match="even"):
+        MislabeledDuplicates().apply(x[:5], y[:5], num_classes=10, rng=np.random.default_rng(0))
+
+
+def test_ood_from_an_image_folder(tmp_path):
+    from PIL import Image
+
+    rng = np.random.default_rng(3)
+    for i in range(12):
+        Image.fromarray(rng.integers(0, 256, (48, 40, 3), dtype=np.uint8)).save(tmp_path / f"img_{i:02d}.png")
+    x, y = _audit(10)
+    c = OutOfDistribution(source=str(tmp_path)).apply(x, y, num_classes=10, rng=np.random.default_rng(0))
+    assert c.x.shape == (10, 3, 32, 32) and c.evaluated.all() and c.y.max() < 10
+    with pytest.raises(ValueError, match="has 12 images"):
+        OutOfDistribution(source=str(tmp_path)).apply(*_audit(20), num_classes=10, rng=np.random.default_rng(0))
+
+
+def test_ood_for_digits_uses_bundled_photo_patches():
+    x, y = _audit(30, shape=(1, 8, 8))
+    a = OutOfDistribution().apply(x, y, num_classes=10, rng=np.random.default_rng(5))
+    b = OutOfDistribution().apply(x, y, num_classes=10, rng=np.random.default_rng(5))
+    assert a.x.shape == (30, 1, 8, 8) and np.array_equal(a.x, b.x)
+    assert len({im.tobytes() for im in a.x}) == 30
+    with pytest.raises(ValueError, match="need a source"):
+        OutOfDistribution().apply(*_audit(4), num_classes=10, rng=np.random.default_rng(0))
+
+
+def test_ood_from_the_papers_tensor_file():
+    if not OOD_FILE.is_file():
+        pytest.skip(f"{OOD_FILE} not found (only CI and developers have ../shared)")
+    x, y = _audit(500)
+    c = OutOfDistribution(source=str(OOD_FILE)).apply(x, y, num_classes=10, rng=np.random.default_rng(0))
+    raw = torch.load(OOD_FILE, weights_only=True)
+    assert np.array_equal(c.x, raw.numpy())  # same size: taken as is, in order
+    assert list(c.x[0, 0, 0, :8]) == [157, 176, 185, 129, 141, 148, 105, 75]  # protocol notes' check
+
+
+def test_fit_to_shape_converts_channels_and_size():
+    rgb = np.full((2, 3, 16, 16), 200, np.uint8)
+    grey = fit_to_shape(rgb, (1, 8, 8))
+    assert grey.shape == (2, 1, 8, 8) and (grey == 200).all()
+    assert fit_to_shape(grey, (3, 4, 4)).shape == (2, 3, 4, 4)
