@@ -1,0 +1,239 @@
+"""Empirical epsilon: lower bounds on the epsilon of a trainer from what an attack achieved.
+
+DP auditing (Jagielski et al. 2020, "Auditing differentially private machine learning"; Nasr et
+al. 2021, "Adversary instantiation"): if a trainer is (eps, delta)-DP, every membership test
+satisfies TPR <= e^eps FPR + delta and TNR <= e^eps FNR + delta (the same inequality for the
+complementary test), hence
+
+    eps >= ln((TPR - delta) / FPR)    and    eps >= ln((1 - FPR - delta) / (1 - TPR)).
+
+From finite counts we replace TPR by its Clopper-Pearson lower limit and FPR by its upper limit
+(two-sided 1 - alpha intervals, so each one-sided limit holds with probability 1 - alpha/2 and
+both together with probability >= 1 - alpha); the second form uses the same two limits
+(TNR_lo = 1 - FPR_hi, FNR_hi = 1 - TPR_lo), so the larger of the two is still a 1 - alpha
+statement. Maximising over all thresholds of a ROC picks the threshold after seeing the data,
+which makes the bound optimistic unless the threshold was chosen on separate data; the
+``bonferroni`` option divides alpha by the number of thresholds to keep a valid 1 - alpha bound.
+
+Label-flip memorization game (Malek et al. 2021, "Antipodes of label differential privacy: PATE
+and ALIBI", Game 3 / the PATE-FM and ALIBI audits): each canary is trained with one of two
+labels chosen at random; the auditor sees the model's confidence in both labels, guesses the one
+with the higher confidence and abstains when both are below tau. For an eps-label-DP trainer the
+correct-guess rate CGR (over the guesses made) is at most e^eps/(1 + e^eps), so
+eps >= ln(CGR/(1 - CGR)).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from harness.metrics import roc_curve
+
+__all__ = [
+    "EpsilonLowerBound",
+    "LabelFlipResult",
+    "LABEL_FLIP_THRESHOLDS",
+    "clopper_pearson",
+    "epsilon_lower_bound_from_counts",
+    "epsilon_lower_bound_roc",
+    "label_flip_game",
+]
+
+LABEL_FLIP_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+
+
+def clopper_pearson(k: int | np.ndarray, n: int | np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
+    """Two-sided 1 - alpha Clopper-Pearson (exact binomial) interval for k successes in n trials.
+
+    lo = Beta(alpha/2; k, n - k + 1) (0 when k = 0), hi = Beta(1 - alpha/2; k + 1, n - k) (1 when
+    k = n). Vectorised over k and n; returns floats for scalar input.
+    """
+    from scipy.stats import beta  # imported here: scipy.stats takes ~1 s to import
+
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    k_arr = np.asarray(k, dtype=np.float64)
+    n_arr = np.asarray(n, dtype=np.float64)
+    if np.any(n_arr < 1) or np.any(k_arr < 0) or np.any(k_arr > n_arr):
+        raise ValueError("need 0 <= k <= n and n >= 1")
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo = np.where(k_arr > 0, beta.ppf(alpha / 2, k_arr, n_arr - k_arr + 1), 0.0)
+        hi = np.where(k_arr < n_arr, beta.ppf(1 - alpha / 2, k_arr + 1, n_arr - k_arr), 1.0)
+    if lo.ndim == 0:
+        return float(lo), float(hi)  # type: ignore[return-value]
+    return lo, hi
+
+
+@dataclass(frozen=True)
+class EpsilonLowerBound:
+    """The best empirical epsilon lower bound and the operating point that achieves it.
+
+    ``direction`` is "tpr/fpr" for ln((TPR_lo - delta)/FPR_hi) and "tnr/fnr" for
+    ln((1 - FPR_hi - delta)/(1 - TPR_lo)). ``threshold`` is the score threshold ("member" iff
+    score >= threshold), None when the input had no thresholds. ``epsilon`` is 0 when no
+    threshold gives evidence (then the other fields describe the first threshold).
+    """
+
+    epsilon: float
+    threshold: float | None
+    direction: str
+    tp: int
+    fp: int
+    num_pos: int
+    num_neg: int
+    tpr: float
+    fpr: float
+    tpr_lo: float
+    fpr_hi: float
+    delta: float
+    alpha: float
+
+
+def _safe_log_ratio(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """ln(num/den) where both are positive, -inf elsewhere (no evidence)."""
+    ok = (num > 0) & (den > 0)
+    return np.where(ok, np.log(np.where(ok, num, 1.0) / np.where(ok, den, 1.0)), -np.inf)
+
+
+def _eps_terms(tpr_lo: np.ndarray, fpr_hi: np.ndarray, delta: float) -> tuple[np.ndarray, np.ndarray]:
+    """ln((TPR_lo - delta)/FPR_hi) and ln((1 - FPR_hi - delta)/(1 - TPR_lo))."""
+    return _safe_log_ratio(tpr_lo - delta, fpr_hi), _safe_log_ratio(1.0 - fpr_hi - delta, 1.0 - tpr_lo)
+
+
+def epsilon_lower_bound_from_counts(tp: int | np.ndarray, fp: int | np.ndarray, num_pos: int, num_neg: int,
+                                    delta: float = 0.0, alpha: float = 0.05,
+                                    thresholds: np.ndarray | None = None) -> EpsilonLowerBound:
+    """Empirical eps lower bound from true/false positive counts at one or many thresholds.
+
+    ``tp`` and ``fp`` are counts (e.g. the cumulative counts of a ROC) out of ``num_pos`` members
+    and ``num_neg`` non-members. eps = max over entries and both directions of
+    ln((TPR_lo - delta)/FPR_hi) and ln((1 - FPR_hi - delta)/(1 - TPR_lo)), floored at 0, with
+    two-sided 1 - alpha Clopper-Pearson limits.
+    """
+    if not (0.0 <= delta < 1.0):
+        raise ValueError(f"delta must be in [0, 1), got {delta}")
+    tp_a = np.atleast_1d(np.asarray(tp)).astype(np.int64)
+    fp_a = np.atleast_1d(np.asarray(fp)).astype(np.int64)
+    if tp_a.shape != fp_a.shape or tp_a.ndim != 1:
+        raise ValueError("tp and fp must be 1-D and of the same length")
+    if num_pos < 1 or num_neg < 1:
+        raise ValueError("need at least one member and one non-member")
+    if np.any(tp_a < 0) or np.any(tp_a > num_pos) or np.any(fp_a < 0) or np.any(fp_a > num_neg):
+        raise ValueError("counts must satisfy 0 <= tp <= num_pos and 0 <= fp <= num_neg")
+    if thresholds is not None and np.shape(thresholds) != tp_a.shape:
+        raise ValueError("thresholds must have one entry per count")
+    tpr_lo, _ = clopper_pearson(tp_a, num_pos, alpha)
+    _, fpr_hi = clopper_pearson(fp_a, num_neg, alpha)
+    tpr_lo, fpr_hi = np.atleast_1d(tpr_lo), np.atleast_1d(fpr_hi)
+    e1, e2 = _eps_terms(tpr_lo, fpr_hi, delta)
+    best = np.maximum(e1, e2)
+    i = int(np.argmax(best))
+    eps = float(best[i])
+    return EpsilonLowerBound(
+        epsilon=max(eps, 0.0),
+        threshold=None if thresholds is None else float(np.asarray(thresholds)[i]),
+        direction="tpr/fpr" if e1[i] >= e2[i] else "tnr/fnr",
+        tp=int(tp_a[i]),
+        fp=int(fp_a[i]),
+        num_pos=int(num_pos),
+        num_neg=int(num_neg),
+        tpr=float(tp_a[i] / num_pos),
+        fpr=float(fp_a[i] / num_neg),
+        tpr_lo=float(tpr_lo[i]),
+        fpr_hi=float(fpr_hi[i]),
+        delta=float(delta),
+        alpha=float(alpha),
+    )
+
+
+def epsilon_lower_bound_roc(scores: np.ndarray, is_member: np.ndarray, delta: float = 0.0, alpha: float = 0.05,
+                            bonferroni: bool = False) -> EpsilonLowerBound:
+    """Empirical eps lower bound maximised over every threshold of the ROC of ``scores`` vs ``is_member``.
+
+    Thresholds are those of ``harness.metrics.roc_curve`` ("member" iff score >= threshold, ties
+    move together). ``bonferroni`` uses alpha / (number of thresholds), which keeps the maximum a
+    valid 1 - alpha bound; without it the maximum is optimistic (see the module docstring).
+    """
+    roc = roc_curve(scores, is_member)
+    tp = np.rint(roc.tpr * roc.num_pos).astype(np.int64)
+    fp = np.rint(roc.fpr * roc.num_neg).astype(np.int64)
+    a = alpha / len(tp) if bonferroni else alpha
+    res = epsilon_lower_bound_from_counts(tp, fp, roc.num_pos, roc.num_neg, delta, a, roc.thresholds)
+    return res
+
+
+@dataclass(frozen=True)
+class LabelFlipResult:
+    """Statistics of the label-flip memorization game at one abstention threshold ``tau``.
+
+    ``cgr`` is the correct-guess rate over the ``num_guesses`` canaries where the auditor did not
+    abstain, [cgr_lo, cgr_hi] its two-sided 1 - alpha Clopper-Pearson interval, and
+    ``epsilon`` = ln(cgr/(1 - cgr)), ``epsilon_lo`` = ln(cgr_lo/(1 - cgr_lo)), ``epsilon_hi`` =
+    ln(cgr_hi/(1 - cgr_hi)), each floored at 0 (inf at a rate of 1). ``epsilon_lo`` is the
+    statistically valid lower bound on the trainer's label-DP epsilon. With no guesses, cgr is NaN,
+    the epsilons are 0 and epsilon_hi is inf.
+    """
+
+    tau: float
+    num_canaries: int
+    num_guesses: int
+    num_correct: int
+    cgr: float
+    cgr_lo: float
+    cgr_hi: float
+    epsilon: float
+    epsilon_lo: float
+    epsilon_hi: float
+    alpha: float
+
+
+def _logit_floor(p: float) -> float:
+    if p >= 1.0:
+        return math.inf
+    if p <= 0.5:
+        return 0.0
+    return math.log(p / (1.0 - p))
+
+
+def label_flip_game(conf_trained: np.ndarray, conf_alternative: np.ndarray, tau: float = 0.5,
+                    alpha: float = 0.05) -> LabelFlipResult:
+    """Label-flip memorization game (Malek et al. 2021, Game 3) at abstention threshold ``tau``.
+
+    ``conf_trained[i]`` / ``conf_alternative[i]``: the model's confidence (probability) in the label
+    canary i was trained with and in the other candidate label. The auditor, who does not know
+    which is which, guesses the label with the higher confidence and abstains when
+    max(conf) < tau or the two are tied. CGR = correct guesses / guesses; eps >= ln(CGR/(1 - CGR)).
+    """
+    if not (0.5 <= tau <= 0.99):
+        raise ValueError(f"tau must be in [0.5, 0.99], got {tau}")
+    ct = np.asarray(conf_trained, dtype=np.float64).ravel()
+    ca = np.asarray(conf_alternative, dtype=np.float64).ravel()
+    if ct.shape != ca.shape or ct.size == 0:
+        raise ValueError("conf_trained and conf_alternative must be non-empty and of the same length")
+    if not (np.isfinite(ct).all() and np.isfinite(ca).all()):
+        raise ValueError("confidences must be finite")
+    if np.any((ct < 0) | (ct > 1) | (ca < 0) | (ca > 1)):
+        raise ValueError("confidences must be probabilities in [0, 1]")
+    guess = (np.maximum(ct, ca) >= tau) & (ct != ca)
+    n = int(guess.sum())
+    k = int((guess & (ct > ca)).sum())
+    if n == 0:
+        return LabelFlipResult(tau, ct.size, 0, 0, math.nan, 0.0, 1.0, 0.0, 0.0, math.inf, alpha)
+    lo, hi = clopper_pearson(k, n, alpha)
+    cgr = k / n
+    return LabelFlipResult(
+        tau=float(tau),
+        num_canaries=int(ct.size),
+        num_guesses=n,
+        num_correct=k,
+        cgr=cgr,
+        cgr_lo=float(lo),
+        cgr_hi=float(hi),
+        epsilon=_logit_floor(cgr),
+        epsilon_lo=_logit_floor(float(lo)),
+        epsilon_hi=_logit_floor(float(hi)),
+        alpha=float(alpha),
+    )

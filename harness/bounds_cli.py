@@ -1,0 +1,221 @@
+"""``harness bound``: provable membership-inference bounds from the command line (docs/bounds.md).
+
+    bound thudi --epsilon E [--delta D] --p1 P [--tpr T] [--tnr T] [--json]   accuracy bounds, prior bounds
+    bound sgm --q Q --noise Z --steps T [--fpr F ...] [--delta D] [--json]      optimal DP-SGD bound
+    bound dpsgd --batch-size B --dataset-size N --epochs E --noise Z [...]      same, q = B/N, T = E ceil(N/B)
+
+``--json`` prints exactly one JSON object (non-finite numbers as null). Bad input prints one
+``error:`` line to stderr and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from harness.config import ConfigError
+
+bound_app = typer.Typer(
+    add_completion=False, no_args_is_help=True,
+    help="Provable membership-inference bounds from DP parameters (Thudi et al., Mahloujifar et al.).",
+)
+console = Console()
+err_console = Console(stderr=True)
+
+DEFAULT_FPRS = (0.001, 0.01)
+
+
+def _fail(msg: str) -> None:
+    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def _finite_or_none(x: Any) -> Any:
+    if isinstance(x, dict):
+        return {k: _finite_or_none(v) for k, v in x.items()}
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x
+
+
+def _emit_json(obj: dict[str, Any]) -> None:
+    typer.echo(json.dumps(_finite_or_none(obj), allow_nan=False))
+
+
+def _fmt(x: float) -> str:
+    if not math.isfinite(x):
+        return str(x)
+    return f"{x:.7g}"
+
+
+def _row(table: Table, *cells: str) -> None:
+    table.add_row(*(escape(c) for c in cells))
+
+
+def _check(cond: bool, msg: str) -> None:
+    if not cond:
+        raise ConfigError(msg)
+
+
+def thudi_bounds(epsilon: float, delta: float, p1: float, tpr: float | None, tnr: float | None) -> dict[str, Any]:
+    """Everything ``bound thudi`` reports, in the units of docs/bounds.md (advantages in [0, 1])."""
+    from harness.bounds import prior, thudi
+
+    _check(math.isfinite(epsilon) and epsilon >= 0, f"--epsilon must be a finite number >= 0, got {epsilon}")
+    _check(0.0 <= delta < 1.0, f"--delta must be in [0, 1), got {delta}")
+    _check(0.0 < p1 < 1.0, f"--p1 must be in (0, 1), got {p1}")
+    _check(tpr is None or 0.0 < tpr <= 1.0, f"--tpr must be in (0, 1], got {tpr}")
+    _check(tnr is None or 0.0 < tnr <= 1.0, f"--tnr must be in (0, 1], got {tnr}")
+    sab = prior.sablayrolles_pos_acc(epsilon, p1)
+    return {
+        "pos_acc_upper": thudi.pos_acc_upper(epsilon, p1, delta, tpr),
+        "pos_acc_lower": thudi.pos_acc_lower(epsilon, p1, delta, tpr),
+        "neg_acc_upper": thudi.neg_acc_upper(epsilon, p1, delta, tnr),
+        "neg_acc_lower": thudi.neg_acc_lower(epsilon, p1, delta, tnr),
+        "positive_advantage": thudi.positive_advantage(epsilon, p1),
+        "advantage_bounds": {
+            "yeom": prior.yeom_advantage(epsilon),
+            "erlingsson": prior.erlingsson_advantage(epsilon, delta),
+            "humphries": prior.humphries_advantage(epsilon, delta),
+            "sablayrolles": prior.pos_acc_to_positive_advantage(sab, p1),
+            "mahloujifar": prior.accuracy_to_advantage(prior.mahloujifar_pos_acc(epsilon)),
+        },
+    }
+
+
+@bound_app.command()
+def thudi(
+    epsilon: float = typer.Option(..., help="epsilon of the (eps, delta)-DP trainer"),
+    delta: float = typer.Option(0.0, help="delta of the (eps, delta)-DP trainer"),
+    p1: float = typer.Option(..., "--p1", help="prior P(x in D) of the target point, in (0, 1)"),
+    tpr: Optional[float] = typer.Option(None, help="the adversary's TPR floor (needed when delta > 0)"),
+    tnr: Optional[float] = typer.Option(None, help="the adversary's TNR floor (negative accuracy, delta > 0)"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Positive/negative accuracy bounds (Thudi et al.) beside the earlier advantage bounds."""
+    try:
+        res = thudi_bounds(epsilon, delta, p1, tpr, tnr)
+    except (ConfigError, ValueError) as e:
+        _fail(str(e))
+        return
+    if as_json:
+        _emit_json(res)
+        return
+    table = Table(title=f"MI bounds for ({epsilon:g}, {delta:g})-DP at prior P1 = {p1:g}", title_justify="left")
+    for col in ("bound", "value", "quantity"):
+        table.add_column(col)
+    note = "" if delta == 0 else (" (TPR floor given)" if tpr else " (vacuous without --tpr)")
+    _row(table, "Thudi positive accuracy <=", _fmt(res["pos_acc_upper"]), "precision Pr[x in D | 'member']" + note)
+    _row(table, "Thudi positive accuracy >=", _fmt(res["pos_acc_lower"]), "precision")
+    _row(table, "Thudi negative accuracy <=", _fmt(res["neg_acc_upper"]), "Pr[x not in D | 'non-member']")
+    _row(table, "Thudi negative accuracy >=", _fmt(res["neg_acc_lower"]), "Pr[x not in D | 'non-member']")
+    _row(table, "Thudi positive advantage <=", _fmt(res["positive_advantage"]), "2 (precision - P1), eps-DP")
+    adv = res["advantage_bounds"]
+    _row(table, "Yeom advantage <=", _fmt(adv["yeom"]), "e^eps - 1, eps-DP, clipped to 1")
+    _row(table, "Erlingsson advantage <=", _fmt(adv["erlingsson"]), "1 - e^-eps + delta e^-eps")
+    _row(table, "Humphries advantage <=", _fmt(adv["humphries"]), "(e^eps - 1 + 2 delta)/(e^eps + 1)")
+    _row(table, "Sablayrolles advantage <=", _fmt(adv["sablayrolles"]), "2 (min(1, P1 + eps/4) - P1), eps-DP")
+    _row(table, "Mahloujifar advantage <=", _fmt(adv["mahloujifar"]), "2 sigmoid(eps) - 1, P1 = 1/2")
+    console.print(table)
+
+
+def sgm_bounds(q: float, noise: float, steps: int, fprs: list[float], delta: float) -> dict[str, Any]:
+    """Everything ``bound sgm`` reports: optimal advantage, Pinsker, epsilon at delta, TPR at each FPR."""
+    from harness.bounds import sgm
+
+    _check(0.0 < q <= 1.0, f"--q must be in (0, 1], got {q}")
+    _check(math.isfinite(noise) and noise > 0.0, f"--noise must be > 0, got {noise}")
+    _check(steps >= 1, f"--steps must be >= 1, got {steps}")
+    _check(0.0 < delta < 1.0, f"--delta must be in (0, 1), got {delta}")
+    fprs = list(fprs) or list(DEFAULT_FPRS)
+    for f in fprs:
+        _check(0.0 <= f <= 1.0, f"--fpr must be in [0, 1], got {f}")
+    b = sgm.SgmBound.compute(q, noise, steps)
+    keys = [str(float(f)) for f in fprs]
+    order = sorted(range(len(fprs)), key=lambda i: fprs[i])
+    tprs = b.tpr_upper([fprs[i] for i in order])
+    return {
+        "q": float(q),
+        "noise": float(noise),
+        "steps": int(steps),
+        "delta": float(delta),
+        "advantage": b.advantage(),
+        "advantage_pinsker": sgm.pinsker_advantage(q, noise, steps),
+        "epsilon": b.epsilon(delta),
+        "tpr_at_fpr": {keys[i]: float(t) for i, t in zip(order, tprs)},
+        "value_discretization_interval": b.value_discretization_interval,
+    }
+
+
+def _print_sgm(res: dict[str, Any], title: str) -> None:
+    table = Table(title=title, title_justify="left")
+    for col in ("bound", "value", "note"):
+        table.add_column(col)
+    _row(table, "optimal advantage (TV) <=", _fmt(res["advantage"]), "Mahloujifar et al. Thm 6, PLD")
+    _row(table, "Pinsker advantage <=", _fmt(res["advantage_pinsker"]), "sqrt(KL/2), clipped to 1")
+    _row(table, f"epsilon at delta={res['delta']:g}", _fmt(res["epsilon"]), "PLD, add/remove")
+    for k, v in res["tpr_at_fpr"].items():
+        _row(table, f"TPR at FPR={k} <=", _fmt(v), "min over eps of the (eps, delta(eps)) trade-off")
+    console.print(table)
+    console.print(f"[dim]PLD discretization interval {res['value_discretization_interval']:g}[/]")
+
+
+@bound_app.command("sgm")
+def sgm_cmd(
+    q: float = typer.Option(..., "--q", help="Poisson sampling rate, in (0, 1]"),
+    noise: float = typer.Option(..., help="noise multiplier z = sigma / clipping norm"),
+    steps: int = typer.Option(..., help="number of steps T"),
+    fpr: list[float] = typer.Option([], "--fpr", help="FPR at which to bound the TPR (repeatable; default 0.001 0.01)"),
+    delta: float = typer.Option(1e-5, help="delta for the reported epsilon"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """Optimal MI bound of T Poisson-subsampled Gaussian steps (Mahloujifar et al.)."""
+    try:
+        res = sgm_bounds(q, noise, steps, fpr, delta)
+    except (ConfigError, ValueError) as e:
+        _fail(str(e))
+        return
+    if as_json:
+        _emit_json(res)
+        return
+    _print_sgm(res, f"DP-SGD MI bounds: q = {q:g}, noise = {noise:g}, T = {steps}")
+
+
+@bound_app.command()
+def dpsgd(
+    batch_size: int = typer.Option(..., "--batch-size", help="expected batch size B"),
+    dataset_size: int = typer.Option(..., "--dataset-size", help="training set size N"),
+    epochs: float = typer.Option(..., help="epochs E"),
+    noise: float = typer.Option(..., help="noise multiplier z = sigma / clipping norm"),
+    fpr: list[float] = typer.Option([], "--fpr", help="FPR at which to bound the TPR (repeatable; default 0.001 0.01)"),
+    delta: float = typer.Option(1e-5, help="delta for the reported epsilon"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
+) -> None:
+    """The sgm bound for DP-SGD hyperparameters: q = B/N, T = epochs * ceil(N/B) (Poisson sampling assumed)."""
+    from harness.bounds import sgm
+
+    try:
+        _check(batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}")
+        _check(dataset_size >= batch_size, f"--dataset-size must be >= --batch-size, got {dataset_size} < {batch_size}")
+        _check(math.isfinite(epochs) and epochs > 0, f"--epochs must be > 0, got {epochs}")
+        q, steps = sgm.dpsgd_params(batch_size, dataset_size, epochs)
+        res = sgm_bounds(q, noise, steps, fpr, delta)
+    except (ConfigError, ValueError) as e:
+        _fail(str(e))
+        return
+    res = {**res, "batch_size": batch_size, "dataset_size": dataset_size, "epochs": epochs}
+    if as_json:
+        _emit_json(res)
+        return
+    _print_sgm(res, f"DP-SGD MI bounds: B = {batch_size}, N = {dataset_size}, {epochs:g} epochs "
+                    f"-> q = {q:.6g}, T = {steps}, noise = {noise:g}")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    bound_app()
