@@ -93,7 +93,7 @@ def evaluate(
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
     models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
     audit_size: Optional[int] = typer.Option(None, "--audit-size", help="C, number of audit samples"),
-    canary: Optional[str] = typer.Option(None, help="sample-level canary (default: the defense's)"),
+    canary: Optional[str] = typer.Option(None, help="sample-level canary, or several: mislabeled,ood,uniform"),
     epochs: Optional[int] = typer.Option(None, help="training epochs"),
     seed: Optional[int] = typer.Option(None, help="seed of the whole experiment"),
     device: Optional[str] = typer.Option(None, help="cpu | cuda | cuda:N | mps | auto"),
@@ -110,8 +110,10 @@ def evaluate(
 
     try:
         overrides = parse_set_options(set_)
+        canaries = [c.strip() for c in canary.split(",")] if canary else None
         overrides.update(
-            _overrides(models=models, audit_size=audit_size, canary=canary, epochs=epochs, seed=seed, device=device,
+            _overrides(models=models, audit_size=audit_size,
+                       canary=canaries if canaries is None or len(canaries) > 1 else canaries[0], epochs=epochs, seed=seed, device=device,
                        workers=workers, out=out, level=level, data_dir=data_dir)
         )
         overrides["defense"] = defense
@@ -139,7 +141,7 @@ def evaluate(
                 TimeRemainingColumn(), console=console,
             ) as progress:
                 tasks = {
-                    lv: progress.add_task(f"train {lv} ({'none' if lv == 'population' else 'canaries'})",
+                    lv: progress.add_task(f"train {lv}",
                                           total=cfg.audit.models,
                                           completed=cfg.audit.models - sum(j.level == lv for j in jobs))
                     for lv in prep.levels
@@ -246,6 +248,15 @@ def leaderboard(
     if not entries:
         _fail("no results.json found under the given paths")
     console.print(f"{len(entries)} entries -> {out / 'index.html'}, {out / 'leaderboard.md'}")
+
+
+def _register_subapps() -> None:
+    from harness.bounds_cli import bound_app
+
+    app.add_typer(bound_app, name="bound", help="Provable MI bounds from DP parameters (no training).")
+
+
+_register_subapps()
 
 
 def main() -> None:

@@ -39,7 +39,9 @@ class AuditConfig(_Strict):
 
     models: int = Field(default=32, description="S, the number of models (even)")
     size: int = Field(default=200, ge=1, description="C, the number of audit samples")
-    canary: str | None = Field(default=None, description="sample-level canary; None = the defense's default")
+    canary: str | list[str] | None = Field(
+        default=None, description="sample-level canary (or several); None = the defense's default"
+    )
     canary_params: dict[str, Any] = Field(default_factory=dict, description="parameters of the sample-level canary")
 
     @field_validator("models")

@@ -74,11 +74,16 @@ def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
     }
 
 
+def _headline_key(hk: str):
+    return lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"])
+
+
 def evaluate_level(
-    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack]
+    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str] | None = None
 ) -> tuple[dict[str, Any], dict[tuple[str, str], AttackMetrics]]:
-    """Run every attack variant on one level. Returns the level's results object and the metrics
-    (with ROC curves) keyed by (attack, variant)."""
+    """Run every attack variant on one experiment. Returns its results object and the metrics
+    (with ROC curves) keyed by (attack, variant). The headline (``best``) is the maximum over the
+    variants of ``headline_attacks`` (all attacks when None)."""
     ld = run.load_level(level)
     ls = load_level_signals(run, level, cfg.audit.models)
     inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership)
@@ -100,7 +105,8 @@ def evaluate_level(
             curves[(attack.name, variant)] = m
             entries.append({"name": attack.name, "variant": variant, **_metrics_json(m)})
     hk = fpr_key(headline_fpr(cfg))
-    best = max(entries, key=lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"]))
+    pool = [e for e in entries if headline_attacks is None or e["name"] in headline_attacks]
+    best = max(pool, key=_headline_key(hk))
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
         "canary": ld.canary,
@@ -109,6 +115,7 @@ def evaluate_level(
         "test_accuracy": {"mean": float(accs.mean()), "std": float(accs.std(ddof=1)) if len(accs) > 1 else 0.0,
                           "per_model": accs.tolist()},
         "attacks": entries,
+        "headline_attacks": sorted({e["name"] for e in pool}),
         "best": {"name": best["name"], "variant": best["variant"], "tpr_at_fpr": best["tpr_at_fpr"],
                  "tpr_ci": best["tpr_ci"], "resolved": best["resolved"]},
         "compute": {
@@ -159,7 +166,17 @@ def evaluate_run(
         "config": cfg.model_dump(mode="json"),
     }
     curves: dict[str, dict] = {}
+    by_canary: dict[str, dict[str, Any]] = {}
     for level in levels:
-        results[level], curves[level] = evaluate_level(run, level, cfg, attacks)
+        if level == "population":
+            results[level], curves[level] = evaluate_level(run, level, cfg, attacks)
+        else:  # sample level: the headline is the best of the defense's adaptive attacks
+            res, curves[level] = evaluate_level(run, level, cfg, attacks, list(defense.adaptive_attacks))
+            by_canary[res["canary"]] = res
+    if by_canary:
+        hk = fpr_key(headline_fpr(cfg))
+        strongest = max(by_canary.values(), key=lambda r: _headline_key(hk)(r["best"] | {"auc": 0.0}))
+        results["sample"] = {**strongest, "canaries": list(by_canary)}
+        results["sample_by_canary"] = by_canary
     results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}
     return results, curves

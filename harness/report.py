@@ -53,12 +53,20 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(experiment name, its results object): population, then every sample-level canary."""
+    out = [("population", results["population"])] if "population" in results else []
+    by_canary = results.get("sample_by_canary") or ({results["sample"]["canary"]: results["sample"]}
+                                                     if "sample" in results else {})
+    return out + [(f"sample-{c}", r) for c, r in by_canary.items()]
+
+
 def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
-    """Every attack variant of every level, one row each."""
+    """Every attack variant of every experiment, one row each."""
     rows = []
-    for level in _levels(results):
-        for e in results[level]["attacks"]:
-            row = {"level": level, "attack": e["name"], "variant": e["variant"]}
+    for level, res in _experiments(results):
+        for e in res["attacks"]:
+            row = {"experiment": level, "canary": res["canary"], "attack": e["name"], "variant": e["variant"]}
             for k, v in e["tpr_at_fpr"].items():
                 row[f"tpr@{k}"] = v
                 row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = e["tpr_ci"][k]
@@ -127,6 +135,11 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(e, t, e["num_neg"]) for e in bests])
     table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
     table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
+    if len(results.get("sample_by_canary", {})) > 1:
+        hk0 = fpr_key(results["headline_fpr"])
+        for c, r in results["sample_by_canary"].items():
+            table.add_row(f"  sample, {c}", *(["" for _ in levels[:-1]] +
+                                              [f"{_pct(r['best']['tpr_at_fpr'][hk0])} ({r['best']['name']})"]))
     console.print(table)
     hk = fpr_key(results["headline_fpr"])
     if "population" in results and "sample" in results:
@@ -137,13 +150,15 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
             f"Sample-level TPR@{100 * results['headline_fpr']:g}% FPR is {ratio} the population-level figure "
             f"({_pct(s)} vs {_pct(p)})."
         )
-    per_attack = Table(title="best variant of each attack (the headline is the best overall)", title_justify="left",
-                       box=box.SIMPLE_HEAD)
-    for col in ("level", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC"):
+    per_attack = Table(title="best variant of each attack", title_justify="left", box=box.SIMPLE_HEAD,
+                       caption="sample-level headline: best of the defense's adaptive attacks "
+                               f"({', '.join(results['sample']['headline_attacks'])})" if "sample" in results else None,
+                       caption_justify="left")
+    for col in ("experiment", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC"):
         per_attack.add_column(col)
-    for level in _levels(results):
+    for level, res in _experiments(results):
         seen: dict[str, dict[str, Any]] = {}
-        for e in results[level]["attacks"]:
+        for e in res["attacks"]:
             cur = seen.get(e["name"])
             if details or cur is None or e["tpr_at_fpr"][hk] > cur["tpr_at_fpr"][hk]:
                 seen[e["name"] if not details else f"{e['name']}/{e['variant']}"] = e
@@ -151,11 +166,11 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
             per_attack.add_row(level, e["name"], e["variant"], _pct(e["tpr_at_fpr"][hk]), f"{e['auc']:.3f}")
     console.print(per_attack)
     tm = results.get("timings", {})
-    comp = [results[lv]["compute"] for lv in _levels(results)]
+    comp = [r["compute"] for _, r in _experiments(results)]
     devices = sorted({d for c in comp for d in c["devices"]})
     train_s = sum(c["train_seconds_total"] for c in comp)
     console.print(
-        f"Compute: {sum(results['num_models'] for _ in comp)} models, {train_s:.0f} s of training "
+        f"Compute: {results['num_models'] * len(comp)} models, {train_s:.0f} s of training "
         f"(summed over models) on {', '.join(devices)}"
         + (f"; training phase {tm['train_wall_seconds']:.0f} s wall" if "train_wall_seconds" in tm else "")
         + (f"; attacks {tm['attack_seconds']:.1f} s" if "attack_seconds" in tm else "")

@@ -45,16 +45,36 @@ def make_defense(cfg: ExperimentConfig) -> Defense:
         raise ConfigError(f"defense_params: {e}") from None
 
 
-def level_canary(cfg: ExperimentConfig, level: str, defense: Defense) -> str:
-    """Population level audits the samples as they are; sample level uses the defense's canaries."""
-    if level == "population":
-        return "none"
-    return cfg.audit.canary or defense.default_canary
+def sample_canaries(cfg: ExperimentConfig, defense: Defense) -> list[str]:
+    """The sample-level canaries: ``audit.canary`` if set, else the defense's default(s)."""
+    chosen = cfg.audit.canary if cfg.audit.canary is not None else defense.default_canary
+    names = [chosen] if isinstance(chosen, str) else list(chosen)
+    if "none" in names:
+        raise ConfigError("the sample level needs a canary other than 'none' (that is the population level)")
+    return list(dict.fromkeys(names))
 
 
-def model_seed(seed: int, level: str, index: int) -> int:
-    """Seed of model ``index`` in ``level``: independent streams from one SeedSequence."""
-    return int(np.random.SeedSequence([seed, {"population": 1, "sample": 2}[level], index]).generate_state(1)[0])
+def experiments(cfg: ExperimentConfig, defense: Defense) -> list[tuple[str, str]]:
+    """(experiment name, canary) pairs to run: ``population`` audits the samples as they are;
+    each sample-level canary is its own experiment ``sample-<canary>`` with the same design."""
+    out = []
+    if cfg.run.level in ("population", "both"):
+        out.append(("population", "none"))
+    if cfg.run.level in ("sample", "both"):
+        out += [(f"sample-{c}", c) for c in sample_canaries(cfg, defense)]
+    return out
+
+
+def level_of(experiment: str) -> str:
+    """``population`` or ``sample`` for an experiment name."""
+    return "population" if experiment == "population" else "sample"
+
+
+def model_seed(seed: int, experiment: str, index: int) -> int:
+    """Seed of model ``index``: one stream per level, so model s of every sample-level experiment
+    shares its seed (as the paper's code shares seeds across experiments)."""
+    level_id = {"population": 1, "sample": 2}[level_of(experiment)]
+    return int(np.random.SeedSequence([seed, level_id, index]).generate_state(1)[0])
 
 
 def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
@@ -78,7 +98,7 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
     """The audit design (shared by both levels) and this level's canaries, all from ``cfg.seed``."""
     design = make_design(len(data.y_train), cfg.audit.size, cfg.audit.models, cfg.seed)
     gen_cls = resolve("canaries", canary)
-    params = cfg.audit.canary_params if level != "population" else {}
+    params = cfg.audit.canary_params if level_of(level) == "sample" else {}
     idx = design.audit_indices
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()]))
     try:
@@ -118,10 +138,11 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
     run.init(cfg, fp, manifest, data)
-    levels = ["population", "sample"] if cfg.run.level == "both" else [cfg.run.level]
-    for level in levels:
-        ld = build_level(cfg, data, level, level_canary(cfg, level, defense))
+    levels = []
+    for name, canary in experiments(cfg, defense):
+        ld = build_level(cfg, data, name, canary)
         run.save_level(ld, ld.fingerprint(fp))
+        levels.append(name)
     return Prepared(run=run, cfg=cfg, data=data, levels=levels, fingerprint=fp, defense=defense)
 
 

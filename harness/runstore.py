@@ -3,12 +3,15 @@
 ```
 RUN_DIR/
   config.json               the resolved configuration
-  manifest.json             harness version, run fingerprint, data fingerprint, per-level fingerprints
+  manifest.json             harness version, run fingerprint, data fingerprint, per-experiment fingerprints
   data.npz                  the dataset exactly as used (uint8 images, labels, normalization)
-  <level>/design.npz        audit indices, membership (S x C), canary images/labels, evaluated mask
-  <level>/signals/model_0007.npz   one file per finished model (written to a temp name, then renamed)
-  results.json, table.csv, roc/<level>__<attack>__<variant>.csv
+  <experiment>/design.npz   audit indices, membership (S x C), canary images/labels, evaluated mask
+  <experiment>/signals/model_0007.npz   one file per finished model (temp name, then renamed)
+  results.json, table.csv, roc/<experiment>__<attack>__<variant>.csv
 ```
+
+Experiments are ``population`` (audit samples as they are) and ``sample-<canary>`` (one per
+sample-level canary); the code calls an experiment's name its "level".
 
 A signals file counts as finished only once renamed into place *and* only if the level fingerprint
 stored inside it matches the level's; anything else is never read as a finished model.
@@ -31,7 +34,6 @@ from harness.config import ConfigError, ExperimentConfig, validate_config
 from harness.data import ImageDataset
 from harness.design import AuditDesign
 
-LEVELS = ("population", "sample")
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)
 
@@ -210,7 +212,8 @@ class RunDir:
             raise RunDirError(f"{self.path} has no {level}-level experiment") from None
 
     def levels(self) -> list[str]:
-        return [lv for lv in LEVELS if lv in self.load_manifest().get("levels", {})]
+        """Experiment names in the order they were created (``population``, ``sample-<canary>``...)."""
+        return list(self.load_manifest().get("levels", {}))
 
     def load_level(self, level: str) -> LevelDesign:
         path = self.level_dir(level) / "design.npz"

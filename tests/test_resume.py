@@ -43,14 +43,14 @@ def test_partial_run_resumes_to_identical_results(tmp_path):
 
     cfg = build_config("quick", {**tiny_overrides(), "run.out": str(tmp_path / "b")})
     prep = prepare_run(cfg)
-    for level, idx in [("population", 0), ("population", 3), ("sample", 1)]:
+    for level, idx in [("population", 0), ("population", 3), ("sample-mislabeled", 1)]:
         train_one(TrainJob(str(prep.run.path), level, idx))
     finished = {p: p.read_bytes() for p in prep.run.path.glob("*/signals/model_*.npz")}
     assert len(finished) == 3
-    sig_dir = prep.run.path / "sample" / "signals"
+    sig_dir = prep.run.path / "sample-mislabeled" / "signals"
     (sig_dir / ".model_0002.npz.abc.tmp").write_bytes(b"half-written")  # an interrupted write
     (sig_dir / "model_0004.npz").write_bytes(b"garbage")  # a corrupt file is not a finished model
-    assert prep.run.finished_models("sample", 6) == [1]
+    assert prep.run.finished_models("sample-mislabeled", 6) == [1]
 
     resumed = _evaluate(tmp_path / "b")
     assert _numbers(resumed) == _numbers(full)
@@ -64,12 +64,12 @@ def test_foreign_signals_are_not_taken_as_finished(tmp_path):
     b = build_config("quick", {**tiny_overrides(), "run.out": str(tmp_path), "seed": 1})
     pa, pb = prepare_run(a), prepare_run(b)
     assert pa.run.path != pb.run.path  # hashed run directories
-    train_one(TrainJob(str(pa.run.path), "sample", 0))
-    src = pa.run.signals_path("sample", 0)
-    dst = pb.run.signals_path("sample", 0)
+    train_one(TrainJob(str(pa.run.path), "sample-mislabeled", 0))
+    src = pa.run.signals_path("sample-mislabeled", 0)
+    dst = pb.run.signals_path("sample-mislabeled", 0)
     dst.parent.mkdir(parents=True, exist_ok=True)
     dst.write_bytes(src.read_bytes())  # a stale model with another membership design
-    assert pb.run.finished_models("sample", 6) == []
+    assert pb.run.finished_models("sample-mislabeled", 6) == []
 
 
 def test_resuming_into_a_directory_of_another_run_is_refused(tmp_path):
@@ -104,7 +104,7 @@ def test_attack_reruns_on_saved_signals_without_training(tmp_path):
     assert res.exit_code == 0 and "population level" in res.output
     for name in ("table.csv", "attacks.csv"):
         assert (run_dir / name).stat().st_size > 0
-    assert any((run_dir / "roc").glob("sample__lira__*.csv"))
+    assert any((run_dir / "roc").glob("sample-mislabeled__lira__*.csv"))
 
 
 def _harness(*args: str) -> list[str]:
@@ -136,4 +136,4 @@ def test_killed_run_resumes_with_no_lost_model_and_the_same_numbers(tmp_path):
     assert _numbers(json.loads((run_dir / "results.json").read_text())) == _numbers(reference)
     for p, data in saved.items():
         assert p.read_bytes() == data
-    assert np.all([RunDir(run_dir).read_signals(lv, s) is not None for lv in ("population", "sample") for s in range(8)])
+    assert np.all([RunDir(run_dir).read_signals(lv, s) is not None for lv in ("population", "sample-mislabeled") for s in range(8)])
