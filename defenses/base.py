@@ -65,6 +65,11 @@ class ServedModel(ABC):
         """White-box features (e.g. penultimate activations), or None."""
         return None
 
+    def info(self) -> dict[str, Any]:
+        """Facts about the trained model to record with it (JSON-serializable), e.g. a DP defense's
+        ``epsilon``, ``delta``, ``noise_multiplier``, ``sample_rate`` and ``steps``."""
+        return {}
+
 
 class TorchClassifier(ServedModel):
     """A torch classifier served as-is: normalizes uint8 inputs and returns its logits."""

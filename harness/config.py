@@ -230,10 +230,39 @@ def _format_error(e: ValidationError) -> str:
     return "invalid config: " + "; ".join(parts)
 
 
+def apply_defense_preset(raw: dict[str, Any], defense: str) -> dict[str, Any]:
+    """Fold the preset's per-defense section into the base config.
+
+    A preset may scale each defense to its size: ``defense_presets: {NAME: {train: {...}, params: {...}}}``.
+    For the chosen defense, ``train`` entries replace the preset's training recipe and ``params``
+    become the defense's parameters; the other defenses' sections are dropped, so the resolved
+    config holds exactly the values used. User overrides are applied after this.
+    """
+    out = copy.deepcopy(raw)
+    sections = out.pop("defense_presets", None) or {}
+    if not isinstance(sections, dict):
+        raise ConfigError("defense_presets must map defense names to {train: ..., params: ...}")
+    entry = sections.get(defense, {}) or {}
+    unknown = set(entry) - {"train", "params"}
+    if unknown:
+        raise ConfigError(f"defense_presets.{defense}: unknown key(s) {sorted(unknown)} (allowed: train, params)")
+    if entry.get("train"):
+        out["train"] = {**(out.get("train") or {}), **entry["train"]}
+    if entry.get("params"):
+        out["defense_params"] = {**entry["params"], **(out.get("defense_params") or {})}
+    return out
+
+
 def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Load a preset, apply overrides and validate. Raises :class:`ConfigError` on any mistake."""
-    raw = apply_overrides(load_preset_mapping(preset), overrides or {})
-    return validate_config(raw)
+    """Load a preset, fold in its section for the chosen defense, apply overrides and validate.
+
+    Raises :class:`ConfigError` on any mistake.
+    """
+    overrides = overrides or {}
+    raw = load_preset_mapping(preset)
+    defense = overrides.get("defense", raw.get("defense", "undefended"))
+    raw = apply_defense_preset(raw, str(defense))
+    return validate_config(apply_overrides(raw, overrides))
 
 
 def validate_config(raw: dict[str, Any]) -> ExperimentConfig:

@@ -22,9 +22,17 @@ from harness.config import ConfigError
 BUILTINS: dict[str, dict[str, str]] = {
     "defenses": {
         "undefended": "defenses.undefended:Undefended",
+        "hamp": "defenses.hamp:HAMP",
+        "relaxloss": "defenses.relaxloss:RelaxLoss",
+        "selena": "defenses.selena:SELENA",
+        "dpsgd-medium": "defenses.dpsgd:DPSGDMedium",
+        "dpsgd-high": "defenses.dpsgd:DPSGDHigh",
+        "dpsgd-veryhigh": "defenses.dpsgd:DPSGDVeryHigh",
     },
     "attacks": {
         "lira": "attacks.lira:LiRA",
+        "lira-raw": "attacks.lira:LiRARaw",
+        "label-only": "attacks.label_only:LabelOnly",
         "threshold": "attacks.threshold:GlobalThreshold",
     },
     "canaries": {
@@ -77,7 +85,10 @@ def _load_file_class(ref: str) -> type:
 
 def _load_target(target: str) -> type:
     mod, _, attr = target.partition(":")
-    return getattr(importlib.import_module(mod), attr)
+    try:
+        return getattr(importlib.import_module(mod), attr)
+    except (ImportError, AttributeError) as e:
+        raise PluginError(f"{target} failed to load: {type(e).__name__}: {e}") from None
 
 
 def _entry_points(kind: str) -> dict[str, Any]:

@@ -234,6 +234,7 @@ def train_one(job: TrainJob) -> dict:
         "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
         "torch_threads": torch.get_num_threads(),
         "host": platform.node(),
+        "defense_info": served.info(),
     }
     run.write_signals(job.level, job.index, signals, meta)
     run.clear_progress(job.level, job.index)
