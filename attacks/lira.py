@@ -98,3 +98,13 @@ class LiRA(Attack):
                 variant = f"{'online' if online else 'offline'}-{score_name}-{q}-{'global' if glob else 'persample'}"
                 out[variant] = lira_scores(obs, inp.membership, online=online, global_variance=glob)
         return out
+
+
+class LiRARaw(LiRA):
+    """LiRA on the outputs *before* a test-time defense (``raw_logits``): an ablation that shows
+    what the training-time part of a defense alone protects. Not a black-box attack."""
+
+    name = "lira-raw"
+    description = "LiRA on pre-test-time-defense outputs (ablation; needs raw_logits)"
+    needs = frozenset({"raw_logits"})
+    signal = "raw_logits"

@@ -56,7 +56,7 @@ def bench_attacks(cfg, num_queries: int, num_classes: int) -> dict[str, float]:
     inp = AttackInput(signals={"logits": logits}, labels=np.zeros(c, np.int64), membership=membership)
     t0 = time.perf_counter()
     variants = 0
-    for attack in load_attacks(attack_names(cfg, make_defense(cfg).adaptive_attacks)):
+    for attack in load_attacks(attack_names(cfg, make_defense(cfg))):
         for scores in attack.score(inp).values():
             evaluate_scores(scores, membership, np.ones(c, bool), cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
                             confidence=cfg.attack.confidence, seed=0)

@@ -105,6 +105,7 @@ class Defense(ABC):
     description: ClassVar[str]
     default_canary: ClassVar[str] = "mislabeled"
     adaptive_attacks: ClassVar[tuple[str, ...]] = ("lira",)
+    ablation_attacks: ClassVar[tuple[str, ...]] = ()  # run and reported, never a headline
     param_defaults: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, **params: Any) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from attacks.base import Attack, AttackInput
+from defenses.base import Defense
 from harness.config import ConfigError, ExperimentConfig
 from harness.metrics import AttackMetrics, evaluate_scores
 from harness.registry import resolve
@@ -29,9 +30,9 @@ def headline_fpr(cfg: ExperimentConfig) -> float:
     return HEADLINE_FPR if HEADLINE_FPR in cfg.attack.fprs else min(cfg.attack.fprs, default=0.0)
 
 
-def attack_names(cfg: ExperimentConfig, adaptive: tuple[str, ...]) -> list[str]:
-    """The configured attacks followed by the defense's adaptive ones, without repeats."""
-    return list(dict.fromkeys([*cfg.attack.names, *adaptive]))
+def attack_names(cfg: ExperimentConfig, defense: Defense) -> list[str]:
+    """The configured attacks, then the defense's adaptive and ablation attacks, without repeats."""
+    return list(dict.fromkeys([*cfg.attack.names, *defense.adaptive_attacks, *defense.ablation_attacks]))
 
 
 def load_attacks(names: list[str]) -> list[Attack]:
@@ -149,7 +150,7 @@ def evaluate_run(
         atomic_write_json(run.config_path, cfg.model_dump(mode="json"))
     manifest = run.load_manifest()
     defense = make_defense(cfg)
-    attacks = load_attacks(attack_names(cfg, defense.adaptive_attacks))
+    attacks = load_attacks(attack_names(cfg, defense))
     levels = levels or run.levels()
     t0 = time.perf_counter()
     results: dict[str, Any] = {
@@ -168,8 +169,9 @@ def evaluate_run(
     curves: dict[str, dict] = {}
     by_canary: dict[str, dict[str, Any]] = {}
     for level in levels:
-        if level == "population":
-            results[level], curves[level] = evaluate_level(run, level, cfg, attacks)
+        if level == "population":  # the strongest of all black-box attacks (ablations excluded)
+            pool = [a.name for a in attacks if a.name not in defense.ablation_attacks]
+            results[level], curves[level] = evaluate_level(run, level, cfg, attacks, pool)
         else:  # sample level: the headline is the best of the defense's adaptive attacks
             res, curves[level] = evaluate_level(run, level, cfg, attacks, list(defense.adaptive_attacks))
             by_canary[res["canary"]] = res

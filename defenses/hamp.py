@@ -1,0 +1,108 @@
+"""HAMP (Chen and Pattabiraman, NDSS 2024): high-entropy soft labels, an entropy regularizer and a
+test-time output modification.
+
+Training (paper section IV-B, as run by the misleading-evaluations code):
+- soft labels: the true class gets p and every other class (1 - p)/(K - 1), with p >= 1/K chosen
+  so that the label's entropy is ``gamma * ln K`` (gamma = the entropy threshold);
+- loss: ``KL(soft || softmax(z))`` averaged over the B x K elements (``reduction="mean"``, the
+  original code's scale) minus ``alpha * mean_i H(softmax(z_i))``, alpha = regularization strength.
+
+Test-time defense: for every query, draw a uniform random image, take the model's logits on it and
+sort them; the served output gives the class of rank k (among the model's real logits on the
+query) the k-th smallest random logit. The ranking, hence the predicted label, is kept; the scores
+carry no information about the query beyond its ranking. Ties in the real logits are broken by
+class index (the lower index ranks higher, as ``argmax`` picks it), never by float rounding.
+
+The served model answers with the defended output (``query``); the training-time-only model stays
+queryable through ``raw_query`` for the ablation attack ``lira-raw``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from scipy.optimize import brentq
+
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.models import build_model
+from defenses.training import seeded_init, train_classifier
+
+
+def soft_label_confidence(gamma: float, num_classes: int) -> float:
+    """p in [1/K, 1) with ``-p ln p - (1-p) ln((1-p)/(K-1)) = gamma ln K`` (gamma in (0, 1])."""
+    if not 0 < gamma <= 1:
+        raise ValueError(f"entropy threshold must be in (0, 1], got {gamma}")
+    k = num_classes
+    target = gamma * math.log(k)
+
+    def h(p: float) -> float:
+        return -p * math.log(p) - (1 - p) * math.log((1 - p) / (k - 1)) - target
+
+    if gamma == 1:
+        return 1.0 / k
+    return brentq(h, 1.0 / k, 1 - 1e-12, xtol=1e-15)
+
+
+def hamp_loss(logits: torch.Tensor, soft: torch.Tensor, alpha: float) -> torch.Tensor:
+    """KL(soft || softmax(logits)) with reduction "mean" minus alpha times the mean output entropy."""
+    logp = torch.log_softmax(logits, dim=1)
+    kl = (soft * (torch.log(soft) - logp)).sum() / soft.numel()
+    entropy = -(logp.exp() * logp).sum(1).mean()
+    return kl - alpha * entropy
+
+
+def rank_remap(real: np.ndarray, random_logits: np.ndarray) -> np.ndarray:
+    """Give each class of ``real`` (N, K) the random logit of the same rank: the class with the
+    k-th smallest real logit receives the k-th smallest of that row of ``random_logits``."""
+    # class indices from smallest to largest; among tied logits the lower class index ranks higher,
+    # so the served top class is the one np.argmax picks on the real logits
+    tie_break = np.broadcast_to(-np.arange(real.shape[1]), real.shape)
+    order = np.lexsort((tie_break, real), axis=1)
+    sorted_rand = np.sort(random_logits, axis=1)
+    out = np.empty_like(sorted_rand)
+    np.put_along_axis(out, order, sorted_rand, axis=1)
+    # make the top class strictly largest even if random logits tie
+    top = order[:, -1]
+    rows = np.arange(len(out))
+    out[rows, top] = np.nextafter(out[rows, top], np.inf)
+    return out
+
+
+class HAMPServed(ServedModel):
+    """HAMP's served model: rank-preserving replacement of the scores (test-time defense)."""
+
+    def __init__(self, model: TorchClassifier, image_shape: tuple[int, ...], seed: int) -> None:
+        self.model = model
+        self.image_shape = image_shape
+        self.rng = np.random.default_rng(seed)
+
+    def raw_query(self, x: np.ndarray) -> np.ndarray:
+        return self.model.query(x)
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        real = self.model.query(x)
+        noise = self.rng.integers(0, 256, size=(len(x), *self.image_shape), dtype=np.uint8)
+        return rank_remap(real, self.model.query(noise)).astype(np.float32)
+
+
+class HAMP(Defense):
+    name = "hamp"
+    description = "HAMP: high-entropy soft labels + entropy regularizer + rank-preserving output masking"
+    default_canary = "mislabeled"
+    adaptive_attacks = ("label-only", "lira")
+    ablation_attacks = ("lira-raw",)
+    param_defaults = {"entropy_threshold": 0.9996837722339832, "regularization": 0.005}
+
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        k = train.num_classes
+        p = soft_label_confidence(float(self.params["entropy_threshold"]), k)
+        soft = np.full((len(train), k), (1 - p) / (k - 1), dtype=np.float32)
+        soft[np.arange(len(train)), train.y] = p
+        alpha = float(self.params["regularization"])
+        shape = tuple(train.x.shape[1:])
+        net = seeded_init(lambda: build_model(ctx.train.model, shape, k, ctx.train.width), ctx.seed)
+        net = train_classifier(net, train, ctx, targets=soft, loss_fn=lambda z, t, epoch: hamp_loss(z, t, alpha))
+        model = TorchClassifier(net, train.mean, train.std, ctx.device)
+        return HAMPServed(model, shape, seed=ctx.seed + 1)

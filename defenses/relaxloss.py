@@ -1,0 +1,58 @@
+"""RelaxLoss (Chen, Yu and Fritz, ICLR 2022): keep the training loss near a target instead of
+driving it to zero (Algorithm 1, as the authors' code and the misleading-evaluations code run it).
+
+Per batch, with the mean cross-entropy l and target alpha:
+- even (0-based) epoch: ``|l - alpha|`` -- normal descent above the target, gradient *ascent* below;
+- odd epoch, l > alpha: ``l`` (normal descent);
+- odd epoch, l <= alpha: posterior flattening + ascent,
+  ``mean_i [(1 - correct_i) CE(z_i, s_i) - CE(z_i, y_i)]`` with the soft target
+  ``s_i = (p_y on the true class, (1 - p_y)/(K - 1) elsewhere)`` built from the model's own
+  (detached) confidence p_y: misclassified samples are pulled towards a flat posterior over the
+  other classes, and every sample gets an ascent step on its loss.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.models import build_model
+from defenses.training import seeded_init, train_classifier
+
+
+def relaxloss_loss(logits: torch.Tensor, y: torch.Tensor, epoch: int, alpha: float) -> torch.Tensor:
+    """The RelaxLoss objective for one batch (see the module docstring)."""
+    ce = nn.functional.cross_entropy(logits, y, reduction="none")
+    mean_ce = ce.mean()
+    if epoch % 2 == 0:
+        return (mean_ce - alpha).abs()
+    if mean_ce.item() > alpha:
+        return mean_ce
+    k = logits.shape[1]
+    with torch.no_grad():
+        prob = torch.softmax(logits, dim=1)
+        p_y = prob.gather(1, y[:, None])
+        soft = ((1 - p_y) / (k - 1)).expand(-1, k).clone()
+        soft.scatter_(1, y[:, None], p_y)
+        correct = (logits.argmax(1) == y).float()
+    flatten = -(soft * torch.log_softmax(logits, dim=1)).sum(1)
+    return ((1 - correct) * flatten - ce).mean()
+
+
+class RelaxLoss(Defense):
+    name = "relaxloss"
+    description = "RelaxLoss: gradient ascent and posterior flattening below a target training loss"
+    default_canary = "mislabeled"
+    adaptive_attacks = ("lira",)
+    param_defaults = {"target_loss": 0.5946}
+
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        alpha = float(self.params["target_loss"])
+        if alpha <= 0:
+            raise ValueError(f"target_loss must be positive, got {alpha}")
+        shape = tuple(train.x.shape[1:])
+        net = seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width), ctx.seed)
+        net = train_classifier(net, train, ctx, loss_fn=lambda z, y, epoch: relaxloss_loss(z, y, epoch, alpha))
+        return TorchClassifier(net, train.mean, train.std, ctx.device)
+
