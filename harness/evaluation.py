@@ -63,6 +63,60 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
     return LevelSignals(signals=signals, metas=[m.meta for m in per_model])  # type: ignore[union-attr]
 
 
+EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
+
+
+def _eps_lower_json(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any]:
+    """Empirical epsilon lower bound of DP auditing for one attack variant (harness.bounds.empirical):
+    Clopper-Pearson 95% limits, maximized over thresholds with a Bonferroni correction (so the
+    maximum stays a valid 95% bound), and the optimistic uncorrected maximum beside it."""
+    from harness.bounds.empirical import epsilon_lower_bound_roc
+
+    valid = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=True)
+    naive = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=False)
+    return {
+        "epsilon": valid.epsilon,
+        "epsilon_uncorrected": naive.epsilon,
+        "delta": EPS_DELTA,
+        "confidence": 0.95,
+        "tpr": valid.tpr,
+        "fpr": valid.fpr,
+        "direction": valid.direction,
+    }
+
+
+def _privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The DP guarantee the models report (defense_info with an epsilon): the weakest over models."""
+    infos = [m.get("defense_info") or {} for m in metas]
+    if not all("epsilon" in i for i in infos):
+        return None
+    worst = max(infos, key=lambda i: float("inf") if i["epsilon"] is None else i["epsilon"])
+    return {**worst, "epsilon_min": min(i["epsilon"] for i in infos)}
+
+
+def _bounds_json(privacy: dict[str, Any], fprs: list[float]) -> dict[str, Any] | None:
+    """Provable bounds for DP-SGD (Poisson-subsampled Gaussian): optimal advantage and TPR@FPR."""
+    from harness.bounds.sgm import SgmBound
+
+    try:
+        q, z, t = float(privacy["sample_rate"]), float(privacy["noise_multiplier"]), int(privacy["steps"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    b = SgmBound.compute(q, z, t)
+    targets = [0.0, *fprs]
+    tprs = b.tpr_upper(np.array(targets))
+    return {
+        "mechanism": "poisson-subsampled gaussian",
+        "sample_rate": q,
+        "noise_multiplier": z,
+        "steps": t,
+        "epsilon": b.epsilon(EPS_DELTA),
+        "delta": EPS_DELTA,
+        "advantage": b.advantage(),
+        "tpr_at_fpr": {fpr_key(f): float(v) for f, v in zip(targets, tprs)},
+    }
+
+
 def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
     return {
         "tpr_at_fpr": {fpr_key(t): v for t, v in m.tpr_at_fpr.items()},
@@ -104,7 +158,9 @@ def evaluate_level(
                 seed=cfg.seed,
             )
             curves[(attack.name, variant)] = m
-            entries.append({"name": attack.name, "variant": variant, **_metrics_json(m)})
+            entries.append({"name": attack.name, "variant": variant, **_metrics_json(m),
+                            "eps_lower": _eps_lower_json(scores[:, ld.canaries.evaluated],
+                                                         ld.design.membership[:, ld.canaries.evaluated])})
     hk = fpr_key(headline_fpr(cfg))
     pool = [e for e in entries if headline_attacks is None or e["name"] in headline_attacks]
     best = max(pool, key=_headline_key(hk))
@@ -119,6 +175,7 @@ def evaluate_level(
         "headline_attacks": sorted({e["name"] for e in pool}),
         "best": {"name": best["name"], "variant": best["variant"], "tpr_at_fpr": best["tpr_at_fpr"],
                  "tpr_ci": best["tpr_ci"], "resolved": best["resolved"]},
+        "privacy": _privacy_json(ls.metas),
         "compute": {
             "train_seconds_total": float(sum(m["train_seconds"] for m in ls.metas)),
             "query_seconds_total": float(sum(m["query_seconds"] for m in ls.metas)),
@@ -180,5 +237,9 @@ def evaluate_run(
         strongest = max(by_canary.values(), key=lambda r: _headline_key(hk)(r["best"] | {"auc": 0.0}))
         results["sample"] = {**strongest, "canaries": list(by_canary)}
         results["sample_by_canary"] = by_canary
+    privacy = next((results[lv]["privacy"] for lv in ("population", "sample") if lv in results
+                    and results[lv]["privacy"]), None)
+    if privacy is not None:
+        results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)
     results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}
     return results, curves

@@ -134,6 +134,13 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     for t in targets:
         table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(e, t, e["num_neg"]) for e in bests])
     table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
+    table.add_row("empirical ε ≥ (95%)", *[f"{e['eps_lower']['epsilon']:.2f}" if "eps_lower" in e else "-"
+                                            for e in bests])
+    bounds = results.get("bounds")
+    if bounds:
+        table.add_row("DP ε (δ=1e-5)", *[f"{bounds['epsilon']:.3g}" for _ in bests])
+        for t in targets:
+            table.add_row(f"provable TPR@{100 * t:g}% ≤", *[_pct(bounds["tpr_at_fpr"][fpr_key(t)]) for _ in bests])
     table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
     if len(results.get("sample_by_canary", {})) > 1:
         hk0 = fpr_key(results["headline_fpr"])
