@@ -102,6 +102,8 @@ def evaluate(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="use exactly this run directory"),
     level: Optional[str] = typer.Option(None, help="population | sample | both"),
     set_: list[str] = typer.Option([], "--set", help="override any config field: --set train.lr=0.05"),
+    inner: Optional[str] = typer.Option(None, help="subsample only: the wrapped defense"),
+    rate: Optional[float] = typer.Option(None, help="subsample only: fraction of the data each model trains on"),
     details: bool = typer.Option(False, help="list every attack variant"),
 ) -> None:
     """Train S models per level (resuming finished ones), run the attacks and print the report."""
@@ -117,6 +119,10 @@ def evaluate(
                        workers=workers, out=out, level=level, data_dir=data_dir)
         )
         overrides["defense"] = defense
+        if inner is not None:
+            overrides["defense_params.inner"] = inner
+        if rate is not None:
+            overrides["defense_params.rate"] = rate
         cfg = build_config(preset, overrides)
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
@@ -231,6 +237,58 @@ def list_plugins() -> None:
             table.add_row(kind[:-1] if kind != "canaries" else "canary", name, desc)
     console.print(table)
     console.print(f"Presets: {', '.join(preset_names())}")
+
+
+@app.command("audit-one-run")
+def audit_one_run_cmd(
+    defense: str = typer.Argument(..., help="defense name or path/to/file.py:ClassName"),
+    preset: str = typer.Option("quick", help="quick | cifar10 | paper, or a YAML file"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file"),
+    canaries: int = typer.Option(100, help="number of label-flip canaries in the one trained model"),
+    tau: list[float] = typer.Option([], help="abstention thresholds in [0.5, 0.99] (default: 0.5 ... 0.99)"),
+    epochs: Optional[int] = typer.Option(None, help="training epochs"),
+    seed: Optional[int] = typer.Option(None),
+    device: Optional[str] = typer.Option(None),
+    out: Optional[str] = typer.Option(None, help="folder for the JSON result (default: the preset's run.out)"),
+    set_: list[str] = typer.Option([], "--set", help="override any config field"),
+    as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
+) -> None:
+    """Label-flip memorization game on ONE trained model (Malek et al. 2021, Game 3): an epsilon lower bound."""
+    import json as _json
+
+    from rich.table import Table
+
+    from harness.audit_one_run import audit_one_run
+    from harness.runstore import atomic_write_json
+
+    try:
+        overrides = parse_set_options(set_)
+        overrides.update(_overrides(epochs=epochs, seed=seed, device=device, out=out, data_dir=data_dir))
+        overrides["defense"] = defense
+        cfg = build_config(preset, overrides)
+        if any(not 0.5 <= t <= 0.99 for t in tau):
+            raise ConfigError(f"--tau values must lie in [0.5, 0.99], got {tau}")
+        with console.status(f"training one {defense} model with {canaries} label-flip canaries..."):
+            res = audit_one_run(cfg, canaries, tau or None)
+    except ConfigError as e:
+        _fail(str(e))
+    name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
+    path = Path(cfg.run.out) / f"audit-one-run-{name}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
+    atomic_write_json(path, res)
+    if as_json:
+        print(_json.dumps(res))
+        return
+    table = Table(title=f"label-flip game: {defense} ({cfg.preset}), {canaries} canaries, one model",
+                  title_justify="left")
+    for col in ("tau", "guesses", "correct", "CGR [95% CI]", "ε (point)", "ε ≥ (95%)"):
+        table.add_column(col, justify="right")
+    for g in res["games"]:
+        ci = f"{g['cgr']:.3f} [{g['cgr_lo']:.3f}, {g['cgr_hi']:.3f}]" if g["num_guesses"] else "-"
+        table.add_row(f"{g['tau']:.2f}", str(g["num_guesses"]), str(g["num_correct"]), ci, f"{g['epsilon']:.2f}",
+                      f"{g['epsilon_lo']:.2f}")
+    console.print(table)
+    console.print(f"Test accuracy {100 * res['test_accuracy']:.1f}%. Each row is a valid 95% bound; taking the "
+                  f"best row ({res['best_epsilon_lo']:.2f}) picks tau after the fact. Saved: {path}")
 
 
 @app.command()

@@ -58,7 +58,7 @@ class AuditConfig(_Strict):
 class TrainConfig(_Strict):
     """The training recipe shared by the supervised defenses (paper section 4.1 for ``paper``)."""
 
-    model: Literal["mlp", "cnn", "wrn16-4"] = "mlp"
+    model: Literal["mlp", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn"] = "mlp"
     width: int = Field(default=256, ge=1, description="hidden width (mlp) or base channels (cnn)")
     epochs: int = Field(default=60, ge=1)
     batch_size: int = Field(default=64, ge=1)
@@ -230,13 +230,15 @@ def _format_error(e: ValidationError) -> str:
     return "invalid config: " + "; ".join(parts)
 
 
-def apply_defense_preset(raw: dict[str, Any], defense: str) -> dict[str, Any]:
+def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[str, ...] = ()) -> dict[str, Any]:
     """Fold the preset's per-defense section into the base config.
 
     A preset may scale each defense to its size: ``defense_presets: {NAME: {train: {...}, params: {...}}}``.
     For the chosen defense, ``train`` entries replace the preset's training recipe and ``params``
     become the defense's parameters; the other defenses' sections are dropped, so the resolved
-    config holds exactly the values used. User overrides are applied after this.
+    config holds exactly the values used. User overrides are applied after this. A wrapper
+    defense (``subsample``) takes its inner defense's section, with the params placed under
+    ``params_key`` (e.g. ``("inner_params",)``) inside ``defense_params``.
     """
     out = copy.deepcopy(raw)
     sections = out.pop("defense_presets", None) or {}
@@ -249,7 +251,13 @@ def apply_defense_preset(raw: dict[str, Any], defense: str) -> dict[str, Any]:
     if entry.get("train"):
         out["train"] = {**(out.get("train") or {}), **entry["train"]}
     if entry.get("params"):
-        out["defense_params"] = {**entry["params"], **(out.get("defense_params") or {})}
+        dp = dict(out.get("defense_params") or {})
+        node = dp
+        for k in params_key:
+            node[k] = dict(node.get(k) or {})
+            node = node[k]
+        node.update({k: v for k, v in entry["params"].items() if k not in node})
+        out["defense_params"] = dp
     return out
 
 
@@ -260,8 +268,12 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
     """
     overrides = overrides or {}
     raw = load_preset_mapping(preset)
-    defense = overrides.get("defense", raw.get("defense", "undefended"))
-    raw = apply_defense_preset(raw, str(defense))
+    defense = str(overrides.get("defense", raw.get("defense", "undefended")))
+    if defense == "subsample":  # scale the wrapped defense as the preset scales it
+        inner = overrides.get("defense_params.inner", (raw.get("defense_params") or {}).get("inner", "undefended"))
+        raw = apply_defense_preset(raw, str(inner), ("inner_params",))
+    else:
+        raw = apply_defense_preset(raw, defense)
     return validate_config(apply_overrides(raw, overrides))
 
 

@@ -28,6 +28,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "dpsgd-medium": "defenses.dpsgd:DPSGDMedium",
         "dpsgd-high": "defenses.dpsgd:DPSGDHigh",
         "dpsgd-veryhigh": "defenses.dpsgd:DPSGDVeryHigh",
+        "subsample": "defenses.subsample:Subsample",
     },
     "attacks": {
         "lira": "attacks.lira:LiRA",

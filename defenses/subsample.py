@@ -1,0 +1,82 @@
+"""The ``subsample`` wrapper (Thudi et al., "From Differential Privacy to Bounds on Membership
+Inference: Less can be More", TMLR 2024).
+
+Train the wrapped defense on a random fraction ``rate`` (P1) of the data it is given: each
+training sample, audit members included, is kept independently with probability P1 (seeded by the
+model's seed). The audit design is unchanged, so a member audit sample is actually trained on with
+probability P1 only. Lower inclusion probability lowers every MI bound: for an eps-DP trainer, the
+positive accuracy of any attack is at most ``(1 + e^{-eps} (1 - P1)/P1)^{-1}``, and the epsilon that
+gives the same bound at P1 as eps0 gives at 1/2 is ``eps0 + ln((1 - P1)/P1)`` (Thudi et al., sec. 4).
+The served model's ``info()`` carries the inner defense's facts plus ``subsample_rate`` and, when
+the inner defense reports an epsilon, those P1-aware bounds.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel
+
+
+class SubsampledServed(ServedModel):
+    def __init__(self, inner: ServedModel, rate: float, kept: int, total: int) -> None:
+        self.inner, self.rate, self.kept, self.total = inner, rate, kept, total
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        return self.inner.query(x)
+
+    def raw_query(self, x: np.ndarray) -> np.ndarray | None:
+        return self.inner.raw_query(x)
+
+    def features(self, x: np.ndarray) -> np.ndarray | None:
+        return self.inner.features(x)
+
+    def info(self) -> dict[str, Any]:
+        from harness.bounds.thudi import epsilon_for_prior, pos_acc_upper
+
+        info = {**self.inner.info(), "subsample_rate": self.rate, "subsample_kept": self.kept,
+                "subsample_total": self.total}
+        eps = info.get("epsilon")
+        if eps is not None and np.isfinite(eps):
+            p1 = self.rate / 2  # an audit sample is a member with prob. 1/2, then kept with prob. rate
+            info["subsample_bounds"] = {
+                "prior": p1,
+                "pos_acc_upper": pos_acc_upper(eps, p1),
+                "pos_acc_upper_without_subsampling": pos_acc_upper(eps, 0.5),
+                "equivalent_epsilon_at_half": epsilon_for_prior(eps, p1),
+            }
+        return info
+
+
+class Subsample(Defense):
+    name = "subsample"
+    description = "train the inner defense on a random fraction of the data (Thudi et al.: less can be more)"
+    param_defaults = {"inner": "undefended", "rate": 0.5, "inner_params": {}}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        from harness.registry import resolve
+
+        rate = self.params["rate"]
+        if not isinstance(rate, (int, float)) or not 0 < rate <= 1:
+            raise ValueError(f"rate must be in (0, 1], got {rate!r}")
+        if self.params["inner"] == "subsample":
+            raise ValueError("subsample cannot wrap itself")
+        self.inner = resolve("defenses", str(self.params["inner"]))(**dict(self.params["inner_params"] or {}))
+        # the wrapper audits and attacks as its inner defense does
+        self.default_canary = self.inner.default_canary
+        self.adaptive_attacks = self.inner.adaptive_attacks
+        self.ablation_attacks = self.inner.ablation_attacks
+
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        rate = float(self.params["rate"])
+        rng = np.random.default_rng(np.random.SeedSequence([ctx.seed, 0x5B5]))
+        keep = rng.random(len(train)) < rate
+        if not keep.any():
+            keep[rng.integers(len(train))] = True
+        sub = LabeledImages(train.x[keep], train.y[keep], train.num_classes, train.mean, train.std, train.augment)
+        inner_ctx = FitContext(seed=ctx.seed, device=ctx.device, train=ctx.train, params=self.inner.params,
+                               progress=ctx.progress)
+        return SubsampledServed(self.inner.fit(sub, inner_ctx), rate, int(keep.sum()), len(train))
