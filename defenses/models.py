@@ -6,6 +6,12 @@
 - ``wrn16-4``: the paper's pre-activation WideResNet-16-4 (protocol notes section 4.0): all convs
   with bias, stride on the block's second conv, 1x1 conv skip on the raw block input when the shape
   changes; 2,751,146 parameters with BatchNorm.
+- ``cnn-gn``: ``cnn`` with GroupNorm(min(16, C), C) in place of BatchNorm (per-sample gradients
+  for DP-SGD need a model without batch statistics); PyTorch's default initialization.
+- ``wrn16-4-gn``: the paper's DP-SGD variant of WRN16-4 (protocol notes section 4.0, after De et
+  al. 2022): GroupNorm(min(16, C), C), norm after the ReLU (``conv(norm(relu(x)))``), skip
+  ``Seq(ReLU, GN, conv1x1)``, head ``norm(relu(x))``, weights trunc_normal(std=1/sqrt(fan_in)),
+  biases 0; 2,751,562 parameters.
 """
 
 from __future__ import annotations
@@ -28,15 +34,28 @@ class MLP(nn.Module):
         return self.head(self.body(x))
 
 
-class SmallCNN(nn.Module):
-    """Three conv-BN-ReLU-maxpool stages, then a 256-unit fully connected layer on the 4x4 map."""
+def group_norm(channels: int) -> nn.GroupNorm:
+    """GroupNorm(min(16, C), C), the DP-SGD models' normalization (protocol notes section 4.0)."""
+    return nn.GroupNorm(min(16, channels), channels)
 
-    def __init__(self, in_channels: int, width: int, num_classes: int, hidden: int = 256) -> None:
+
+class SmallCNN(nn.Module):
+    """Three conv-norm-ReLU-maxpool stages, then a 256-unit fully connected layer on the 4x4 map.
+
+    ``norm`` is ``"batch"`` (BatchNorm2d, the ``cnn`` kind) or ``"group"`` (GroupNorm(min(16, C), C),
+    the ``cnn-gn`` kind for DP-SGD).
+    """
+
+    def __init__(self, in_channels: int, width: int, num_classes: int, hidden: int = 256,
+                 norm: str = "batch") -> None:
         super().__init__()
+        if norm not in ("batch", "group"):
+            raise ValueError(f"norm must be 'batch' or 'group', got {norm!r}")
+        make_norm = nn.BatchNorm2d if norm == "batch" else group_norm
         layers: list[nn.Module] = []
         c = in_channels
         for mult in (1, 2, 4):
-            layers += [nn.Conv2d(c, width * mult, 3, padding=1, bias=False), nn.BatchNorm2d(width * mult),
+            layers += [nn.Conv2d(c, width * mult, 3, padding=1, bias=False), make_norm(width * mult),
                        nn.ReLU(), nn.MaxPool2d(2)]
             c = width * mult
         self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(c * 16, hidden),
@@ -86,13 +105,81 @@ class WideResNet(nn.Module):
         return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
 
 
+class _WideBlockGN(nn.Module):
+    """DP block (De et al. 2022 order): conv_in(norm_in(relu(x))) -> conv_out(norm_out(relu(.))) + skip(x).
+
+    The skip is ``Seq(ReLU, GN(fin), conv1x1)`` (with the block's stride) when the shape changes,
+    else the identity.
+    """
+
+    def __init__(self, fin: int, fout: int, stride: int) -> None:
+        super().__init__()
+        self.norm_in = group_norm(fin)
+        self.conv_in = nn.Conv2d(fin, fout, 3, padding=1)
+        self.norm_out = group_norm(fout)
+        self.conv_out = nn.Conv2d(fout, fout, 3, stride=stride, padding=1)
+        self.skip: nn.Module = (
+            nn.Sequential(nn.ReLU(), group_norm(fin), nn.Conv2d(fin, fout, 1, stride=stride))
+            if stride != 1 or fin != fout
+            else nn.Identity()
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv_in(self.norm_in(torch.relu(x)))
+        h = self.conv_out(self.norm_out(torch.relu(h)))
+        return h + self.skip(x)
+
+
+class WideResNetGN(nn.Module):
+    """WRN16-4 for DP-SGD (protocol notes section 4.0, ``use_group_norm``, ``swap_order``,
+    ``custom_init``): GroupNorm blocks of :class:`_WideBlockGN`, head ``norm(relu(x))`` -> average
+    pool -> linear; conv and linear weights ``trunc_normal_(std=1/sqrt(fan_in))`` (bounds +-2
+    absolute, torch's default), biases 0, GroupNorm weight 1 and bias 0."""
+
+    def __init__(self, in_channels: int, num_classes: int, depth: int = 16, widen: int = 4) -> None:
+        super().__init__()
+        n = (depth - 4) // 6
+        widths = [16 * widen, 32 * widen, 64 * widen]
+        self.conv_in = nn.Conv2d(in_channels, 16, 3, padding=1)
+        blocks: list[nn.Module] = []
+        fin = 16
+        for w, stride in zip(widths, (1, 2, 2)):
+            for i in range(n):
+                blocks.append(_WideBlockGN(fin, w, stride if i == 0 else 1))
+                fin = w
+        self.blocks = nn.Sequential(*blocks)
+        self.norm_out = group_norm(fin)
+        self.head = nn.Linear(fin, num_classes)
+        for m in self.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                fan_in = m.weight[0].numel()  # in_channels / groups * kh * kw, or in_features
+                nn.init.trunc_normal_(m.weight, std=1.0 / math.sqrt(fan_in))
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+            elif isinstance(m, nn.GroupNorm):
+                nn.init.ones_(m.weight)
+                nn.init.zeros_(m.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.blocks(self.conv_in(x))
+        h = self.norm_out(torch.relu(h))
+        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+
+
+MODEL_KINDS = ("mlp", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn")
+
+
 def build_model(kind: str, image_shape: tuple[int, int, int], num_classes: int, width: int) -> nn.Module:
-    """Build an architecture by name for images of ``image_shape`` (C, H, W)."""
+    """Build an architecture by name (one of :data:`MODEL_KINDS`) for images of ``image_shape`` (C, H, W)."""
     c = image_shape[0]
     if kind == "mlp":
         return MLP(math.prod(image_shape), width, num_classes)
     if kind == "cnn":
         return SmallCNN(c, width, num_classes)
+    if kind == "cnn-gn":
+        return SmallCNN(c, width, num_classes, norm="group")
     if kind == "wrn16-4":
         return WideResNet(c, num_classes, depth=16, widen=4)
+    if kind == "wrn16-4-gn":
+        return WideResNetGN(c, num_classes, depth=16, widen=4)
     raise ValueError(f"unknown model {kind!r}")
