@@ -57,12 +57,13 @@ def main() -> None:
     for d in args.defenses.split(","):
         r, wall = run(d, args)
         pop, smp = r.get("population"), r.get("sample")
-        eps = {m.get("epsilon") for m in [r.get("privacy", {})] if m} if "privacy" in r else set()
+        privacy = pop.get("privacy") or smp.get("privacy") or {}
+        eps = privacy.get("epsilon")
         rows.append(
             f"| {d} | {pct(pop['best']['tpr_at_fpr']['0.001'])} | {pct(smp['best']['tpr_at_fpr']['0.001'])} "
             f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}) | "
             f"{pct(pop['test_accuracy']['mean'])} | {pct(smp['test_accuracy']['mean'])} | "
-            f"{', '.join(f'{e:.3g}' for e in sorted(eps)) or '-'} | {wall:.0f} s |"
+            f"{'-' if eps is None else f'{eps:.3g}'} | {wall:.0f} s |"
         )
         if d == "hamp":
             notes.append(f"HAMP sample level, TPR@0.1%: label-only {pct(best_of(smp, 'label-only'))}, LiRA on "

@@ -231,7 +231,9 @@ def list_plugins() -> None:
                 cls = resolve(kind, name)
                 desc = cls.description
                 if kind == "defenses":
-                    desc += f" [dim](canary: {cls.default_canary}; attacks: {', '.join(cls.adaptive_attacks)})[/]"
+                    dc = cls.default_canary
+                    canaries = dc if isinstance(dc, str) else "max of " + ", ".join(dc)
+                    desc += f" [dim](canary: {canaries}; attacks: {', '.join(cls.adaptive_attacks)})[/]"
             except ConfigError as e:
                 desc = f"[red]failed to load: {e}[/]"
             table.add_row(kind[:-1] if kind != "canaries" else "canary", name, desc)

@@ -233,9 +233,10 @@ def _format_error(e: ValidationError) -> str:
 def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[str, ...] = ()) -> dict[str, Any]:
     """Fold the preset's per-defense section into the base config.
 
-    A preset may scale each defense to its size: ``defense_presets: {NAME: {train: {...}, params: {...}}}``.
-    For the chosen defense, ``train`` entries replace the preset's training recipe and ``params``
-    become the defense's parameters; the other defenses' sections are dropped, so the resolved
+    A preset may scale each defense to its size: ``defense_presets: {NAME: {train: {...}, params: {...},
+    audit: {...}}}``. For the chosen defense, ``train`` entries replace the preset's training recipe,
+    ``params`` become the defense's parameters and ``audit`` (``canary``, ``canary_params`` only)
+    replaces the sample-level canaries the defense declares; the other defenses' sections are dropped, so the resolved
     config holds exactly the values used. User overrides are applied after this. A wrapper
     defense (``subsample``) takes its inner defense's section, with the params placed under
     ``params_key`` (e.g. ``("inner_params",)``) inside ``defense_params``.
@@ -245,9 +246,16 @@ def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[st
     if not isinstance(sections, dict):
         raise ConfigError("defense_presets must map defense names to {train: ..., params: ...}")
     entry = sections.get(defense, {}) or {}
-    unknown = set(entry) - {"train", "params"}
+    unknown = set(entry) - {"train", "params", "audit"}
     if unknown:
-        raise ConfigError(f"defense_presets.{defense}: unknown key(s) {sorted(unknown)} (allowed: train, params)")
+        raise ConfigError(f"defense_presets.{defense}: unknown key(s) {sorted(unknown)} (allowed: train, params, audit)")
+    audit = entry.get("audit") or {}
+    bad_audit = set(audit) - {"canary", "canary_params"}
+    if bad_audit:
+        raise ConfigError(f"defense_presets.{defense}.audit: unknown key(s) {sorted(bad_audit)} "
+                          "(allowed: canary, canary_params)")
+    if audit:
+        out["audit"] = {**(out.get("audit") or {}), **audit}
     if entry.get("train"):
         out["train"] = {**(out.get("train") or {}), **entry["train"]}
     if entry.get("params"):

@@ -103,7 +103,10 @@ def _bounds_json(privacy: dict[str, Any], fprs: list[float]) -> dict[str, Any] |
     except (KeyError, TypeError, ValueError):
         return None
     b = SgmBound.compute(q, z, t)
-    targets = [0.0, *fprs]
+    # Positive FPRs only: for this mechanism no test has TPR > 0 at a true FPR of exactly 0, while
+    # the measured "TPR@0%" means no false positive among the S x C non-member guesses (a true FPR
+    # up to about 1/num_neg), so a bound at 0 would be compared with a different quantity.
+    targets = sorted({float(f) for f in fprs if f > 0})
     tprs = b.tpr_upper(np.array(targets))
     return {
         "mechanism": "poisson-subsampled gaussian",

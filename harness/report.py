@@ -140,7 +140,13 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     if bounds:
         table.add_row("DP ε (δ=1e-5)", *[f"{bounds['epsilon']:.3g}" for _ in bests])
         for t in targets:
-            table.add_row(f"provable TPR@{100 * t:g}% ≤", *[_pct(bounds["tpr_at_fpr"][fpr_key(t)]) for _ in bests])
+            if fpr_key(t) in bounds["tpr_at_fpr"]:  # positive FPRs only (harness.evaluation._bounds_json)
+                table.add_row(f"provable TPR@{100 * t:g}% ≤", *[_pct(bounds["tpr_at_fpr"][fpr_key(t)]) for _ in bests])
+    sub = next((results[lv]["privacy"].get("subsample_bounds") for lv in levels if results[lv].get("privacy")), None)
+    if sub:  # the subsample wrapper (Thudi et al.): positive-accuracy bound at the prior P1 / 2
+        table.add_row(f"PosAcc ≤ (P1 {sub['prior']:g})",
+                      *[f"{100 * sub['pos_acc_upper']:.1f}% (P1 0.5: {100 * sub['pos_acc_upper_without_subsampling']:.1f}%)"
+                        for _ in bests])
     table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
     if len(results.get("sample_by_canary", {})) > 1:
         hk0 = fpr_key(results["headline_fpr"])

@@ -38,6 +38,21 @@ def test_bad_values_raise_one_clear_config_error(overrides, needle):
     assert needle in msg and "\n" not in msg
 
 
+def test_defense_preset_sections_scale_the_recipe_and_the_canaries(tmp_path):
+    hamp = build_config("quick", {"defense": "hamp"})
+    assert (hamp.train.epochs, hamp.train.lr, hamp.audit.canary) == (200, 0.5, ["mislabeled", "uniform"])
+    undefended = build_config("quick")
+    assert (undefended.train.epochs, undefended.audit.canary) == (40, None)  # other sections are dropped
+    assert build_config("quick", {"defense": "hamp", "audit.canary": "mislabeled"}).audit.canary == "mislabeled"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("defense: hamp\ndefense_presets:\n  hamp: {audit: {models: 8}}\n")
+    with pytest.raises(ConfigError, match="defense_presets.hamp.audit: unknown key"):
+        build_config(str(bad))
+    bad.write_text("defense: hamp\ndefense_presets:\n  hamp: {canary: uniform}\n")
+    with pytest.raises(ConfigError, match="allowed: train, params, audit"):
+        build_config(str(bad))
+
+
 def test_unknown_preset():
     with pytest.raises(ConfigError, match="unknown preset"):
         build_config("nope")

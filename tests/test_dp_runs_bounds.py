@@ -1,0 +1,73 @@
+"""Whole DP-SGD runs through the harness: what the attacks measure must respect what the
+accountant proves.
+
+For every attack variant at every level, the empirical epsilon lower bound (a 95% bound from
+Clopper-Pearson limits, harness.bounds.empirical) stays at or below the accountant's epsilon at
+the same delta, and each measured (TPR, FPR) point, taken at its Clopper-Pearson limits, stays
+under the provable TPR-at-FPR curve of the same mechanism (results.json's ``bounds`` section
+holds that curve at the nominal FPRs). The two runs differ in strength: at
+noise 0.1 the attack on mislabeled canaries clears a lower bound above 1 (so the comparison is
+not vacuous), at noise 2 the accountant's epsilon is small.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import tiny_overrides
+from harness.bounds.empirical import clopper_pearson
+from harness.bounds.sgm import SgmBound
+from harness.cli import app
+
+
+def run_dpsgd(tmp_path, noise: float, epochs: int) -> dict:
+    sets = {**tiny_overrides(**{"audit.models": 8, "audit.size": 80}),
+            "defense_params.noise_multiplier": noise, "defense_params.batch_size": 32,
+            "defense_params.epochs": epochs, "defense_params.lr": 2.0, "defense_params.augmult": 1,
+            "defense_params.physical_batch_size": 128, "train.model": "mlp", "train.augment": False}
+    args = ["evaluate", "dpsgd-medium", "--canary", "mislabeled", "--out", str(tmp_path)]
+    for k, v in sets.items():
+        args += ["--set", f"{k}={v}"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (run_dir,) = tmp_path.iterdir()
+    return json.loads((run_dir / "results.json").read_text())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("noise,epochs,min_eps_lower", [(0.1, 24, 1.0), (2.0, 4, 0.0)])
+def test_empirical_epsilon_never_exceeds_the_accountants(tmp_path, noise, epochs, min_eps_lower):
+    r = run_dpsgd(tmp_path, noise, epochs)
+    levels = [r["population"], *r["sample_by_canary"].values()]
+    eps = r["population"]["privacy"]["epsilon"]
+    assert math.isfinite(eps) and eps > 0
+    assert r["population"]["privacy"]["noise_multiplier"] == noise
+    assert 0 < r["bounds"]["epsilon"] <= eps * 1.001  # RDP (the run's) is never tighter than the PLD epsilon
+    p = r["population"]["privacy"]
+    curve = SgmBound.compute(p["sample_rate"], p["noise_multiplier"], p["steps"])
+    best_lower, points = 0.0, []
+    for level in levels:
+        assert level["privacy"]["epsilon"] == eps
+        for e in level["attacks"]:
+            lo = e["eps_lower"]["epsilon"]
+            assert 0.0 <= lo <= eps, (e["name"], e["variant"], lo, eps)
+            best_lower = max(best_lower, lo)
+            for fpr, tpr in e["tpr_at_fpr"].items():
+                if float(fpr) == 0.0:  # no bound at FPR 0 (see harness.evaluation._bounds_json)
+                    assert fpr not in r["bounds"]["tpr_at_fpr"]
+                    continue
+                assert r["bounds"]["tpr_at_fpr"][fpr] >= float(fpr)
+                # "TPR@x" allows floor(x * num_neg) false positives: its true FPR is at most the
+                # Clopper-Pearson upper limit of that count, and its true TPR at least the lower
+                # limit of the true positives; there the provable curve must lie above.
+                points.append((clopper_pearson(math.floor(float(fpr) * e["num_neg"]), e["num_neg"])[1],
+                               clopper_pearson(round(tpr * e["num_pos"]), e["num_pos"])[0]))
+    assert best_lower >= min_eps_lower, best_lower
+    fpr_hi, tpr_lo = np.array(points).T
+    assert (tpr_lo <= curve.tpr_upper(fpr_hi) + 1e-9).all()  # one call: the curve's eps grid is the slow part
+    assert tpr_lo.max() > 0
