@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import torch
 from torch import nn
@@ -83,19 +84,25 @@ class _WideBlock(nn.Module):
         return h + self.skip(x)
 
 
+def wide_stages(block: Callable[[int, int, int], nn.Module], depth: int, widen: int) -> tuple[nn.Sequential, int]:
+    """The three WRN stages after the 16-channel stem: (depth - 4) / 6 blocks each, widths
+    16k, 32k, 64k (k = ``widen``), stride 1, 2, 2 on each stage's first block. Returns the
+    blocks and the output channels. ``block(fin, fout, stride)`` builds one block."""
+    n = (depth - 4) // 6
+    blocks: list[nn.Module] = []
+    fin = 16
+    for w, stride in zip((16 * widen, 32 * widen, 64 * widen), (1, 2, 2)):
+        for i in range(n):
+            blocks.append(block(fin, w, stride if i == 0 else 1))
+            fin = w
+    return nn.Sequential(*blocks), fin
+
+
 class WideResNet(nn.Module):
     def __init__(self, in_channels: int, num_classes: int, depth: int = 16, widen: int = 4) -> None:
         super().__init__()
-        n = (depth - 4) // 6
-        widths = [16 * widen, 32 * widen, 64 * widen]
         self.conv_in = nn.Conv2d(in_channels, 16, 3, padding=1)
-        blocks: list[nn.Module] = []
-        fin = 16
-        for w, stride in zip(widths, (1, 2, 2)):
-            for i in range(n):
-                blocks.append(_WideBlock(fin, w, stride if i == 0 else 1))
-                fin = w
-        self.blocks = nn.Sequential(*blocks)
+        self.blocks, fin = wide_stages(_WideBlock, depth, widen)
         self.norm_out = nn.BatchNorm2d(fin)
         self.head = nn.Linear(fin, num_classes)
 
@@ -138,16 +145,8 @@ class WideResNetGN(nn.Module):
 
     def __init__(self, in_channels: int, num_classes: int, depth: int = 16, widen: int = 4) -> None:
         super().__init__()
-        n = (depth - 4) // 6
-        widths = [16 * widen, 32 * widen, 64 * widen]
         self.conv_in = nn.Conv2d(in_channels, 16, 3, padding=1)
-        blocks: list[nn.Module] = []
-        fin = 16
-        for w, stride in zip(widths, (1, 2, 2)):
-            for i in range(n):
-                blocks.append(_WideBlockGN(fin, w, stride if i == 0 else 1))
-                fin = w
-        self.blocks = nn.Sequential(*blocks)
+        self.blocks, fin = wide_stages(_WideBlockGN, depth, widen)
         self.norm_out = group_norm(fin)
         self.head = nn.Linear(fin, num_classes)
         for m in self.modules():

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import typer
 from rich.console import Console
@@ -42,6 +42,15 @@ def _finite_or_none(x: Any) -> Any:
     if isinstance(x, float) and not math.isfinite(x):
         return None
     return x
+
+
+def _compute(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """``fn()``, with a bad input reported as one ``error:`` line and exit code 2."""
+    try:
+        return fn()
+    except (ConfigError, ValueError) as e:
+        _fail(str(e))
+        raise  # unreachable: _fail exits
 
 
 def _emit_json(obj: dict[str, Any]) -> None:
@@ -99,11 +108,7 @@ def thudi(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Positive/negative accuracy bounds (Thudi et al.) beside the earlier advantage bounds."""
-    try:
-        res = thudi_bounds(epsilon, delta, p1, tpr, tnr)
-    except (ConfigError, ValueError) as e:
-        _fail(str(e))
-        return
+    res = _compute(lambda: thudi_bounds(epsilon, delta, p1, tpr, tnr))
     if as_json:
         _emit_json(res)
         return
@@ -176,11 +181,7 @@ def sgm_cmd(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """Optimal MI bound of T Poisson-subsampled Gaussian steps (Mahloujifar et al.)."""
-    try:
-        res = sgm_bounds(q, noise, steps, fpr, delta)
-    except (ConfigError, ValueError) as e:
-        _fail(str(e))
-        return
+    res = _compute(lambda: sgm_bounds(q, noise, steps, fpr, delta))
     if as_json:
         _emit_json(res)
         return
@@ -200,16 +201,15 @@ def dpsgd(
     """The sgm bound for DP-SGD hyperparameters: q = B/N, T = epochs * ceil(N/B) (Poisson sampling assumed)."""
     from harness.bounds import sgm
 
-    try:
+    def compute() -> dict[str, Any]:
         _check(batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}")
         _check(dataset_size >= batch_size, f"--dataset-size must be >= --batch-size, got {dataset_size} < {batch_size}")
         _check(math.isfinite(epochs) and epochs > 0, f"--epochs must be > 0, got {epochs}")
         q, steps = sgm.dpsgd_params(batch_size, dataset_size, epochs)
-        res = sgm_bounds(q, noise, steps, fpr, delta)
-    except (ConfigError, ValueError) as e:
-        _fail(str(e))
-        return
-    res = {**res, "batch_size": batch_size, "dataset_size": dataset_size, "epochs": epochs}
+        return sgm_bounds(q, noise, steps, fpr, delta)  # holds "q" and "steps"
+
+    res = {**_compute(compute), "batch_size": batch_size, "dataset_size": dataset_size, "epochs": epochs}
+    q, steps = res["q"], res["steps"]
     if as_json:
         _emit_json(res)
         return
