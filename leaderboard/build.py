@@ -12,7 +12,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR", "sample TPR", "sample attack")
+COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR", "sample TPR", "canary",
+           "sample attack", "DP ε", "empirical ε ≥")
+
+
+def _dp_epsilon(results: dict[str, Any]) -> float | None:
+    privacy = next((results[lv].get("privacy") for lv in ("population", "sample")
+                    if lv in results and results[lv].get("privacy")), None)
+    return None if privacy is None else privacy.get("epsilon")
 
 
 def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
@@ -33,6 +40,14 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         "sample TPR": tpr("sample"),
         "sample attack": (f"{results['sample']['best']['name']} ({results['sample']['best']['variant']})"
                           if "sample" in results else ""),
+        "canary": results["sample"]["canary"] if "sample" in results else "",
+        # the accountant's epsilon (delta 1e-5) of DP-trained runs, and the strongest empirical
+        # 95% lower bound over the headline attacks of both levels (no ablations; docs/bounds.md)
+        "DP ε": _dp_epsilon(results),
+        "empirical ε ≥": max((a["eps_lower"]["epsilon"] for lv in ("population", "sample") if lv in results
+                              for a in results[lv]["attacks"]
+                              if "eps_lower" in a and a["name"] in results[lv].get("headline_attacks", [a["name"]])),
+                             default=None),
         "fpr": float(k),
         "source": str(source),
     }
@@ -52,6 +67,8 @@ def _fmt(col: str, v: Any) -> str:
         return "-"
     if col in ("test acc", "population TPR", "sample TPR"):
         return f"{100 * v:.1f}%"
+    if col in ("DP ε", "empirical ε ≥"):
+        return f"{v:.3g}"
     return str(v)
 
 

@@ -35,3 +35,9 @@ def test_quick_preset_sample_level_is_far_above_population_level(tmp_path):
     assert r["population"]["test_accuracy"]["mean"] > 0.9
     entries = build([tmp_path], tmp_path / "site")
     assert entries[0]["sample TPR"] == smp and (tmp_path / "site" / "index.html").is_file()
+    assert entries[0]["canary"] == "mislabeled" and entries[0]["DP ε"] is None
+    eps_lo = max(a["eps_lower"]["epsilon"] for lv in ("population", "sample") for a in r[lv]["attacks"]
+                 if a["name"] in r[lv]["headline_attacks"])
+    assert entries[0]["empirical ε ≥"] == eps_lo > 2.0  # 99% TPR at 0.1% FPR is strong evidence
+    md = (tmp_path / "site" / "leaderboard.md").read_text()
+    assert "| mislabeled |" in md and "empirical ε ≥" in md
