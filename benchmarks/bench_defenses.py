@@ -19,6 +19,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.evaluation import run_privacy
+
 DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh"]
 
 
@@ -57,8 +59,7 @@ def main() -> None:
     for d in args.defenses.split(","):
         r, wall = run(d, args)
         pop, smp = r.get("population"), r.get("sample")
-        privacy = pop.get("privacy") or smp.get("privacy") or {}
-        eps = privacy.get("epsilon")
+        eps = (run_privacy(r) or {}).get("epsilon")
         rows.append(
             f"| {d} | {pct(pop['best']['tpr_at_fpr']['0.001'])} | {pct(smp['best']['tpr_at_fpr']['0.001'])} "
             f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}) | "

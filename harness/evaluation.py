@@ -85,6 +85,12 @@ def _eps_lower_json(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any
     }
 
 
+def run_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``privacy`` record of a results.json (the first level that has one), or None."""
+    return next((results[lv]["privacy"] for lv in ("population", "sample")
+                 if lv in results and results[lv].get("privacy")), None)
+
+
 def _privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The DP guarantee the models report (defense_info with an epsilon): the weakest over models."""
     infos = [m.get("defense_info") or {} for m in metas]
@@ -240,8 +246,7 @@ def evaluate_run(
         strongest = max(by_canary.values(), key=lambda r: _headline_key(hk)(r["best"] | {"auc": 0.0}))
         results["sample"] = {**strongest, "canaries": list(by_canary)}
         results["sample_by_canary"] = by_canary
-    privacy = next((results[lv]["privacy"] for lv in ("population", "sample") if lv in results
-                    and results[lv]["privacy"]), None)
+    privacy = run_privacy(results)
     if privacy is not None:
         results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)
     results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}

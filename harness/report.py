@@ -15,7 +15,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.evaluation import fpr_key
+from harness.evaluation import fpr_key, run_privacy
 from harness.metrics import AttackMetrics, thin_roc
 from harness.runstore import atomic_write_bytes, atomic_write_json
 
@@ -139,10 +139,9 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     bounds = results.get("bounds")
     if bounds:
         table.add_row("DP ε (δ=1e-5)", *[f"{bounds['epsilon']:.3g}" for _ in bests])
-        for t in targets:
-            if fpr_key(t) in bounds["tpr_at_fpr"]:  # positive FPRs only (harness.evaluation._bounds_json)
-                table.add_row(f"provable TPR@{100 * t:g}% ≤", *[_pct(bounds["tpr_at_fpr"][fpr_key(t)]) for _ in bests])
-    sub = next((results[lv]["privacy"].get("subsample_bounds") for lv in levels if results[lv].get("privacy")), None)
+        for k, v in bounds["tpr_at_fpr"].items():  # positive FPRs only (harness.evaluation._bounds_json)
+            table.add_row(f"provable TPR@{100 * float(k):g}% ≤", *[_pct(v) for _ in bests])
+    sub = (run_privacy(results) or {}).get("subsample_bounds")
     if sub:  # the subsample wrapper (Thudi et al.): positive-accuracy bound at the prior P1 / 2
         table.add_row(f"PosAcc ≤ (P1 {sub['prior']:g})",
                       *[f"{100 * sub['pos_acc_upper']:.1f}% (P1 0.5: {100 * sub['pos_acc_upper_without_subsampling']:.1f}%)"

@@ -12,14 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from harness.evaluation import run_privacy
+
 COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR", "sample TPR", "canary",
            "sample attack", "DP ε", "empirical ε ≥")
-
-
-def _dp_epsilon(results: dict[str, Any]) -> float | None:
-    privacy = next((results[lv].get("privacy") for lv in ("population", "sample")
-                    if lv in results and results[lv].get("privacy")), None)
-    return None if privacy is None else privacy.get("epsilon")
 
 
 def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
@@ -43,7 +39,7 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         "canary": results["sample"]["canary"] if "sample" in results else "",
         # the accountant's epsilon (delta 1e-5) of DP-trained runs, and the strongest empirical
         # 95% lower bound over the headline attacks of both levels (no ablations; docs/bounds.md)
-        "DP ε": _dp_epsilon(results),
+        "DP ε": (run_privacy(results) or {}).get("epsilon"),
         "empirical ε ≥": max((a["eps_lower"]["epsilon"] for lv in ("population", "sample") if lv in results
                               for a in results[lv]["attacks"]
                               if "eps_lower" in a and a["name"] in results[lv].get("headline_attacks", [a["name"]])),
