@@ -71,19 +71,33 @@ class ServedModel(ABC):
         return {}
 
 
+class Normalizer:
+    """uint8 images (N, C, H, W) -> float32 ``(x / 255 - mean_c) / std_c`` on ``device``."""
+
+    def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], device: str | torch.device) -> None:
+        self.device = torch.device(device)
+        self.mean = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        self.std = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(self.device, torch.float32) / 255.0 - self.mean) / self.std
+
+
 class TorchClassifier(ServedModel):
-    """A torch classifier served as-is: normalizes uint8 inputs and returns its logits."""
+    """A torch classifier served as-is: normalizes uint8 inputs and returns its logits; ``info()``
+    returns the ``record`` given at construction."""
 
     def __init__(self, net: torch.nn.Module, mean: tuple[float, ...], std: tuple[float, ...], device: str,
-                 batch_size: int = 1024) -> None:
+                 batch_size: int = 1024, record: dict[str, Any] | None = None) -> None:
         self.net = net.eval()
         self.device = device
         self.batch_size = batch_size
-        self._mean = torch.tensor(mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-        self._std = torch.tensor(std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        self.normalize = Normalizer(mean, std, device)
+        self._record = dict(record or {})
 
-    def normalize(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.to(self.device, torch.float32) / 255.0 - self._mean) / self._std
+    def info(self) -> dict[str, Any]:
+        """``record``: what the defense wants stored with the model (e.g. DP-SGD's privacy record)."""
+        return dict(self._record)
 
     @torch.no_grad()
     def query(self, x: np.ndarray) -> np.ndarray:

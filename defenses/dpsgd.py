@@ -53,9 +53,8 @@ from opacus.accountants.accountant import IAccountant
 from torch import nn
 from torch.func import functional_call, grad, vmap
 
-from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
-from defenses.models import build_model
-from defenses.training import seeded_init
+from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
+from defenses.training import init_network
 from harness.augment import random_augment
 
 Grads = dict[str, torch.Tensor]
@@ -246,8 +245,7 @@ class DPSGDTrainer:
         self.empty_batches = 0
         self._x = torch.from_numpy(train.x).to(self.device)
         self._y = torch.from_numpy(train.y).to(self.device)
-        self._mean = torch.tensor(train.mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
-        self._std = torch.tensor(train.std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
+        self._normalize = Normalizer(train.mean, train.std, self.device)
         s_sample, s_noise = np.random.SeedSequence([seed, 0xD95]).generate_state(2)
         self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations
         self.noise_gen = torch.Generator(device=self.device).manual_seed(int(s_noise))
@@ -258,7 +256,7 @@ class DPSGDTrainer:
         x = self._x[idx].repeat_interleave(self.k, dim=0)
         if self.augment:
             x = random_augment(x, self.train_set.augment, self.sample_gen)
-        x = (x.float() / 255.0 - self._mean) / self._std
+        x = self._normalize(x)
         return x.view(len(idx), self.k, *x.shape[1:])
 
     def clipped_sum(self, idx: torch.Tensor) -> Grads:
@@ -343,18 +341,6 @@ class DPSGDTrainer:
         }
 
 
-class DPServedModel(TorchClassifier):
-    """The EMA model served as-is, with the run's privacy record as ``info()``."""
-
-    def __init__(self, net: nn.Module, mean: tuple[float, ...], std: tuple[float, ...], device: str,
-                 record: dict[str, Any]) -> None:
-        super().__init__(net, mean, std, device)
-        self._record = dict(record)
-
-    def info(self) -> dict[str, Any]:
-        return dict(self._record)
-
-
 class DPSGD(Defense):
     """DP-SGD with augmentation multiplicity and weight EMA (paper section 6.3, table 3).
 
@@ -401,11 +387,10 @@ class DPSGD(Defense):
         n = len(train)
         check_accountant(s.accountant, s.noise_multiplier, sample_rate(n, s.batch_size),
                          s.epochs * steps_per_epoch(n, s.batch_size), s.delta)
-        shape = tuple(train.x.shape[1:])
-        net = seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width), ctx.seed)
+        net = init_network(train, ctx)
         trainer = DPSGDTrainer(net, train, s, seed=ctx.seed, device=ctx.device, augment=ctx.train.augment)
         ema = trainer.train(ctx)
-        return DPServedModel(ema, train.mean, train.std, ctx.device, trainer.info())
+        return TorchClassifier(ema, train.mean, train.std, ctx.device, record=trainer.info())
 
 
 class DPSGDMedium(DPSGD):

@@ -26,8 +26,7 @@ import torch
 from scipy.optimize import brentq
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
-from defenses.models import build_model
-from defenses.training import seeded_init, train_classifier
+from defenses.training import init_network, train_classifier
 
 
 def soft_label_confidence(gamma: float, num_classes: int) -> float:
@@ -101,8 +100,7 @@ class HAMP(Defense):
         soft = np.full((len(train), k), (1 - p) / (k - 1), dtype=np.float32)
         soft[np.arange(len(train)), train.y] = p
         alpha = float(self.params["regularization"])
-        shape = tuple(train.x.shape[1:])
-        net = seeded_init(lambda: build_model(ctx.train.model, shape, k, ctx.train.width), ctx.seed)
+        net = init_network(train, ctx)
         net = train_classifier(net, train, ctx, targets=soft, loss_fn=lambda z, t, epoch: hamp_loss(z, t, alpha))
         model = TorchClassifier(net, train.mean, train.std, ctx.device)
-        return HAMPServed(model, shape, seed=ctx.seed + 1)
+        return HAMPServed(model, tuple(train.x.shape[1:]), seed=ctx.seed + 1)

@@ -17,8 +17,7 @@ import torch
 from torch import nn
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
-from defenses.models import build_model
-from defenses.training import seeded_init, train_classifier
+from defenses.training import init_network, train_classifier
 
 
 def relaxloss_loss(logits: torch.Tensor, y: torch.Tensor, epoch: int, alpha: float) -> torch.Tensor:
@@ -51,8 +50,7 @@ class RelaxLoss(Defense):
         alpha = float(self.params["target_loss"])
         if alpha <= 0:
             raise ValueError(f"target_loss must be positive, got {alpha}")
-        shape = tuple(train.x.shape[1:])
-        net = seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width), ctx.seed)
+        net = init_network(train, ctx)
         net = train_classifier(net, train, ctx, loss_fn=lambda z, y, epoch: relaxloss_loss(z, y, epoch, alpha))
         return TorchClassifier(net, train.mean, train.std, ctx.device)
 

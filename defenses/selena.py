@@ -52,11 +52,10 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import numpy as np
-from torch import nn
+from scipy.special import softmax
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
-from defenses.models import build_model
-from defenses.training import seeded_init, train_classifier
+from defenses.training import init_network, train_classifier
 from harness.config import TrainConfig
 
 # Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag, ...])).
@@ -134,7 +133,7 @@ class SplitAI(ServedModel):
     def teacher_probs(self, x: np.ndarray) -> np.ndarray:
         """(N, K, classes) float64 softmax outputs of every teacher on ``x``."""
         logits = np.stack([t.query(x) for t in self.teachers], axis=1).astype(np.float64)
-        return np.exp(logits - _logsumexp(logits))
+        return softmax(logits, axis=-1)
 
     def query(self, x: np.ndarray) -> np.ndarray:
         """log of the mean softmax of each input's L query teachers, float32 (N, classes)."""
@@ -144,23 +143,6 @@ class SplitAI(ServedModel):
         return np.log(np.maximum(mean, np.finfo(np.float64).tiny)).astype(np.float32)
 
 
-def _logsumexp(z: np.ndarray) -> np.ndarray:
-    m = z.max(axis=-1, keepdims=True)
-    return m + np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
-
-
-class SELENAStudent(TorchClassifier):
-    """The distilled student, served as-is; ``info`` records the Split-AI settings."""
-
-    def __init__(self, net: nn.Module, mean: tuple[float, ...], std: tuple[float, ...], device: str,
-                 facts: dict[str, Any]) -> None:
-        super().__init__(net, mean, std, device)
-        self._facts = facts
-
-    def info(self) -> dict[str, Any]:
-        return dict(self._facts)
-
-
 @dataclass(frozen=True)
 class SELENAFit:
     """Everything one SELENA fit produced: the Split-AI ensemble, the soft labels (n, classes)
@@ -168,7 +150,7 @@ class SELENAFit:
 
     split_ai: SplitAI
     soft_labels: np.ndarray
-    student: SELENAStudent
+    student: TorchClassifier
 
 
 class SELENA(Defense):
@@ -227,11 +209,6 @@ class SELENA(Defense):
         def part(j: int) -> Callable[[str, float], None]:
             return lambda what, f: ctx.report("train", float(done[j] + f * (done[j + 1] - done[j])))
 
-        shape = tuple(train.x.shape[1:])
-
-        def build() -> nn.Module:
-            return build_model(ctx.train.model, shape, train.num_classes, ctx.train.width)
-
         teachers: list[TorchClassifier] = []
         prob_sum = np.zeros((n, train.num_classes), dtype=np.float64)
         for k in range(k_total):
@@ -239,19 +216,19 @@ class SELENA(Defense):
             subset = dataclasses.replace(train, x=train.x[masks[k]], y=train.y[masks[k]])
             tctx = FitContext(seed=seed_k, device=ctx.device, train=teacher_cfg, params=ctx.params,
                               progress=part(k))
-            net = train_classifier(seeded_init(build, seed_k), subset, tctx)
+            net = train_classifier(init_network(train, ctx, seed_k), subset, tctx)
             teacher = TorchClassifier(net, train.mean, train.std, ctx.device)
             teachers.append(teacher)
             left_out = ~masks[k]  # the samples teacher k answers for: k is in their query set
             if left_out.any():
                 logits = teacher.query(train.x[left_out]).astype(np.float64)
-                prob_sum[left_out] += np.exp(logits - _logsumexp(logits))
+                prob_sum[left_out] += softmax(logits, axis=-1)
         soft = (prob_sum / num_query).astype(np.float32)
         split_ai = SplitAI(teachers, query_sets, train.x, derived_hash_key(ctx.seed), masks)
 
         seed_s = derived_seed(ctx.seed, _STUDENT)
         sctx = FitContext(seed=seed_s, device=ctx.device, train=ctx.train, params=ctx.params, progress=part(k_total))
-        student_net = train_classifier(seeded_init(build, seed_s), train, sctx, targets=soft)
+        student_net = train_classifier(init_network(train, ctx, seed_s), train, sctx, targets=soft)
         facts = {
             "num_teachers": k_total,
             "num_query": num_query,
@@ -259,7 +236,7 @@ class SELENA(Defense):
             "teacher_train_size_mean": float(sizes.mean()),
             "soft_label_agreement": float((soft.argmax(axis=1) == train.y).mean()),
         }
-        student = SELENAStudent(student_net, train.mean, train.std, ctx.device, facts)
+        student = TorchClassifier(student_net, train.mean, train.std, ctx.device, record=facts)
         return SELENAFit(split_ai=split_ai, soft_labels=soft, student=student)
 
 

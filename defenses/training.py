@@ -16,7 +16,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from defenses.base import FitContext, LabeledImages
+from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.models import build_model
 from harness.augment import random_augment
 from harness.config import TrainConfig
 
@@ -56,8 +57,7 @@ def train_classifier(
     net.to(device).train()
     x_all = torch.from_numpy(train.x).to(device)
     t_all = torch.from_numpy(train.y if targets is None else targets).to(device)
-    mean = torch.tensor(train.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
-    std = torch.tensor(train.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+    normalize = Normalizer(train.mean, train.std, device)
     loss_fn = loss_fn or (lambda z, t, epoch: nn.functional.cross_entropy(z, t))
     opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(ctx.seed)
@@ -72,7 +72,7 @@ def train_classifier(
             xb = x_all[idx]
             if cfg.augment:
                 xb = random_augment(xb, train.augment, gen)
-            xb = (xb.float() / 255.0 - mean) / std
+            xb = normalize(xb)
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * lr_factor(step, total, steps_per_epoch, cfg)
             loss = loss_fn(net(xb), t_all[idx], epoch)
@@ -89,3 +89,11 @@ def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
+
+
+def init_network(train: LabeledImages, ctx: FitContext, seed: int | None = None) -> nn.Module:
+    """The preset's architecture (``ctx.train.model``, ``ctx.train.width``) for ``train``'s image
+    shape and classes, initialized from ``seed`` (default ``ctx.seed``)."""
+    shape = tuple(train.x.shape[1:])
+    return seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width),
+                       ctx.seed if seed is None else seed)

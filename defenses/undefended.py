@@ -7,8 +7,7 @@ The preset's recipe trains the architecture it names (WRN16-4 for ``paper``, a s
 from __future__ import annotations
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
-from defenses.models import build_model
-from defenses.training import seeded_init, train_classifier
+from defenses.training import init_network, train_classifier
 
 
 class Undefended(Defense):
@@ -18,7 +17,6 @@ class Undefended(Defense):
     adaptive_attacks = ("lira",)
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
-        shape = tuple(train.x.shape[1:])
-        net = seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width), ctx.seed)
+        net = init_network(train, ctx)
         net = train_classifier(net, train, ctx)
         return TorchClassifier(net, train.mean, train.std, ctx.device)

@@ -17,6 +17,7 @@ from dataclasses import asdict
 from typing import Any
 
 import numpy as np
+from scipy.special import softmax
 
 from defenses.base import FitContext, LabeledImages
 from harness.bounds.empirical import LABEL_FLIP_THRESHOLDS, label_flip_game
@@ -59,9 +60,7 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
     t0 = time.perf_counter()
     served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
     train_s = time.perf_counter() - t0
-    logits = served.query(data.x_train[idx]).astype(np.float64)
-    prob = np.exp(logits - logits.max(1, keepdims=True))
-    prob /= prob.sum(1, keepdims=True)
+    prob = softmax(served.query(data.x_train[idx]).astype(np.float64), axis=1)
     rows = np.arange(num_canaries)
     games = [asdict(label_flip_game(prob[rows, trained], prob[rows, other], tau)) for tau in taus]
     test_acc = float((served.query(data.x_test).argmax(1) == data.y_test).mean())
