@@ -88,7 +88,12 @@ class LabelOnly(Attack):
     needs = frozenset({"logits"})
 
     def __init__(self, c: float = 1.0) -> None:
-        self.c = c
+        if isinstance(c, bool) or not isinstance(c, (int, float)) or not c > 0:
+            raise ValueError(f"label-only: c (inverse regularization) must be a positive number, got {c!r}")
+        self.c = float(c)
+
+    def params(self) -> dict[str, float]:
+        return {"c": self.c}
 
     def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
         feats = correctness_features(inp.signals["logits"], inp.labels)  # (S, C, A)

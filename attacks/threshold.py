@@ -1,7 +1,8 @@
 """The global-threshold baseline (Yeom et al. 2018; the paper's ``global`` attack).
 
 Score = the victim's own logit-scaled confidence or hinge on the unaugmented query; one threshold
-for all samples is swept by the ROC. Nothing is fitted, so no shadow model is used.
+for all samples is swept by the ROC. Nothing is fitted, so no shadow model is used. Primary
+variant: ``logit``.
 """
 
 from __future__ import annotations

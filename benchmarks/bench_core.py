@@ -34,10 +34,10 @@ def bench_training(cfg, repeats: int) -> dict[str, float]:
     fit_s, query_s = [], []
     for r in range(repeats):
         t0 = time.perf_counter()
-        served = defense.fit(train, FitContext(seed=model_seed(cfg.seed, "sample", r), device=cfg.run.device,
+        served = defense.fit(train, FitContext(seed=model_seed(cfg.seed, r), device=cfg.run.device,
                                                train=cfg.train))
         t1 = time.perf_counter()
-        collect_signals(served, ld.canaries.x, data.augment)
+        collect_signals(served, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
         served.query(data.x_test)
         query_s.append(time.perf_counter() - t1)
         fit_s.append(t1 - t0)
@@ -53,10 +53,13 @@ def bench_attacks(cfg, num_queries: int, num_classes: int) -> dict[str, float]:
         membership[rng.permutation(s)[: s // 2], i] = True
     logits = rng.normal(size=(s, c, num_queries, num_classes)).astype(np.float32)
     logits[..., 0] += 2.0 * membership[:, :, None]
-    inp = AttackInput(signals={"logits": logits}, labels=np.zeros(c, np.int64), membership=membership)
+    z = cfg.audit.population_samples
+    pop = rng.normal(size=(s, z, num_queries, num_classes)).astype(np.float32)
+    inp = AttackInput(signals={"logits": logits, "population_logits": pop}, labels=np.zeros(c, np.int64),
+                      membership=membership, population_labels=np.zeros(z, np.int64))
     t0 = time.perf_counter()
     variants = 0
-    for attack in load_attacks(attack_names(cfg, make_defense(cfg))):
+    for attack in load_attacks(attack_names(cfg, make_defense(cfg)), cfg.attack.params):
         for scores in attack.score(inp).values():
             evaluate_scores(scores, membership, np.ones(c, bool), cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
                             confidence=cfg.attack.confidence, seed=0)

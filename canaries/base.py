@@ -3,7 +3,9 @@ vulnerable samples).
 
 A generator takes the C audit samples (images and true labels) and returns them rewritten, plus
 which of them are evaluated by the attacks and any extra samples that are in every model's training
-set. Generators are deterministic given the RNG the harness passes in.
+set. Generators are deterministic given the :class:`CanaryContext` the harness passes in: its own
+seeded RNG by default, or, with ``audit.rng: paper``, the per-sample draws of the paper code's RNG
+tree (:class:`PaperDraws`), so that a canary's label change or colour is the paper's.
 """
 
 from __future__ import annotations
@@ -40,8 +42,46 @@ class Canaries:
             raise ValueError("a canary generator must evaluate at least one sample")
 
 
+@dataclass(frozen=True)
+class PaperDraws:
+    """The paper code's per-sample random draws for the C audit samples (protocol notes §1.3),
+    taken at the samples' pool indices from the whole-pool arrays:
+
+    - ``label_offsets`` (C,) in 0..K-2: ``label_changes``; the wrong label is ``r if r < y else r + 1``;
+    - ``colors`` (C, 3) uint8: the blank canaries' RGB colours;
+    - ``blank_labels`` (C,) in 0..K-1: the blank canaries' labels.
+    """
+
+    label_offsets: np.ndarray
+    colors: np.ndarray
+    blank_labels: np.ndarray
+
+
+@dataclass(frozen=True)
+class CanaryContext:
+    """What a generator may use besides the audit samples themselves.
+
+    ``rng`` is this canary's own seeded stream (``SeedSequence([seed, 0xCA, name])``);
+    ``pool_indices`` (C,) are the audit samples' indices in the training pool; ``data_dir`` is the
+    dataset folder (``data.path``, None for the bundled digits); ``paper`` holds the paper code's
+    draws when ``audit.rng`` is ``paper`` (None otherwise): built-in generators then use them
+    instead of ``rng`` wherever the paper's code draws the same quantity.
+    """
+
+    num_classes: int
+    rng: np.random.Generator
+    pool_indices: np.ndarray
+    data_dir: str | None = None
+    paper: PaperDraws | None = None
+
+
 class CanaryGenerator(ABC):
-    """Rewrite the audit samples. Subclasses set ``name`` and ``description``."""
+    """Rewrite the audit samples. Subclasses set ``name`` and ``description``.
+
+    Parameters come from ``audit.canary_params.<name>``; a generator with none keeps this
+    constructor, which refuses any. ``describe()`` returns what should be recorded with the run
+    (e.g. the resolved source of OOD images), after ``apply``.
+    """
 
     name: ClassVar[str]
     description: ClassVar[str]
@@ -51,5 +91,9 @@ class CanaryGenerator(ABC):
             raise ValueError(f"canary {self.name!r} takes no parameters, got {sorted(params)}")
 
     @abstractmethod
-    def apply(self, x: np.ndarray, y: np.ndarray, *, num_classes: int, rng: np.random.Generator) -> Canaries:
+    def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         """Return the rewritten audit samples for images ``x`` (C, ...) uint8 and labels ``y`` (C,)."""
+
+    def describe(self) -> dict[str, Any]:
+        """Facts about the last ``apply`` worth recording (JSON-serializable); empty by default."""
+        return {}

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from canaries.base import Canaries, CanaryGenerator
+from canaries.base import Canaries, CanaryContext, CanaryGenerator
 
 
 class NoCanaries(CanaryGenerator):
     name = "none"
     description = "audit samples unchanged: the population-level experiment"
 
-    def apply(self, x: np.ndarray, y: np.ndarray, *, num_classes: int, rng: np.random.Generator) -> Canaries:
+    def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         return Canaries(x=x.copy(), y=y.copy(), evaluated=np.ones(len(y), dtype=bool))

@@ -1,13 +1,18 @@
-"""The ``ood`` generator: out-of-distribution images with random labels.
+"""The ``ood`` generator: out-of-distribution images (protocol notes §2, ``ood``).
 
-Paper section 5.2 (SSL and DP-SGD canaries): the j-th audit sample is replaced by the j-th image of
-an outside source and given a uniformly random label. Sources (``audit.canary_params.source``):
+The j-th audit sample (in audit order) is replaced by the j-th image of an outside source; its
+label is kept, as in the paper's code: the original label of the replaced sample, random with
+respect to the new image's content and class-balanced (``label: random`` draws a uniform label
+instead). Sources (``audit.canary_params.ood.source``):
 
-- a tensor file in the format of the paper's ``ood_imagenet_samples.pt``: a bare uint8 tensor
-  [N, 3, H, W] saved with ``torch.save`` (RGB, channels first);
-- a folder of image files (read in sorted name order);
-- nothing, for a single-channel dataset such as digits: patches of scikit-learn's bundled sample
-  photos (china.jpg, flower.jpg), cut at seeded random positions and turned grey.
+- unset (the paper's): ``ood_imagenet_samples.pt`` in the dataset folder (``data.path``), the
+  file the paper's code loads from its data directory: a bare uint8 tensor [500, 3, 32, 32]
+  (one ImageNet train image per class for 500 classes). Its MD5 is recorded and compared with
+  the paper's (``47acc093c6ce95b2d453dff3a97f2500``);
+- a path: a tensor file in that format (any N >= C, [N, 1 or 3, H, W]), or a folder of image files
+  (read in sorted name order);
+- ``photos``: patches of scikit-learn's two bundled sample photos (china.jpg, flower.jpg), cut at
+  seeded random positions; works without any download (the ``quick`` and ``cifar10`` presets).
 
 Images are resized (bilinear, antialiased) to the dataset's image size and converted to its
 channel count (luma for grey, repeated channels for colour).
@@ -15,15 +20,19 @@ channel count (luma for grey, repeated channels for colour).
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from canaries.base import Canaries, CanaryGenerator
+from canaries.base import Canaries, CanaryContext, CanaryGenerator
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
+PAPER_FILE = "ood_imagenet_samples.pt"
+PAPER_MD5 = "47acc093c6ce95b2d453dff3a97f2500"
+PHOTOS = "photos"
 
 
 def _load_tensor_file(path: Path) -> np.ndarray:
@@ -52,7 +61,8 @@ def _load_folder(path: Path) -> np.ndarray:
     return np.stack(imgs).astype(np.uint8)
 
 
-def _sample_photo_patches(n: int, rng: np.random.Generator, patch: int = 96) -> np.ndarray:
+def sample_photo_patches(n: int, rng: np.random.Generator, patch: int = 96) -> np.ndarray:
+    """``n`` RGB patches (n, 3, patch, patch) of scikit-learn's bundled photos at random positions."""
     from sklearn.datasets import load_sample_images
 
     photos = load_sample_images().images  # two RGB photos, 427 x 640
@@ -80,34 +90,72 @@ def fit_to_shape(images: np.ndarray, shape: tuple[int, int, int]) -> np.ndarray:
     return t.round().clamp(0, 255).to(torch.uint8).numpy()
 
 
+def _md5(path: Path) -> str:
+    h = hashlib.md5()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 class OutOfDistribution(CanaryGenerator):
     name = "ood"
-    description = "out-of-distribution images (a .pt tensor, an image folder, or photo patches) with random labels"
+    description = ("out-of-distribution images (the paper's ImageNet file, a .pt tensor, an image folder, or "
+                   "'photos'), original labels kept")
 
-    def __init__(self, source: str | None = None, **params: Any) -> None:
+    def __init__(self, source: str | None = None, label: str = "original", **params: Any) -> None:
         super().__init__(**params)
+        if source is not None and (not isinstance(source, str) or not source):
+            raise ValueError(f"source must be a path or {PHOTOS!r}, got {source!r}")
+        if label not in ("original", "random"):
+            raise ValueError(f"label must be 'original' (the paper's) or 'random', got {label!r}")
         self.source = source
+        self.label = label
+        self._record: dict[str, Any] = {}
 
-    def apply(self, x: np.ndarray, y: np.ndarray, *, num_classes: int, rng: np.random.Generator) -> Canaries:
-        c = len(y)
-        if self.source is None:
-            if x.shape[1] != 1:
-                raise ValueError(
-                    "ood canaries for colour images need a source: --set audit.canary_params.source=PATH "
-                    "(a uint8 tensor file [N,3,H,W] such as ood_imagenet_samples.pt, or an image folder)"
-                )
-            raw = _sample_photo_patches(c, rng)
-        else:
+    def resolve_source(self, data_dir: str | None) -> str | Path:
+        """The source to read: :data:`PHOTOS` or a path (the paper's file when ``source`` is unset)."""
+        if self.source == PHOTOS:
+            return PHOTOS
+        if self.source is not None:
             path = Path(self.source).expanduser()
-            if path.is_dir():
-                raw = _load_folder(path)
-            elif path.is_file():
-                raw = _load_tensor_file(path)
-            else:
+            if not path.exists():
                 raise ValueError(f"OOD source {self.source!r} does not exist")
+            return path
+        path = Path(data_dir).expanduser() / PAPER_FILE if data_dir else None
+        if path is None or not path.is_file():
+            where = f"in the data folder {data_dir!r}" if data_dir else "(this dataset has no data folder)"
+            raise ValueError(
+                f"ood canaries read the paper's {PAPER_FILE} from the data folder, and there is none {where}; "
+                f"put it there, or set --set audit.canary_params.ood.source=PATH (a uint8 tensor file "
+                f"[N,3,H,W] or an image folder) or ...source={PHOTOS} (bundled photo patches)"
+            )
+        return path
+
+    def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
+        c = len(y)
+        src = self.resolve_source(ctx.data_dir)
+        record: dict[str, Any] = {"label": self.label}
+        if src == PHOTOS:
+            raw = sample_photo_patches(c, ctx.rng)
+            record["source"] = "photos (scikit-learn sample images, random patches)"
+        else:
+            path = Path(src)
+            raw = _load_folder(path) if path.is_dir() else _load_tensor_file(path)
+            record["source"] = str(path)
+            if path.is_file():
+                md5 = _md5(path)
+                record.update(md5=md5, is_papers_file=md5 == PAPER_MD5)
             if len(raw) < c:
-                raise ValueError(f"OOD source {self.source!r} has {len(raw)} images, the audit needs {c}")
+                raise ValueError(f"OOD source {str(path)!r} has {len(raw)} images, the audit needs {c}")
             raw = raw[:c]
-        images = fit_to_shape(raw, tuple(x.shape[1:]))
-        labels = rng.integers(0, num_classes, size=c).astype(np.int64)
+        images = fit_to_shape(raw, tuple(x.shape[1:]))  # type: ignore[arg-type]
+        if self.label == "original":
+            labels = np.asarray(y, np.int64).copy()
+        else:
+            labels = ctx.rng.integers(0, ctx.num_classes, size=c).astype(np.int64)
+        self._record = record
         return Canaries(x=images, y=labels, evaluated=np.ones(c, dtype=bool))
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._record)

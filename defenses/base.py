@@ -121,6 +121,18 @@ class Defense(ABC):
     adaptive_attacks: ClassVar[tuple[str, ...]] = ("lira",)
     ablation_attacks: ClassVar[tuple[str, ...]] = ()  # run and reported, never a headline
     param_defaults: ClassVar[dict[str, Any]] = {}
+    #: the ``train.*`` fields ``fit`` reads (None: all of them); an override of any other is refused
+    train_fields: ClassVar[frozenset[str] | None] = None
+    #: ``train.*`` fields one of the defense's own parameters replaces: {train field: parameter}
+    train_aliases: ClassVar[dict[str, str]] = {}
+    #: one line on how the defense trains, shown when a ``train.*`` override is refused
+    recipe_note: ClassVar[str] = ""
+
+    @classmethod
+    def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:
+        """(``train_fields``, {train field: the dotted override it becomes}, ``recipe_note``), given the
+        raw ``defense_params`` (see :mod:`harness.overrides`)."""
+        return cls.train_fields, {f: f"defense_params.{p}" for f, p in cls.train_aliases.items()}, cls.recipe_note
 
     def __init__(self, **params: Any) -> None:
         unknown = sorted(set(params) - set(self.param_defaults))
@@ -129,6 +141,10 @@ class Defense(ABC):
                 f"defense {self.name!r} has no parameter(s) {unknown}; known: {sorted(self.param_defaults) or 'none'}"
             )
         self.params = {**self.param_defaults, **params}
+
+    def check_config(self, cfg: Any) -> None:
+        """Raise ``ValueError`` before any training if the resolved config (``ExperimentConfig``)
+        cannot work with this defense (e.g. DP-SGD with a BatchNorm model). Default: nothing."""
 
     @abstractmethod
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:

@@ -4,10 +4,12 @@ noise levels ("medium", "high", "very high" epsilon).
 
 One logical step ``t`` (1-based), for a training set of N samples:
 
-1. Poisson sampling: every sample joins the batch independently with probability ``q = B / N``
-   (``min(1, B / N)``); there are ``ceil(N / B)`` steps per epoch. The paper's code uses
-   ``q = 1 / ceil(N / B)`` (Opacus's data loader); with ``B / N`` the expected batch size is
-   exactly B. An empty batch still takes a (pure noise) step, as the mechanism requires.
+1. Poisson sampling: every sample joins the batch independently with probability q; there are
+   ``ceil(N / B)`` steps per epoch. ``poisson_rate: paper`` (default) is the paper's code, i.e.
+   Opacus's DataLoader: ``q = 1 / ceil(N / B)`` and expected batch size ``int(N q)`` (medium at
+   N = 49 747: 25 steps per epoch, q = 0.04, 1989; epsilon 3558 as in table 3);
+   ``poisson_rate: b_over_n`` uses ``q = min(1, B / N)`` and expected batch size ``q N`` (= B).
+   An empty batch still takes a (pure noise) step, as the mechanism requires.
 2. Augmentation multiplicity (De et al. 2022): each sampled image is repeated K times and every
    copy gets its own random flip/shift (``harness.augment.random_augment``); the per-sample
    gradient is the gradient of the mean loss over the K copies,
@@ -15,7 +17,8 @@ One logical step ``t`` (1-based), for a training set of N samples:
    (``vmap(grad(.))`` over samples, the K copies a batch inside each sample).
 3. Clipping: ``g_i <- g_i * min(1, C / ||g_i||)``, the norm over all parameters (C =
    ``max_grad_norm``, 1.0); gradients with norm <= C are unchanged.
-4. Noise: ``g = (sum_i g_i + N(0, sigma^2 C^2 I)) / (q N)`` with a seeded generator.
+4. Noise: ``g = (sum_i g_i + N(0, sigma^2 C^2 I)) / E`` with E the expected batch size (above)
+   and a seeded generator.
 5. Plain SGD (momentum 0, weight decay 0): ``theta <- theta - lr * g`` (lr 4 in the paper).
 6. EMA of the weights: ``ema <- d_t ema + (1 - d_t) theta`` with
    ``d_t = min(ema_decay, (1 + t) / (10 + t))`` (0.9999 in the paper; 2/11 at t = 1); buffers are
@@ -31,7 +34,7 @@ preset's ``train`` section only ``model``, ``width`` and ``augment`` are used (w
 must have no batch statistics (``mlp``, ``cnn-gn``, ``wrn16-4-gn``): per-sample gradients are
 undefined with BatchNorm.
 
-Differences from the paper's code: ``q = B / N`` (above); the images are augmented as uint8
+Differences from the paper's code: the images are augmented as uint8
 (zero padding, like the harness's query augmentations) and then normalized, whereas the paper
 normalizes first (padding with the mean); the per-sample gradients come from ``torch.func``
 instead of Opacus's grad-sampler hooks (the same quantity); the noise comes from a generator
@@ -67,11 +70,24 @@ PRV_MAX_GRID_POINTS = 4_000_000
 # --- schedule and accounting --------------------------------------------------------------------
 
 
-def sample_rate(n: int, batch_size: int) -> float:
-    """Poisson sampling rate ``q = min(1, B / N)`` (expected batch size B)."""
+POISSON_RATES = ("paper", "b_over_n")
+
+
+def sample_rate(n: int, batch_size: int, mode: str = "paper") -> float:
+    """Poisson sampling rate: ``1 / ceil(N / B)`` (``paper``: Opacus's DataLoader, as the paper's
+    code) or ``min(1, B / N)`` (``b_over_n``)."""
     if n < 1:
         raise ValueError("DP-SGD needs at least one training sample")
-    return min(1.0, batch_size / n)
+    if mode == "paper":
+        return 1.0 / steps_per_epoch(n, batch_size)
+    if mode == "b_over_n":
+        return min(1.0, batch_size / n)
+    raise ValueError(f"poisson_rate must be one of {', '.join(POISSON_RATES)}, got {mode!r}")
+
+
+def expected_batch_size(n: int, q: float, mode: str = "paper") -> float:
+    """The denominator of the noisy mean gradient: ``int(N q)`` (``paper``, as Opacus) or ``q N``."""
+    return float(int(n * q)) if mode == "paper" else q * n
 
 
 def steps_per_epoch(n: int, batch_size: int) -> int:
@@ -193,8 +209,11 @@ class DPSGDSettings:
     delta: float
     accountant: str
     physical_batch_size: int
+    poisson_rate: str = "paper"
 
     def __post_init__(self) -> None:
+        if self.poisson_rate not in POISSON_RATES:
+            raise ValueError(f"poisson_rate must be one of {', '.join(POISSON_RATES)}, got {self.poisson_rate!r}")
         if self.noise_multiplier < 0:
             raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
         if self.max_grad_norm <= 0:
@@ -237,8 +256,8 @@ class DPSGDTrainer:
         self.augment = augment
         self.k = settings.augmult if augment else 1
         self.n = len(train)
-        self.q = sample_rate(self.n, settings.batch_size)
-        self.expected_batch = self.q * self.n
+        self.q = sample_rate(self.n, settings.batch_size, settings.poisson_rate)
+        self.expected_batch = max(1.0, expected_batch_size(self.n, self.q, settings.poisson_rate))
         self.steps_per_epoch = steps_per_epoch(self.n, settings.batch_size)
         self.accountant = make_accountant(settings.accountant)
         self.step_count = 0
@@ -272,7 +291,7 @@ class DPSGDTrainer:
         return total
 
     def noisy_gradient(self, idx: torch.Tensor) -> Grads:
-        """``(sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / (q N)`` for the batch ``idx``."""
+        """``(sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / E`` (E the expected batch size) for the batch ``idx``."""
         total = self.clipped_sum(idx)
         std = self.settings.noise_multiplier * self.settings.max_grad_norm
         out = {}
@@ -327,6 +346,7 @@ class DPSGDTrainer:
             "delta": s.delta,
             "noise_multiplier": s.noise_multiplier,
             "sample_rate": self.q,
+            "poisson_rate": s.poisson_rate,
             "steps": self.step_count,
             "accountant": s.accountant,
             "batch_size": s.batch_size,
@@ -345,14 +365,23 @@ class DPSGD(Defense):
     """DP-SGD with augmentation multiplicity and weight EMA (paper section 6.3, table 3).
 
     Defaults are the paper's "medium" setting; the subclasses fix the three settings of table 3.
-    Audited with the paper's DP-SGD canaries (mislabeled, OOD, uniform noise), one sample-level
-    experiment each; the headline is the strongest.
+    Audited with the paper's DP-SGD canaries (mislabeled, OOD, blank one-colour images), one
+    sample-level experiment each; the headline is the strongest.
+
+    The mechanism's recipe is its own: ``epochs``, ``batch_size`` and ``lr`` are parameters (the
+    ``--epochs`` flag and ``train.epochs`` / ``train.batch_size`` / ``train.lr`` overrides are routed
+    to them); of the preset's ``train`` section only ``model``, ``width`` and ``augment`` are read.
     """
 
     name = "dpsgd"
     description = "DP-SGD (Opacus accounting) with augmult, clipping 1, Poisson sampling and weight EMA"
-    default_canary = ("mislabeled", "ood", "uniform")  # type: ignore[assignment]
+    default_canary = ("mislabeled", "ood", "blank")  # type: ignore[assignment]
     adaptive_attacks = ("lira",)
+    train_fields = frozenset({"model", "width", "augment"})
+    train_aliases = {"epochs": "epochs", "batch_size": "batch_size", "lr": "lr"}
+    recipe_note = ("DP-SGD trains with plain SGD (no momentum, no weight decay) at a constant learning rate, "
+                   "as the paper's baselines; its own settings are defense_params.noise_multiplier, max_grad_norm, "
+                   "augmult, ema_decay, delta, accountant, poisson_rate, physical_batch_size")
     param_defaults: ClassVar[dict[str, Any]] = {
         "noise_multiplier": 0.2,
         "max_grad_norm": 1.0,
@@ -364,6 +393,7 @@ class DPSGD(Defense):
         "delta": 1e-5,
         "accountant": "rdp",
         "physical_batch_size": 64,
+        "poisson_rate": "paper",
     }
 
     def __init__(self, **params: Any) -> None:
@@ -380,12 +410,19 @@ class DPSGD(Defense):
             delta=float(p["delta"]),
             accountant=p["accountant"],
             physical_batch_size=p["physical_batch_size"],
+            poisson_rate=p["poisson_rate"],
         )
+
+    def check_config(self, cfg: Any) -> None:
+        """Per-sample gradients need a model without batch statistics."""
+        if cfg.train.model not in ("mlp", "cnn-gn", "wrn16-4-gn"):
+            raise ValueError(f"DP-SGD needs a model without BatchNorm (per-sample gradients): mlp, cnn-gn or "
+                             f"wrn16-4-gn, got train.model={cfg.train.model}")
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         s = self.settings
         n = len(train)
-        check_accountant(s.accountant, s.noise_multiplier, sample_rate(n, s.batch_size),
+        check_accountant(s.accountant, s.noise_multiplier, sample_rate(n, s.batch_size, s.poisson_rate),
                          s.epochs * steps_per_epoch(n, s.batch_size), s.delta)
         net = init_network(train, ctx)
         trainer = DPSGDTrainer(net, train, s, seed=ctx.seed, device=ctx.device, augment=ctx.train.augment)

@@ -59,12 +59,37 @@ class SmallCNN(nn.Module):
             layers += [nn.Conv2d(c, width * mult, 3, padding=1, bias=False), make_norm(width * mult),
                        nn.ReLU(), nn.MaxPool2d(2)]
             c = width * mult
-        self.body = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(4), nn.Flatten(), nn.Linear(c * 16, hidden),
-                                  nn.ReLU())
+        self.body = nn.Sequential(*layers, AvgPoolTo(4), nn.Flatten(), nn.Linear(c * 16, hidden), nn.ReLU())
         self.head = nn.Linear(hidden, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.body(x))
+
+
+class AvgPoolTo(nn.Module):
+    """``AdaptiveAvgPool2d(size)`` for the shapes these models produce, with deterministic CUDA
+    kernels (adaptive pooling's CUDA backward is not deterministic and is refused under
+    ``torch.use_deterministic_algorithms``): the identity at ``size``, ``avg_pool2d`` when the side is
+    a multiple of ``size``, and replication when it is 1; adaptive pooling otherwise."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h, w = x.shape[-2:]
+        if (h, w) == (self.size, self.size):
+            return x
+        if h == w and h % self.size == 0:
+            return nn.functional.avg_pool2d(x, h // self.size)
+        if (h, w) == (1, 1):
+            return x.expand(*x.shape[:-2], self.size, self.size)
+        return nn.functional.adaptive_avg_pool2d(x, self.size)
+
+
+def global_avg_pool(x: torch.Tensor) -> torch.Tensor:
+    """(N, C, H, W) -> (N, C): the mean over the spatial positions (deterministic on CUDA)."""
+    return x.mean(dim=(-2, -1))
 
 
 class _WideBlock(nn.Module):
@@ -109,7 +134,7 @@ class WideResNet(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.blocks(self.conv_in(x))
         h = torch.relu(self.norm_out(h))
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+        return self.head(global_avg_pool(h))
 
 
 class _WideBlockGN(nn.Module):
@@ -162,7 +187,7 @@ class WideResNetGN(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.blocks(self.conv_in(x))
         h = self.norm_out(torch.relu(h))
-        return self.head(torch.flatten(nn.functional.adaptive_avg_pool2d(h, 1), 1))
+        return self.head(global_avg_pool(h))
 
 
 MODEL_KINDS = ("mlp", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn")

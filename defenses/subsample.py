@@ -55,6 +55,27 @@ class Subsample(Defense):
     description = "train the inner defense on a random fraction of the data (Thudi et al.: less can be more)"
     param_defaults = {"inner": "undefended", "rate": 0.5, "inner_params": {}}
 
+    @classmethod
+    def _inner_cls(cls, params: dict[str, Any]) -> type[Defense]:
+        from harness.registry import resolve
+
+        return resolve("defenses", str(params.get("inner", cls.param_defaults["inner"])))
+
+    @classmethod
+    def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:
+        """The inner defense's recipe fields; its aliases point into ``defense_params.inner_params``."""
+        inner = cls._inner_cls(params)
+        fields, aliases, note = inner.recipe_routing(dict(params.get("inner_params") or {}))
+        return fields, {f: a.replace("defense_params.", "defense_params.inner_params.", 1) for f, a in aliases.items()}, note
+
+    @classmethod
+    def inner_default_canary(cls, params: dict[str, Any]) -> Any:
+        """The sample-level canaries of the wrapped defense."""
+        return cls._inner_cls(params).default_canary
+
+    def check_config(self, cfg: Any) -> None:
+        self.inner.check_config(cfg)
+
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         from harness.registry import resolve

@@ -196,19 +196,23 @@ def dpsgd(
     noise: float = typer.Option(..., help="noise multiplier z = sigma / clipping norm"),
     fpr: list[float] = typer.Option([], "--fpr", help="FPR at which to bound the TPR (repeatable; default 0.001 0.01)"),
     delta: float = typer.Option(1e-5, help="delta for the reported epsilon"),
+    poisson_rate: str = typer.Option("b_over_n", "--poisson-rate",
+                                     help="b_over_n: q = B/N; paper: q = 1/ceil(N/B) (Opacus's loader, the paper's code)"),
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
-    """The sgm bound for DP-SGD hyperparameters: q = B/N, T = epochs * ceil(N/B) (Poisson sampling assumed)."""
+    """The sgm bound for DP-SGD hyperparameters: T = epochs * ceil(N/B), q = B/N or 1/ceil(N/B) (Poisson sampling)."""
     from harness.bounds import sgm
 
     def compute() -> dict[str, Any]:
         _check(batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}")
         _check(dataset_size >= batch_size, f"--dataset-size must be >= --batch-size, got {dataset_size} < {batch_size}")
         _check(math.isfinite(epochs) and epochs > 0, f"--epochs must be > 0, got {epochs}")
-        q, steps = sgm.dpsgd_params(batch_size, dataset_size, epochs)
+        _check(poisson_rate in ("b_over_n", "paper"), f"--poisson-rate must be b_over_n or paper, got {poisson_rate!r}")
+        q, steps = sgm.dpsgd_params(batch_size, dataset_size, epochs, poisson_rate)
         return sgm_bounds(q, noise, steps, fpr, delta)  # holds "q" and "steps"
 
-    res = {**_compute(compute), "batch_size": batch_size, "dataset_size": dataset_size, "epochs": epochs}
+    res = {**_compute(compute), "batch_size": batch_size, "dataset_size": dataset_size, "epochs": epochs,
+           "poisson_rate": poisson_rate}
     q, steps = res["q"], res["steps"]
     if as_json:
         _emit_json(res)

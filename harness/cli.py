@@ -32,6 +32,13 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _refuse_set_keys(overrides: dict[str, Any]) -> None:
+    """``--set`` keys that have their own argument are refused, so nothing is set twice."""
+    for key, use in (("defense", "the DEFENSE argument"), ("preset", "--preset")):
+        if key in overrides:
+            raise ConfigError(f"--set {key}=... is not a config override; use {use}")
+
+
 def _overrides(**flags: Any) -> dict[str, Any]:
     mapping = {
         "models": "audit.models",
@@ -112,6 +119,15 @@ def evaluate(
 
     try:
         overrides = parse_set_options(set_)
+        _refuse_set_keys(overrides)
+        if canary is not None and not all(c.strip() for c in canary.split(",")):
+            raise ConfigError(f"--canary needs canary names (comma-separated), got {canary!r}")
+        if run_dir is not None and out is not None:
+            raise ConfigError("--out is the parent folder of new run directories; --run-dir names the directory "
+                              "itself: give one of them")
+        if (inner is not None or rate is not None) and defense != "subsample":
+            raise ConfigError("--inner and --rate apply to the subsample defense only "
+                              "(harness evaluate subsample --inner DEFENSE --rate P1)")
         canaries = [c.strip() for c in canary.split(",")] if canary else None
         overrides.update(
             _overrides(models=models, audit_size=audit_size,
@@ -241,6 +257,18 @@ def list_plugins() -> None:
     console.print(f"Presets: {', '.join(preset_names())}")
 
 
+ONE_RUN_KEYS = ("seed", "data", "train", "defense_params", "run.device", "run.out", "run.deterministic")
+
+
+def _refuse_for_one_run(overrides: dict[str, Any]) -> None:
+    """audit-one-run trains one model with its own canaries: the audit design, the attacks and the
+    executor settings do not apply."""
+    for key in overrides:
+        if not any(key == k or key.startswith(k + ".") for k in ONE_RUN_KEYS):
+            raise ConfigError(f"--set {key} does not apply to audit-one-run (one model, its own label-flip "
+                              f"canaries: use --canaries); it reads {', '.join(k + '*' if '.' not in k and k != 'seed' else k for k in ONE_RUN_KEYS)}")
+
+
 @app.command("audit-one-run")
 def audit_one_run_cmd(
     defense: str = typer.Argument(..., help="defense name or path/to/file.py:ClassName"),
@@ -265,6 +293,8 @@ def audit_one_run_cmd(
 
     try:
         overrides = parse_set_options(set_)
+        _refuse_set_keys(overrides)
+        _refuse_for_one_run(overrides)
         overrides.update(_overrides(epochs=epochs, seed=seed, device=device, out=out, data_dir=data_dir))
         overrides["defense"] = defense
         cfg = build_config(preset, overrides)

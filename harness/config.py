@@ -42,7 +42,27 @@ class AuditConfig(_Strict):
     canary: str | list[str] | None = Field(
         default=None, description="sample-level canary (or several); None = the defense's default"
     )
-    canary_params: dict[str, Any] = Field(default_factory=dict, description="parameters of the sample-level canary")
+    canary_params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-canary parameters: {canary name: {param: value}}"
+    )
+    rng: Literal["harness", "paper"] = Field(
+        default="harness", description="RNG tree of the design and canaries: ours, or the paper code's (harness/design.py)"
+    )
+    population_samples: int = Field(
+        default=1000, ge=0, description="test images every model is also queried on (RMIA's population samples z)"
+    )
+
+    @field_validator("canary_params", mode="before")
+    @classmethod
+    def _keyed_by_canary(cls, v: Any) -> Any:
+        if isinstance(v, dict):
+            flat = sorted(k for k, p in v.items() if not isinstance(p, dict))
+            if flat:
+                raise ValueError(
+                    f"canary_params is keyed by canary name ({', '.join(map(str, flat))} is not a mapping): use "
+                    "audit.canary_params.<canary>.<param>=VALUE, e.g. --set audit.canary_params.ood.source=PATH"
+                )
+        return v
 
     @field_validator("models")
     @classmethod
@@ -84,7 +104,10 @@ class TrainConfig(_Strict):
 class AttackConfig(_Strict):
     """Which attacks score the saved signals, and how the metrics are computed."""
 
-    names: list[str] = Field(default_factory=lambda: ["lira"], description="attacks beside the defense's own")
+    names: list[str] = Field(default_factory=lambda: ["lira", "rmia"], description="attacks beside the defense's own")
+    params: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="per-attack parameters: {attack name: {param: value}}"
+    )
     fprs: list[float] = Field(
         default_factory=lambda: [0.001, 0.01], description="target FPRs in (0, 1); FPR = 0 is always reported"
     )
@@ -108,6 +131,9 @@ class RunConfig(_Strict):
     executor: Literal["local"] = "local"
     out: str = "runs"
     level: Literal["population", "sample", "both"] = "both"
+    deterministic: bool = Field(
+        default=True, description="CUDA: deterministic algorithms + CUBLAS_WORKSPACE_CONFIG (the paper's setting)"
+    )
 
     @field_validator("device")
     @classmethod
@@ -255,7 +281,13 @@ def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[st
         raise ConfigError(f"defense_presets.{defense}.audit: unknown key(s) {sorted(bad_audit)} "
                           "(allowed: canary, canary_params)")
     if audit:
-        out["audit"] = {**(out.get("audit") or {}), **audit}
+        base = dict(out.get("audit") or {})
+        if "canary_params" in audit:  # per canary: the defense's parameters replace the preset's
+            params = {k: dict(v) if isinstance(v, dict) else v for k, v in (base.get("canary_params") or {}).items()}
+            for canary, p in (audit.get("canary_params") or {}).items():
+                params[canary] = {**(params.get(canary) or {}), **(p or {})} if isinstance(p, dict) else p
+            audit = {**audit, "canary_params": params}
+        out["audit"] = {**base, **audit}
     if entry.get("train"):
         out["train"] = {**(out.get("train") or {}), **entry["train"]}
     if entry.get("params"):
@@ -270,10 +302,15 @@ def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[st
 
 
 def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Load a preset, fold in its section for the chosen defense, apply overrides and validate.
+    """Load a preset, fold in its section for the chosen defense, check and apply overrides, validate.
 
+    Every override must take effect: :func:`harness.overrides.route_overrides` rewrites recipe
+    overrides a defense takes as its own parameters and refuses the ones nothing would read.
     Raises :class:`ConfigError` on any mistake.
     """
+    from harness.overrides import route_overrides, run_attack_names, settle_attack_params, settle_canary_params
+    from harness.registry import resolve
+
     overrides = overrides or {}
     raw = load_preset_mapping(preset)
     defense = str(overrides.get("defense", raw.get("defense", "undefended")))
@@ -282,7 +319,11 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
         raw = apply_defense_preset(raw, str(inner), ("inner_params",))
     else:
         raw = apply_defense_preset(raw, defense)
-    return validate_config(apply_overrides(raw, overrides))
+    defense_cls = resolve("defenses", defense)
+    routed = route_overrides(raw, overrides, defense_cls)
+    merged = settle_canary_params(apply_overrides(raw, routed), routed, defense_cls)
+    merged = settle_attack_params(merged, routed, run_attack_names(merged, defense_cls))
+    return validate_config(merged)
 
 
 def validate_config(raw: dict[str, Any]) -> ExperimentConfig:

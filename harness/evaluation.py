@@ -35,12 +35,39 @@ def attack_names(cfg: ExperimentConfig, defense: Defense) -> list[str]:
     return list(dict.fromkeys([*cfg.attack.names, *defense.adaptive_attacks, *defense.ablation_attacks]))
 
 
-def load_attacks(names: list[str]) -> list[Attack]:
+def load_attacks(names: list[str], params: dict[str, dict[str, Any]] | None = None) -> list[Attack]:
+    """Instantiate the attacks with their ``attack.params``; a parameter for an attack that is not
+    run, an unknown parameter or a bad value is a ConfigError."""
+    import inspect
+
+    params = params or {}
+    stray = sorted(set(params) - set(names))
+    if stray:
+        raise ConfigError(f"attack.params.{stray[0]}: this run does not run {stray[0]!r} (its attacks: "
+                          f"{', '.join(names)}); add it with --set attack.names=[...]")
     out = []
     for n in names:
         cls = resolve("attacks", n)
-        out.append(cls())
+        p = params.get(n) or {}
+        if not isinstance(p, dict):
+            raise ConfigError(f"attack.params.{n} must map parameter names to values, got {p!r}")
+        try:
+            out.append(cls(**p))
+        except TypeError:
+            known = [k for k in inspect.signature(cls.__init__).parameters if k not in ("self", "params")]
+            raise ConfigError(f"attack.params.{n}: unknown parameter(s) {sorted(set(p) - set(known))}; "
+                              f"known: {', '.join(known) or 'none'}") from None
+        except ValueError as e:
+            raise ConfigError(f"attack.params.{n}: {e}") from None
     return out
+
+
+def check_attack_signals(attacks: list[Attack], cfg: ExperimentConfig) -> None:
+    """Refuse, before training, an attack whose signals the run will not save."""
+    for a in attacks:
+        if "population_logits" in a.needs and cfg.audit.population_samples == 0:
+            raise ConfigError(f"attack {a.name!r} needs population samples: set audit.population_samples > 0, "
+                              f"or leave it out (--set attack.names=[...])")
 
 
 @dataclass(frozen=True)
@@ -67,14 +94,17 @@ EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants
 
 
 def _eps_lower_json(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any]:
-    """Empirical epsilon lower bound of DP auditing for one attack variant (harness.bounds.empirical):
-    Clopper-Pearson 95% limits, maximized over thresholds with a Bonferroni correction (so the
-    maximum stays a valid 95% bound), and the optimistic uncorrected maximum beside it."""
+    """The *nominal* empirical epsilon lower bound of one attack variant (harness.bounds.empirical):
+    Clopper-Pearson 95% limits on the pooled S x C guesses, maximized over thresholds with a
+    Bonferroni correction, and the uncorrected maximum beside it. Nominal: it treats the pooled
+    guesses as independent draws, which they are not (S models, shared shadows); the one-run bound
+    (:func:`_one_run_json`) is the one valid under that dependence."""
     from harness.bounds.empirical import epsilon_lower_bound_roc
 
     valid = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=True)
     naive = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=False)
     return {
+        "kind": "nominal",
         "epsilon": valid.epsilon,
         "epsilon_uncorrected": naive.epsilon,
         "delta": EPS_DELTA,
@@ -83,6 +113,14 @@ def _eps_lower_json(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any
         "fpr": valid.fpr,
         "direction": valid.direction,
     }
+
+
+def _one_run_json(scores: np.ndarray, membership: np.ndarray, num_canaries: int) -> dict[str, Any]:
+    """Steinke-Nasr-Jagielski one-run bound per victim, Bonferroni over victims (harness.bounds.one_run)."""
+    from harness.bounds.one_run import one_run_bound
+
+    return {"kind": "one-run", **one_run_bound(scores, membership, delta=EPS_DELTA, alpha=0.05,
+                                               num_canaries=num_canaries).to_json()}
 
 
 def run_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
@@ -139,51 +177,124 @@ def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
 
 
 def _headline_key(hk: str):
+    """Order of candidates for a headline: TPR at the headline FPR, then at FPR 0, then AUC; a
+    remaining tie goes to the earlier candidate (attacks in run order)."""
     return lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"])
 
 
+@dataclass(frozen=True)
+class Candidate:
+    """One headline candidate: an attack's primary variant on one experiment, with its scores."""
+
+    label: str  # "<experiment>/<attack>:<variant>"
+    entry: dict[str, Any]
+    scores: np.ndarray  # (S, C_e), evaluated canaries only
+    membership: np.ndarray  # (S, C_e)
+
+
+def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
+    """The headline over ``candidates`` (primary variants only): the best by :func:`_headline_key`,
+    with a selection-aware bootstrap CI that re-takes the maximum in every replicate."""
+    from harness.metrics import bootstrap_max_tpr_ci
+
+    hk = fpr_key(headline_fpr(cfg))
+    key = _headline_key(hk)
+    best = candidates[0]
+    for c in candidates[1:]:  # max() keeps the first of equals too; spelled out for the tie rule
+        if key(c.entry) > key(best.entry):
+            best = c
+    e = best.entry
+    targets = [0.0, *cfg.attack.fprs]
+    if cfg.attack.bootstrap > 0:
+        ci = bootstrap_max_tpr_ci([(c.scores, c.membership) for c in candidates], targets,
+                                  replicates=cfg.attack.bootstrap, confidence=cfg.attack.confidence, seed=cfg.seed)
+        ci_json = {fpr_key(t): list(v) for t, v in ci.items()}
+    else:
+        ci_json = {fpr_key(t): [float("nan"), float("nan")] for t in targets}
+    return {
+        "name": e["name"],
+        "variant": e["variant"],
+        "tpr_at_fpr": e["tpr_at_fpr"],
+        "tpr_ci": ci_json,
+        "tpr_ci_variant": e["tpr_ci"],
+        "resolved": e["resolved"],
+        "source": best.label,
+        "candidates": [c.label for c in candidates],
+        "ci_method": (f"percentile bootstrap over victim models; the maximum over the {len(candidates)} "
+                      "candidate(s) is re-taken in every replicate"),
+    }
+
+
+def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
+    """Whether the run's models trained on augmented images: ``train.augment`` when the defense reads
+    it (every built-in does); True for a defense that does not read it (its recipe is its own)."""
+    from harness.registry import resolve
+
+    fields, _, _ = resolve("defenses", cfg.defense).recipe_routing(dict(cfg.defense_params))
+    return cfg.train.augment if fields is None or "augment" in fields else True
+
+
+@dataclass(frozen=True)
+class LevelEvaluation:
+    result: dict[str, Any]
+    curves: dict[tuple[str, str], AttackMetrics]
+    candidates: list[Candidate]
+
+
 def evaluate_level(
-    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str] | None = None
-) -> tuple[dict[str, Any], dict[tuple[str, str], AttackMetrics]]:
-    """Run every attack variant on one experiment. Returns its results object and the metrics
-    (with ROC curves) keyed by (attack, variant). The headline (``best``) is the maximum over the
-    variants of ``headline_attacks`` (all attacks when None)."""
+    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str]
+) -> LevelEvaluation:
+    """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
+    *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
+    reported in ``attacks``. Attacks whose signals the run lacks (a run trained by an older
+    version) are skipped and listed in ``skipped_attacks``; a headline attack cannot be skipped."""
     ld = run.load_level(level)
     ls = load_level_signals(run, level, cfg.audit.models)
-    inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership)
-    entries, curves = [], {}
+    pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
+    inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership,
+                      population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
+    ev = ld.canaries.evaluated
+    mem_ev = ld.design.membership[:, ev]
+    entries, curves, candidates, skipped = [], {}, [], {}
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
         if lacking:
-            raise ConfigError(f"attack {attack.name!r} needs signals {lacking}, which this run did not save")
-        for variant, scores in attack.score(inp).items():
-            m = evaluate_scores(
-                scores,
-                ld.design.membership,
-                ld.canaries.evaluated,
-                cfg.attack.fprs,
-                bootstrap=cfg.attack.bootstrap,
-                confidence=cfg.attack.confidence,
-                seed=cfg.seed,
-            )
+            if attack.name in headline_attacks:
+                raise ConfigError(f"attack {attack.name!r} needs signals {lacking}, which this run did not save")
+            skipped[attack.name] = f"needs signals {lacking}, which this run did not save"
+            continue
+        variants = attack.score(inp)
+        primary = attack.primary(list(variants), inp)
+        if primary not in variants:
+            raise ConfigError(f"attack {attack.name!r} declares primary variant {primary!r}, which it did not return")
+        for variant, scores in variants.items():
+            m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
+                                confidence=cfg.attack.confidence, seed=cfg.seed)
             curves[(attack.name, variant)] = m
-            entries.append({"name": attack.name, "variant": variant, **_metrics_json(m),
-                            "eps_lower": _eps_lower_json(scores[:, ld.canaries.evaluated],
-                                                         ld.design.membership[:, ld.canaries.evaluated])})
-    hk = fpr_key(headline_fpr(cfg))
-    pool = [e for e in entries if headline_attacks is None or e["name"] in headline_attacks]
-    best = max(pool, key=_headline_key(hk))
+            entry = {"name": attack.name, "variant": variant, "primary": variant == primary, **_metrics_json(m),
+                     "eps_lower": _eps_lower_json(scores[:, ev], mem_ev)}
+            if variant == primary:
+                entry["eps_lower_one_run"] = _one_run_json(scores[:, ev], mem_ev, num_canaries=len(ev))
+                if attack.name in headline_attacks:
+                    candidates.append(Candidate(f"{level}/{attack.name}:{variant}", entry, scores[:, ev], mem_ev))
+            entries.append(entry)
+    if not candidates:
+        raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran")
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
         "canary": ld.canary,
-        "num_evaluated": int(ld.canaries.evaluated.sum()),
-        "num_guesses": int(best["num_pos"] + best["num_neg"]),
+        "canary_info": ld.canary_info,
+        "num_evaluated": int(ev.sum()),
+        "num_guesses": int(candidates[0].entry["num_pos"] + candidates[0].entry["num_neg"]),
+        "num_population_samples": int(len(ld.population_indices)),
+        "trained_with_augmentation": inp.trained_with_augmentation,
         "test_accuracy": {"mean": float(accs.mean()), "std": float(accs.std(ddof=1)) if len(accs) > 1 else 0.0,
                           "per_model": accs.tolist()},
         "attacks": entries,
-        "headline_attacks": sorted({e["name"] for e in pool}),
-        "best": {"name": best["name"], "variant": best["variant"], "tpr_at_fpr": best["tpr_at_fpr"],
-                 "tpr_ci": best["tpr_ci"], "resolved": best["resolved"]},
+        "attack_params": {a.name: a.params() for a in attacks if a.params()},
+        "skipped_attacks": skipped,
+        "headline_attacks": sorted({c.entry["name"] for c in candidates}),
+        "best": select_headline(candidates, cfg),
         "privacy": _privacy_json(ls.metas),
         "compute": {
             "train_seconds_total": float(sum(m["train_seconds"] for m in ls.metas)),
@@ -191,7 +302,15 @@ def evaluate_level(
             "devices": sorted({m["device"] for m in ls.metas}),
         },
     }
-    return result, curves
+    return LevelEvaluation(result, curves, candidates)
+
+
+def _recipe_fields(defense: Defense) -> dict[str, Any]:
+    """Which ``train.*`` fields the defense reads, and which of its parameters replace others."""
+    fields, aliases, _ = type(defense).recipe_routing(dict(defense.params))
+    from harness.overrides import TRAIN_FIELDS
+
+    return {"reads": sorted(fields) if fields is not None else list(TRAIN_FIELDS), "replaced_by": aliases}
 
 
 def evaluate_run(
@@ -212,11 +331,16 @@ def evaluate_run(
         bad = [k for k in attack_overrides if not k.startswith("attack.")]
         if bad:
             raise ConfigError(f"only attack.* settings can change after training, not {', '.join(bad)}")
-        cfg = validate_config(apply_overrides(cfg.model_dump(mode="json"), attack_overrides))
+        from harness.overrides import run_attack_names, settle_attack_params
+
+        merged = apply_overrides(cfg.model_dump(mode="json"), attack_overrides)
+        merged = settle_attack_params(merged, attack_overrides,
+                                      run_attack_names(merged, resolve("defenses", cfg.defense)))
+        cfg = validate_config(merged)
         atomic_write_json(run.config_path, cfg.model_dump(mode="json"))
     manifest = run.load_manifest()
     defense = make_defense(cfg)
-    attacks = load_attacks(attack_names(cfg, defense))
+    attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)
     levels = levels or run.levels()
     t0 = time.perf_counter()
     results: dict[str, Any] = {
@@ -230,22 +354,28 @@ def evaluate_run(
         "trained_with_version": manifest.get("harness_version"),
         "fingerprint": manifest["fingerprint"],
         "headline_fpr": headline_fpr(cfg),
+        "recipe_fields": _recipe_fields(defense),
         "config": cfg.model_dump(mode="json"),
     }
     curves: dict[str, dict] = {}
-    by_canary: dict[str, dict[str, Any]] = {}
+    by_experiment: dict[str, dict[str, Any]] = {}
+    sample_candidates: list[Candidate] = []
+    headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
     for level in levels:
-        if level == "population":  # the strongest of all black-box attacks (ablations excluded)
-            pool = [a.name for a in attacks if a.name not in defense.ablation_attacks]
-            results[level], curves[level] = evaluate_level(run, level, cfg, attacks, pool)
-        else:  # sample level: the headline is the best of the defense's adaptive attacks
-            res, curves[level] = evaluate_level(run, level, cfg, attacks, list(defense.adaptive_attacks))
-            by_canary[res["canary"]] = res
-    if by_canary:
-        hk = fpr_key(headline_fpr(cfg))
-        strongest = max(by_canary.values(), key=lambda r: _headline_key(hk)(r["best"] | {"auc": 0.0}))
-        results["sample"] = {**strongest, "canaries": list(by_canary)}
-        results["sample_by_canary"] = by_canary
+        lev = evaluate_level(run, level, cfg, attacks, headline_attacks)
+        curves[level] = lev.curves
+        if level == "population":
+            results[level] = lev.result
+        else:
+            by_experiment[level] = lev.result
+            sample_candidates += lev.candidates
+    if by_experiment:
+        # the sample-level headline: the best primary variant over every canary experiment, its CI
+        # re-taking that maximum (over canaries and adaptive attacks) in every bootstrap replicate
+        best = select_headline(sample_candidates, cfg)
+        strongest = by_experiment[best["source"].split("/")[0]]
+        results["sample"] = {**strongest, "canaries": [r["canary"] for r in by_experiment.values()], "best": best}
+        results["sample_by_canary"] = {r["canary"]: r for r in by_experiment.values()}
     privacy = run_privacy(results)
     if privacy is not None:
         results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)

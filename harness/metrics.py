@@ -9,7 +9,9 @@
 - AUC (trapezoid on the ROC, ties counted half) and balanced accuracy, the best
   ``(TPR + 1 - FPR) / 2`` over thresholds (Carlini et al. 2022).
 - Confidence intervals: percentile bootstrap over victim models. Guesses about the same victim are
-  correlated, so a replicate draws S victims with replacement and pools all their C guesses.
+  correlated, so a replicate draws S victims with replacement and pools all their C guesses. A
+  headline that is the maximum over several candidates gets a selection-aware interval
+  (:func:`bootstrap_max_tpr_ci`): the maximum is re-taken inside every replicate.
 """
 
 from __future__ import annotations
@@ -90,6 +92,54 @@ def thin_roc(roc: Roc) -> Roc:
     return Roc(f[keep], t[keep], roc.thresholds[keep], roc.num_pos, roc.num_neg)
 
 
+def bootstrap_draws(num_models: int, replicates: int, seed: int) -> np.ndarray:
+    """(replicates, S) victim indices drawn with replacement: the same draws for every attack
+    variant of a run (so that a maximum over variants can be re-taken inside each draw)."""
+    return np.random.default_rng(seed).integers(0, num_models, size=(replicates, num_models))
+
+
+def bootstrap_tpr_samples(
+    scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 64
+) -> dict[float, np.ndarray]:
+    """TPR@FPR of every bootstrap replicate: {target: (replicates,)} (NaN where a replicate has no
+    member or no non-member guess).
+
+    ``scores`` and ``membership`` are (S, C); replicate b weights victim t by how often ``draws[b]``
+    holds it, and the pooled ROC uses those weights, so it needs one sort in total.
+    """
+    s_models = scores.shape[0]
+    flat = scores.ravel().astype(np.float64)
+    y = membership.ravel().astype(bool)
+    victim = np.repeat(np.arange(s_models), scores.shape[1])
+    order, ends = _sorted_groups(flat)
+    y_o, v_o = y[order], victim[order]
+    stats: dict[float, list[np.ndarray]] = {t: [] for t in targets}
+    for lo in range(0, len(draws), chunk):
+        w = np.stack([np.bincount(d, minlength=s_models) for d in draws[lo : lo + chunk]]).astype(np.float64)
+        wg = w[:, v_o]  # (B, N) weight of each sorted guess
+        tp = np.cumsum(wg * y_o, axis=1)[:, ends]
+        fp = np.cumsum(wg * ~y_o, axis=1)[:, ends]
+        npos, nneg = tp[:, -1:], fp[:, -1:]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpr = np.where(npos > 0, tp / npos, np.nan)
+            fpr = np.where(nneg > 0, fp / nneg, np.nan)
+        undefined = (npos[:, 0] == 0) | (nneg[:, 0] == 0)
+        for t in targets:
+            ok = fpr <= t + 1e-12
+            v = np.where(ok, tpr, 0.0).max(axis=1)
+            stats[t].append(np.where(undefined, np.nan, v))
+    return {t: np.concatenate(v) if v else np.zeros(0) for t, v in stats.items()}
+
+
+def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
+    """Two-sided percentile interval of the finite entries of ``samples`` ((nan, nan) if none)."""
+    v = samples[~np.isnan(samples)]
+    if not len(v):
+        return (float("nan"), float("nan"))
+    alpha = (1 - confidence) / 2
+    return (float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha)))
+
+
 def bootstrap_tpr_ci(
     scores: np.ndarray,
     membership: np.ndarray,
@@ -100,39 +150,39 @@ def bootstrap_tpr_ci(
     seed: int,
     chunk: int = 64,
 ) -> dict[float, tuple[float, float]]:
-    """Percentile bootstrap CI of TPR@FPR for each target, resampling victim models.
+    """Percentile bootstrap CI of TPR@FPR for each target, resampling victim models."""
+    draws = bootstrap_draws(scores.shape[0], replicates, seed)
+    samples = bootstrap_tpr_samples(scores, membership, targets, draws, chunk)
+    return {t: percentile_interval(samples[t], confidence) for t in targets}
 
-    ``scores`` and ``membership`` are (S, C). Each replicate weights victim t by how often it was
-    drawn; the pooled ROC uses those weights, so it needs one sort in total.
+
+def bootstrap_max_tpr_ci(
+    candidates: list[tuple[np.ndarray, np.ndarray]],
+    targets: list[float],
+    *,
+    replicates: int,
+    confidence: float,
+    seed: int,
+) -> dict[float, tuple[float, float]]:
+    """Selection-aware CI of a headline that is the maximum TPR@FPR over several candidates.
+
+    ``candidates`` are (scores, membership) pairs, each (S, C_j) over the same S victim models
+    (e.g. the primary variants of a defense's adaptive attacks, over its canary experiments). Each
+    replicate draws S victims once, computes every candidate's TPR on that draw and keeps the
+    maximum, so the interval carries the selection the headline made (a maximum of noisy figures
+    is biased upward; an interval around the selected candidate alone would ignore that).
     """
-    s_models = scores.shape[0]
-    flat = scores.ravel().astype(np.float64)
-    y = membership.ravel().astype(bool)
-    victim = np.repeat(np.arange(s_models), scores.shape[1])
-    order, ends = _sorted_groups(flat)
-    y_o, v_o = y[order], victim[order]
-    rng = np.random.default_rng(seed)
-    draws = rng.integers(0, s_models, size=(replicates, s_models))
-    stats = {t: [] for t in targets}
-    for lo in range(0, replicates, chunk):
-        w = np.stack([np.bincount(d, minlength=s_models) for d in draws[lo : lo + chunk]]).astype(np.float64)
-        wg = w[:, v_o]  # (B, N) weight of each sorted guess
-        tp = np.cumsum(wg * y_o, axis=1)[:, ends]
-        fp = np.cumsum(wg * ~y_o, axis=1)[:, ends]
-        npos, nneg = tp[:, -1:], fp[:, -1:]
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpr = np.where(npos > 0, tp / npos, np.nan)
-            fpr = np.where(nneg > 0, fp / nneg, np.nan)
-        for t in targets:
-            ok = fpr <= t + 1e-12
-            stats[t].append(np.where(ok, tpr, 0.0).max(axis=1))
-    alpha = (1 - confidence) / 2
-    out = {}
-    for t in targets:
-        v = np.concatenate(stats[t]) if stats[t] else np.array([np.nan])
-        v = v[~np.isnan(v)]
-        out[t] = (float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha))) if len(v) else (np.nan, np.nan)
-    return out
+    if not candidates:
+        raise ValueError("no candidates")
+    s_models = candidates[0][0].shape[0]
+    if any(c[0].shape[0] != s_models for c in candidates):
+        raise ValueError("every candidate must have the same victim models")
+    draws = bootstrap_draws(s_models, replicates, seed)
+    best: dict[float, np.ndarray] = {}
+    for sc, mem in candidates:
+        for t, v in bootstrap_tpr_samples(sc, mem, targets, draws).items():
+            best[t] = v if t not in best else np.fmax(best[t], v)
+    return {t: percentile_interval(best[t], confidence) for t in targets}
 
 
 @dataclass(frozen=True)

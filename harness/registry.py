@@ -32,7 +32,9 @@ BUILTINS: dict[str, dict[str, str]] = {
     },
     "attacks": {
         "lira": "attacks.lira:LiRA",
+        "lira-offline": "attacks.lira:LiRAOffline",
         "lira-raw": "attacks.lira:LiRARaw",
+        "rmia": "attacks.rmia:RMIA",
         "label-only": "attacks.label_only:LabelOnly",
         "threshold": "attacks.threshold:GlobalThreshold",
     },
@@ -40,6 +42,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "none": "canaries.none:NoCanaries",
         "mislabeled": "canaries.mislabeled:Mislabeled",
         "uniform": "canaries.uniform:UniformNoise",
+        "blank": "canaries.blank:Blank",
         "ood": "canaries.ood:OutOfDistribution",
         "duplicates": "canaries.duplicates:MislabeledDuplicates",
     },

@@ -28,13 +28,19 @@ def _levels(results: dict[str, Any]) -> list[str]:
     return [lv for lv in ("population", "sample") if lv in results]
 
 
+def _best_entry(level_result: dict[str, Any]) -> dict[str, Any]:
+    best = level_result["best"]
+    return next(e for e in level_result["attacks"] if e["name"] == best["name"] and e["variant"] == best["variant"])
+
+
 def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
-    """One row per level: canary, test accuracy, headline attack, TPR@FPR with CIs, AUC."""
+    """One row per level: canary, test accuracy, headline attack, TPR@FPR with its (selection-aware)
+    CI, AUC and the empirical epsilon lower bounds of the headline variant."""
     rows = []
     for level in _levels(results):
         r = results[level]
         best = r["best"]
-        entry = next(e for e in r["attacks"] if e["name"] == best["name"] and e["variant"] == best["variant"])
+        entry = _best_entry(r)
         row: dict[str, Any] = {
             "level": level,
             "canary": r["canary"],
@@ -44,10 +50,12 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
         }
         for t in _targets(results):
             k = fpr_key(t)
-            row[f"tpr@{k}"] = entry["tpr_at_fpr"][k]
-            row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = entry["tpr_ci"][k]
-            row[f"tpr@{k}_resolved"] = entry["resolved"][k]
+            row[f"tpr@{k}"] = best["tpr_at_fpr"][k]
+            row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = best["tpr_ci"][k]
+            row[f"tpr@{k}_resolved"] = best["resolved"][k]
         row["auc"] = entry["auc"]
+        row["eps_lower_one_run"] = (entry.get("eps_lower_one_run") or {}).get("epsilon")
+        row["eps_lower_nominal"] = entry["eps_lower"]["epsilon"] if "eps_lower" in entry else None
         row["num_guesses"] = r["num_guesses"]
         rows.append(row)
     return pd.DataFrame(rows)
@@ -62,16 +70,21 @@ def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
-    """Every attack variant of every experiment, one row each."""
+    """Every attack variant of every experiment, one row each (``primary`` marks the variant that
+    stands for its attack in headlines)."""
     rows = []
     for level, res in _experiments(results):
         for e in res["attacks"]:
-            row = {"experiment": level, "canary": res["canary"], "attack": e["name"], "variant": e["variant"]}
+            row = {"experiment": level, "canary": res["canary"], "attack": e["name"], "variant": e["variant"],
+                   "primary": bool(e.get("primary", False))}
             for k, v in e["tpr_at_fpr"].items():
                 row[f"tpr@{k}"] = v
                 row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = e["tpr_ci"][k]
+                row[f"tpr@{k}_resolved"] = e["resolved"][k]
             row["auc"] = e["auc"]
             row["balanced_accuracy"] = e["balanced_accuracy"]
+            row["eps_lower_nominal"] = e["eps_lower"]["epsilon"] if "eps_lower" in e else None
+            row["eps_lower_one_run"] = (e.get("eps_lower_one_run") or {}).get("epsilon")
             rows.append(row)
     return pd.DataFrame(rows)
 
@@ -96,46 +109,69 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
 
-def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int) -> str:
+def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int, with_ci: bool = True) -> str:
     """TPR with its CI, or a notice when the FPR is below the resolution 1/N_neg."""
     k = fpr_key(t)
     if not entry["resolved"][k]:
         return f"[yellow]unresolved: FPR < 1/{num_neg} negatives[/]"
+    if not with_ci:
+        return _pct(entry["tpr_at_fpr"][k])
     lo, hi = entry["tpr_ci"][k]
     ci = f" [dim][{100 * lo:.1f}, {100 * hi:.1f}][/]" if lo == lo else ""
     return _pct(entry["tpr_at_fpr"][k]) + ci
 
 
+def _is_primary(e: dict[str, Any]) -> bool:
+    """results.json files written before primary variants existed mark none: show all of theirs."""
+    return bool(e.get("primary", True))
+
+
+def _eps(v: float | None) -> str:
+    return "-" if v is None else f"{v:.2f}"
+
+
 def print_report(results: dict[str, Any], console: Console | None = None, *, details: bool = False) -> None:
-    """The side-by-side table of the levels, then the best variant of each attack."""
+    """The side-by-side table of the levels, then the primary variant of each attack (every variant
+    with ``details``)."""
     console = console or Console()
     targets = _targets(results)
+    hk = fpr_key(results["headline_fpr"])
     title = (
         f"{results['defense']} on {results['dataset']} ({results['preset']}): "
         f"{results['num_models']} models, {results['audit_size']} audit samples, seed {results['seed']}"
     )
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
-                  caption="TPR@x%: TPR at FPR <= x% of the headline attack; [..]: 95% CI, percentile "
-                          "bootstrap over victim models")
+                  caption="TPR@x%: TPR at FPR <= x% of the headline (the best primary variant of the defense's "
+                          "adaptive attacks); [..]: 95% CI, percentile bootstrap over victim models, re-taking that "
+                          "maximum in every replicate")
     table.add_column("")
     for level in levels:
         table.add_column(f"{level} level", justify="right")
-    bests = []
-    for level in levels:
-        best = results[level]["best"]
-        bests.append(next(a for a in results[level]["attacks"]
-                          if a["name"] == best["name"] and a["variant"] == best["variant"]))
+    bests = [_best_entry(results[lv]) for lv in levels]
+    heads = [results[lv]["best"] for lv in levels]
     table.add_row("canary", *[results[lv]["canary"] for lv in levels])
     table.add_row("test accuracy", *[
         f"{100 * results[lv]['test_accuracy']['mean']:.1f} ± {100 * results[lv]['test_accuracy']['std']:.1f}%"
         for lv in levels])
     table.add_row("guesses (S x C)", *[str(results[lv]["num_guesses"]) for lv in levels])
     for t in targets:
-        table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(e, t, e["num_neg"]) for e in bests])
+        table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(h, t, e["num_neg"]) for h, e in zip(heads, bests)])
     table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
-    table.add_row("empirical ε ≥ (95%)", *[f"{e['eps_lower']['epsilon']:.2f}" if "eps_lower" in e else "-"
-                                            for e in bests])
+    table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
+    # every non-ablation attack's primary variant, beside the headline (e.g. RMIA beside LiRA)
+    names = list(dict.fromkeys(e["name"] for lv in levels for e in results[lv]["attacks"]
+                               if _is_primary(e) and e["name"] != "lira-raw"))
+    for name in names:
+        cells = []
+        for lv in levels:
+            e = next((a for a in results[lv]["attacks"] if a["name"] == name and _is_primary(a)), None)
+            cells.append("-" if e is None else _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False))
+        table.add_row(f"  {name} TPR@{100 * results['headline_fpr']:g}%", *cells)
+    table.add_row("empirical ε ≥ (one-run, 95%)",
+                  *[_eps((e.get("eps_lower_one_run") or {}).get("epsilon")) for e in bests])
+    table.add_row("empirical ε ≥ (nominal, 95%)",
+                  *[_eps(e["eps_lower"]["epsilon"]) if "eps_lower" in e else "-" for e in bests])
     bounds = results.get("bounds")
     if bounds:
         table.add_row("DP ε (δ=1e-5)", *[f"{bounds['epsilon']:.3g}" for _ in bests])
@@ -146,37 +182,39 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         table.add_row(f"PosAcc ≤ (P1 {sub['prior']:g})",
                       *[f"{100 * sub['pos_acc_upper']:.1f}% (P1 0.5: {100 * sub['pos_acc_upper_without_subsampling']:.1f}%)"
                         for _ in bests])
-    table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
     if len(results.get("sample_by_canary", {})) > 1:
-        hk0 = fpr_key(results["headline_fpr"])
         for c, r in results["sample_by_canary"].items():
             table.add_row(f"  sample, {c}", *(["" for _ in levels[:-1]] +
-                                              [f"{_pct(r['best']['tpr_at_fpr'][hk0])} ({r['best']['name']})"]))
+                                              [f"{_tpr_cell(r['best'], results['headline_fpr'], _best_entry(r)['num_neg'], with_ci=False)} "
+                                               f"({r['best']['name']})"]))
     console.print(table)
-    hk = fpr_key(results["headline_fpr"])
     if "population" in results and "sample" in results:
-        p = results["population"]["best"]["tpr_at_fpr"][hk]
-        s = results["sample"]["best"]["tpr_at_fpr"][hk]
-        ratio = f"{s / p:.1f}x" if p > 0 else "inf (population level found no member at this FPR)"
-        console.print(
-            f"Sample-level TPR@{100 * results['headline_fpr']:g}% FPR is {ratio} the population-level figure "
-            f"({_pct(s)} vs {_pct(p)})."
-        )
-    per_attack = Table(title="best variant of each attack", title_justify="left", box=box.SIMPLE_HEAD,
-                       caption="sample-level headline: best of the defense's adaptive attacks "
-                               f"({', '.join(results['sample']['headline_attacks'])})" if "sample" in results else None,
-                       caption_justify="left")
-    for col in ("experiment", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC"):
+        p, s = results["population"]["best"], results["sample"]["best"]
+        if not (p["resolved"][hk] and s["resolved"][hk]):
+            console.print(f"Sample vs population level at {100 * results['headline_fpr']:g}% FPR: unresolved "
+                          "(too few non-member guesses for that FPR).")
+        else:
+            pv, sv = p["tpr_at_fpr"][hk], s["tpr_at_fpr"][hk]
+            ratio = f"{sv / pv:.1f}x" if pv > 0 else "inf (population level found no member at this FPR)"
+            console.print(f"Sample-level TPR@{100 * results['headline_fpr']:g}% FPR is {ratio} the population-level "
+                          f"figure ({_pct(sv)} vs {_pct(pv)}).")
+    per_attack = Table(title="primary variant of each attack" if not details else "every attack variant",
+                       title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
+                       caption="headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
+                       + "; * primary variant; ε: one-run lower bound (95%)")
+    for col in ("experiment", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC", "ε ≥"):
         per_attack.add_column(col)
     for level, res in _experiments(results):
-        seen: dict[str, dict[str, Any]] = {}
         for e in res["attacks"]:
-            cur = seen.get(e["name"])
-            if details or cur is None or e["tpr_at_fpr"][hk] > cur["tpr_at_fpr"][hk]:
-                seen[e["name"] if not details else f"{e['name']}/{e['variant']}"] = e
-        for e in seen.values():
-            per_attack.add_row(level, e["name"], e["variant"], _pct(e["tpr_at_fpr"][hk]), f"{e['auc']:.3f}")
+            if not details and not _is_primary(e):
+                continue
+            per_attack.add_row(level, e["name"], e["variant"] + (" *" if e.get("primary") else ""),
+                               _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False), f"{e['auc']:.3f}",
+                               _eps((e.get("eps_lower_one_run") or {}).get("epsilon")))
     console.print(per_attack)
+    skipped = {f"{lv}: {a}": why for lv, res in _experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
+    for what, why in skipped.items():
+        console.print(f"[yellow]skipped[/] {what} ({why})")
     tm = results.get("timings", {})
     comp = [r["compute"] for _, r in _experiments(results)]
     devices = sorted({d for c in comp for d in c["devices"]})

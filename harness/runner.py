@@ -9,6 +9,7 @@ signals atomically. Finished models are skipped when the same command runs again
 
 from __future__ import annotations
 
+import os
 import platform
 import time
 from dataclasses import dataclass
@@ -18,12 +19,13 @@ from typing import Callable
 import numpy as np
 import torch
 
+from canaries.base import CanaryContext
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
 from harness import __version__
 from harness.augment import shift_flip
 from harness.config import ConfigError, ExperimentConfig
 from harness.data import AugmentSpec, ImageDataset, load_dataset
-from harness.design import make_design
+from harness.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
 from harness.executors import Executor
 from harness.registry import resolve, source_fingerprint
 from harness.runstore import LevelDesign, RunDir, sha256_json
@@ -32,9 +34,30 @@ from harness.runstore import LevelDesign, RunDir, sha256_json
 def resolve_device(device: str) -> str:
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device} asked for, but torch sees no CUDA device")
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--device {device} asked for, but torch sees no CUDA device")
+        index = device.partition(":")[2]
+        if index and int(index) >= torch.cuda.device_count():
+            raise ConfigError(f"--device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+    if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
+        raise ConfigError("--device mps asked for, but torch sees no MPS device (Apple GPU)")
     return device
+
+
+def configure_determinism(device: str, deterministic: bool) -> None:
+    """On CUDA, the paper's setting (``base.setup_seeds``): ``CUBLAS_WORKSPACE_CONFIG=:4096:8``,
+    ``torch.use_deterministic_algorithms(True)``, cuDNN benchmark off and deterministic on; with
+    ``deterministic`` False, the fast nondeterministic kernels. On CPU nothing is changed: the CPU
+    kernels used here are deterministic for a fixed thread count. Call before the first CUDA op of
+    the process (the cuBLAS workspace setting is read when cuBLAS starts)."""
+    if not device.startswith("cuda"):
+        return
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(deterministic)
+    torch.backends.cudnn.benchmark = not deterministic
+    torch.backends.cudnn.deterministic = deterministic
 
 
 def make_defense(cfg: ExperimentConfig) -> Defense:
@@ -43,6 +66,14 @@ def make_defense(cfg: ExperimentConfig) -> Defense:
         return cls(**cfg.defense_params)
     except (TypeError, ValueError) as e:
         raise ConfigError(f"defense_params: {e}") from None
+
+
+def check_defense_config(defense: Defense, cfg: ExperimentConfig) -> None:
+    """The defense's own check of the resolved config (``Defense.check_config``), as a ConfigError."""
+    try:
+        defense.check_config(cfg)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.defense}: {e}") from None
 
 
 def sample_canaries(cfg: ExperimentConfig, defense: Defense) -> list[str]:
@@ -70,11 +101,14 @@ def level_of(experiment: str) -> str:
     return "population" if experiment == "population" else "sample"
 
 
-def model_seed(seed: int, experiment: str, index: int) -> int:
-    """Seed of model ``index``: one stream per level, so model s of every sample-level experiment
-    shares its seed (as the paper's code shares seeds across experiments)."""
-    level_id = {"population": 1, "sample": 2}[level_of(experiment)]
-    return int(np.random.SeedSequence([seed, level_id, index]).generate_state(1)[0])
+def model_seed(seed: int, index: int, rng: str = "harness", num_models: int = 0) -> int:
+    """Seed of model ``index``, the same in every experiment (population and each sample level), so
+    that population vs sample level is a paired comparison, as in the paper (seed s + 1 for shadow
+    model s in every experiment). ``harness``: ``SeedSequence([seed, index])``; ``paper``: the
+    paper code's ``get_setting_seed(g, i, M) = g (M + 1) + i + 1``."""
+    if rng == "paper":
+        return seed * (num_models + 1) + index + 1
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
 def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
@@ -94,19 +128,51 @@ def default_run_dir(cfg: ExperimentConfig, fingerprint: str) -> Path:
     return Path(cfg.run.out) / f"{name}-{cfg.preset}-{fingerprint[:12]}"
 
 
+def population_indices(cfg: ExperimentConfig, data: ImageDataset) -> np.ndarray:
+    """The ``audit.population_samples`` test images every model is also queried on (RMIA's z):
+    a prefix of a seeded permutation of the test set. No model trains on a test image."""
+    z = cfg.audit.population_samples
+    if z > len(data.y_test):
+        raise ConfigError(f"audit.population_samples {z} is larger than the test set ({len(data.y_test)} images)")
+    order = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0x707])).permutation(len(data.y_test))
+    return np.sort(order[:z]).astype(np.int64)
+
+
 def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: str) -> LevelDesign:
-    """The audit design (shared by both levels) and this level's canaries, all from ``cfg.seed``."""
-    design = make_design(len(data.y_train), cfg.audit.size, cfg.audit.models, cfg.seed)
+    """The audit design (shared by every level) and this level's canaries, all from ``cfg.seed``
+    (with ``audit.rng: paper``, from the paper code's RNG tree, canary draws included)."""
+    pool = len(data.y_train)
+    paper = None
+    if cfg.audit.rng == "paper":
+        if not 0 < cfg.audit.size <= pool:
+            raise ConfigError(f"audit size {cfg.audit.size} must be between 1 and the training pool size {pool}")
+        if cfg.audit.models % 2:
+            raise ConfigError(f"the number of models must be even, got {cfg.audit.models}")
+        tree = paper_rng_tree(cfg.seed, pool, cfg.audit.models, data.num_classes)
+        design: AuditDesign = design_from_tree(tree, cfg.audit.size)
+        paper = tree.draws(design.audit_indices)
+    else:
+        design = make_design(pool, cfg.audit.size, cfg.audit.models, cfg.seed)
     gen_cls = resolve("canaries", canary)
-    params = cfg.audit.canary_params if level_of(level) == "sample" else {}
+    params = cfg.audit.canary_params.get(canary, {}) if level_of(level) == "sample" else {}
     idx = design.audit_indices
-    rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()]))
+    ctx = CanaryContext(
+        num_classes=data.num_classes,
+        rng=np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()])),
+        pool_indices=idx,
+        data_dir=cfg.data.path if cfg.data.name != "digits" else None,
+        paper=paper,
+    )
     try:
         gen = gen_cls(**params)
-        canaries = gen.apply(data.x_train[idx], data.y_train[idx], num_classes=data.num_classes, rng=rng)
+        canaries = gen.apply(data.x_train[idx], data.y_train[idx], ctx)
+        info = gen.describe()
     except (TypeError, ValueError) as e:
         raise ConfigError(f"canary {canary!r}: {e}") from None
-    return LevelDesign(level=level, canary=canary, design=design, canaries=canaries)
+    if params:
+        info = {"params": dict(params), **info}
+    return LevelDesign(level=level, canary=canary, design=design, canaries=canaries,
+                       population_indices=population_indices(cfg, data), canary_info=info)
 
 
 @dataclass(frozen=True)
@@ -120,13 +186,21 @@ class Prepared:
 
 
 def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
-    """Load the data, check sizes, create (or re-open) the run directory and save each level's design."""
+    """Check everything that can be checked before training (defense, attacks, device, data sizes,
+    canaries), then create (or re-open) the run directory and save each level's design. Nothing is
+    written before every check has passed."""
+    from harness.evaluation import attack_names, check_attack_signals, load_attacks
+
     defense = make_defense(cfg)
+    check_defense_config(defense, cfg)
+    check_attack_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), cfg)
+    resolve_device(cfg.run.device)
     data = load_dataset(cfg.data, cfg.seed)
     if cfg.audit.size > len(data.y_train):
         raise ConfigError(
             f"audit.size {cfg.audit.size} is larger than the training pool ({len(data.y_train)} samples)"
         )
+    designs = [build_level(cfg, data, name, canary) for name, canary in experiments(cfg, defense)]
     fp = run_fingerprint(cfg, data)
     run = RunDir(run_dir or default_run_dir(cfg, fp))
     manifest = {
@@ -139,10 +213,9 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
     }
     run.init(cfg, fp, manifest, data)
     levels = []
-    for name, canary in experiments(cfg, defense):
-        ld = build_level(cfg, data, name, canary)
+    for ld in designs:
         run.save_level(ld, ld.fingerprint(fp))
-        levels.append(name)
+        levels.append(ld.level)
     return Prepared(run=run, cfg=cfg, data=data, levels=levels, fingerprint=fp, defense=defense)
 
 
@@ -184,11 +257,16 @@ def query_augmented(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, sp
     return np.stack(outs, axis=1).astype(np.float32)
 
 
-def collect_signals(served: ServedModel, x: np.ndarray, spec: AugmentSpec) -> dict[str, np.ndarray]:
-    """The signals saved per model: served logits and, if the defense has them, pre-defense logits."""
+def collect_signals(served: ServedModel, x: np.ndarray, spec: AugmentSpec,
+                    population_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """The signals saved per model: served logits on the audit samples and, if the defense has them,
+    pre-defense logits; with ``population_x``, the served logits on those population samples
+    (``population_logits``, RMIA's z). All (N, A, K) under the query augmentations."""
     signals = {"logits": query_augmented(served.query, x, spec)}
     if served.raw_query(x[:1]) is not None:
         signals["raw_logits"] = query_augmented(lambda b: served.raw_query(b), x, spec)  # type: ignore[arg-type, return-value]
+    if population_x is not None and len(population_x):
+        signals["population_logits"] = query_augmented(served.query, population_x, spec)
     return signals
 
 
@@ -200,9 +278,10 @@ def train_one(job: TrainJob) -> dict:
     ld = run.load_level(job.level)
     defense = make_defense(cfg)
     device = resolve_device(cfg.run.device)
+    configure_determinism(device, cfg.run.deterministic)
     if device == "cuda" and torch.cuda.device_count() > 1:  # spread jobs over the GPUs
         device = f"cuda:{job.index % torch.cuda.device_count()}"
-    seed = model_seed(cfg.seed, job.level, job.index)
+    seed = model_seed(cfg.seed, job.index, cfg.audit.rng, cfg.audit.models)
     train = training_set(data, ld, job.index)
     last = [0.0]
 
@@ -213,10 +292,16 @@ def train_one(job: TrainJob) -> dict:
             run.write_progress(job.level, job.index, fraction)
 
     t0 = time.perf_counter()
-    served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params,
-                                           progress=progress))
+    try:
+        served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params,
+                                               progress=progress))
+    except RuntimeError as e:
+        if "deterministic" in str(e) and cfg.run.deterministic:
+            raise ConfigError(f"{e.__class__.__name__}: {str(e).splitlines()[0]} -- this operation has no "
+                              "deterministic CUDA kernel; run with --set run.deterministic=false") from None
+        raise
     t1 = time.perf_counter()
-    signals = collect_signals(served, ld.canaries.x, data.augment)
+    signals = collect_signals(served, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
     test_pred = served.query(data.x_test).argmax(axis=1)
     t2 = time.perf_counter()
     meta = {

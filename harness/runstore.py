@@ -23,7 +23,7 @@ import hashlib
 import json
 import os
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,12 +86,18 @@ def atomic_write_npz(path: Path, **arrays: np.ndarray) -> None:
 
 @dataclass(frozen=True)
 class LevelDesign:
-    """One level's experiment: the shared audit design plus the canaries of this level."""
+    """One level's experiment: the shared audit design plus the canaries of this level.
+
+    ``population_indices`` are the test images every model is also queried on (RMIA's population
+    samples z; empty when ``audit.population_samples`` is 0); ``canary_info`` is what the generator
+    recorded (e.g. the OOD source)."""
 
     level: str
     canary: str
     design: AuditDesign
     canaries: Canaries
+    population_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    canary_info: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self, run_fingerprint: str) -> str:
         c = self.canaries
@@ -101,7 +107,8 @@ class LevelDesign:
                 "level": self.level,
                 "canary": self.canary,
                 "arrays": sha256_arrays(
-                    self.design.audit_indices, self.design.membership, c.x, c.y, c.evaluated, c.extra_x, c.extra_y
+                    self.design.audit_indices, self.design.membership, c.x, c.y, c.evaluated, c.extra_x, c.extra_y,
+                    self.population_indices,
                 ),
             }
         )
@@ -201,8 +208,10 @@ class RunDir:
             extra_x=c.extra_x,
             extra_y=c.extra_y,
             canary=np.array(ld.canary),
+            population_indices=ld.population_indices,
         )
-        manifest.setdefault("levels", {})[ld.level] = {"canary": ld.canary, "fingerprint": fingerprint}
+        manifest.setdefault("levels", {})[ld.level] = {"canary": ld.canary, "fingerprint": fingerprint,
+                                                        "canary_info": ld.canary_info}
         self.save_manifest(manifest)
 
     def level_fingerprint(self, level: str) -> str:
@@ -219,6 +228,7 @@ class RunDir:
         path = self.level_dir(level) / "design.npz"
         if not path.is_file():
             raise RunDirError(f"{path} is missing")
+        info = (self.load_manifest().get("levels", {}).get(level) or {}).get("canary_info", {})
         with np.load(path) as z:
             return LevelDesign(
                 level=level,
@@ -227,6 +237,9 @@ class RunDir:
                 canaries=Canaries(
                     x=z["canary_x"], y=z["canary_y"], evaluated=z["evaluated"], extra_x=z["extra_x"], extra_y=z["extra_y"]
                 ),
+                population_indices=z["population_indices"] if "population_indices" in z.files
+                else np.zeros(0, np.int64),
+                canary_info=info,
             )
 
     # --- signals ---------------------------------------------------------------------------

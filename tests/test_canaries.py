@@ -1,5 +1,6 @@
 import numpy as np
 
+from canaries.base import CanaryContext
 from canaries.mislabeled import Mislabeled, random_wrong_labels
 from canaries.none import NoCanaries
 from harness.config import build_config
@@ -28,9 +29,10 @@ def test_wrong_labels_are_uniform_over_the_other_classes():
 def test_mislabeled_generator_keeps_images_and_evaluates_all():
     x = np.random.default_rng(0).integers(0, 256, (50, 1, 8, 8), dtype=np.uint8)
     y = np.arange(50) % 10
-    c = Mislabeled().apply(x, y, num_classes=10, rng=np.random.default_rng(0))
+    ctx = CanaryContext(num_classes=10, rng=np.random.default_rng(0), pool_indices=np.arange(50))
+    c = Mislabeled().apply(x, y, ctx)
     assert np.array_equal(c.x, x) and (c.y != y).all() and c.evaluated.all()
-    n = NoCanaries().apply(x, y, num_classes=10, rng=np.random.default_rng(0))
+    n = NoCanaries().apply(x, y, ctx)
     assert np.array_equal(n.y, y) and n.evaluated.all()
 
 

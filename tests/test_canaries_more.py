@@ -6,12 +6,17 @@ import numpy as np
 import pytest
 import torch
 
+from canaries.base import CanaryContext
 from canaries.duplicates import MislabeledDuplicates
 from canaries.ood import OutOfDistribution, fit_to_shape
 from canaries.uniform import UniformNoise
 from conftest import SHARED
 
 OOD_FILE = SHARED / "data" / "ood_imagenet_samples.pt"
+
+
+def ctx(seed: int, c: int = 500, data_dir=None, k: int = 10) -> CanaryContext:
+    return CanaryContext(num_classes=k, rng=np.random.default_rng(seed), pool_indices=np.arange(c), data_dir=data_dir)
 
 
 def _audit(c=40, shape=(3, 32, 32)):
@@ -21,7 +26,7 @@ def _audit(c=40, shape=(3, 32, 32)):
 
 def test_uniform_noise_images_and_labels():
     x, y = _audit(200)
-    c = UniformNoise().apply(x, y, num_classes=10, rng=np.random.default_rng(1))
+    c = UniformNoise().apply(x, y, ctx(1))
     assert c.x.shape == x.shape and c.x.dtype == np.uint8 and c.evaluated.all()
     assert not np.array_equal(c.x, x) and 100 < c.x.mean() < 155  # uniform over 0..255
     assert set(np.unique(c.y)) == set(range(10))
@@ -29,12 +34,12 @@ def test_uniform_noise_images_and_labels():
 
 def test_duplicates_pair_clean_originals_with_mislabeled_copies():
     x, y = _audit(40)
-    c = MislabeledDuplicates().apply(x, y, num_classes=10, rng=np.random.default_rng(2))
+    c = MislabeledDuplicates().apply(x, y, ctx(2))
     assert np.array_equal(c.x[:20], x[:20]) and np.array_equal(c.x[20:], x[:20])
     assert np.array_equal(c.y[:20], y[:20]) and (c.y[20:] != y[:20]).all()
     assert not c.evaluated[:20].any() and c.evaluated[20:].all()
     with pytest.raises(ValueError, match="even"):
-        MislabeledDuplicates().apply(x[:5], y[:5], num_classes=10, rng=np.random.default_rng(0))
+        MislabeledDuplicates().apply(x[:5], y[:5], ctx(0))
 
 
 def test_ood_from_an_image_folder(tmp_path):
@@ -44,27 +49,40 @@ def test_ood_from_an_image_folder(tmp_path):
     for i in range(12):
         Image.fromarray(rng.integers(0, 256, (48, 40, 3), dtype=np.uint8)).save(tmp_path / f"img_{i:02d}.png")
     x, y = _audit(10)
-    c = OutOfDistribution(source=str(tmp_path)).apply(x, y, num_classes=10, rng=np.random.default_rng(0))
-    assert c.x.shape == (10, 3, 32, 32) and c.evaluated.all() and c.y.max() < 10
+    c = OutOfDistribution(source=str(tmp_path)).apply(x, y, ctx(0))
+    assert c.x.shape == (10, 3, 32, 32) and c.evaluated.all()
+    assert np.array_equal(c.y, y)  # the paper's rule: the replaced sample's label is kept
+    r = OutOfDistribution(source=str(tmp_path), label="random").apply(x, y, ctx(0))
+    assert np.array_equal(r.x, c.x) and not np.array_equal(r.y, y) and r.y.max() < 10
     with pytest.raises(ValueError, match="has 12 images"):
-        OutOfDistribution(source=str(tmp_path)).apply(*_audit(20), num_classes=10, rng=np.random.default_rng(0))
+        OutOfDistribution(source=str(tmp_path)).apply(*_audit(20), ctx(0))
 
 
-def test_ood_for_digits_uses_bundled_photo_patches():
+def test_ood_photo_patches_and_the_papers_default_source(tmp_path):
     x, y = _audit(30, shape=(1, 8, 8))
-    a = OutOfDistribution().apply(x, y, num_classes=10, rng=np.random.default_rng(5))
-    b = OutOfDistribution().apply(x, y, num_classes=10, rng=np.random.default_rng(5))
+    a = OutOfDistribution(source="photos").apply(x, y, ctx(5))
+    b = OutOfDistribution(source="photos").apply(x, y, ctx(5))
     assert a.x.shape == (30, 1, 8, 8) and np.array_equal(a.x, b.x)
     assert len({im.tobytes() for im in a.x}) == 30
-    with pytest.raises(ValueError, match="need a source"):
-        OutOfDistribution().apply(*_audit(4), num_classes=10, rng=np.random.default_rng(0))
+    assert OutOfDistribution(source="photos").apply(*_audit(4), ctx(0)).x.shape == (4, 3, 32, 32)
+    # unset source: the paper's file in the data folder, and a clear error naming the options without it
+    with pytest.raises(ValueError, match="ood_imagenet_samples.pt.*source=photos"):
+        OutOfDistribution().apply(*_audit(4), ctx(0, data_dir=str(tmp_path)))
+    with pytest.raises(ValueError, match="no data folder"):
+        OutOfDistribution().apply(*_audit(4, shape=(1, 8, 8)), ctx(0))
+    torch.save(torch.full((6, 3, 32, 32), 7, dtype=torch.uint8), tmp_path / "ood_imagenet_samples.pt")
+    gen = OutOfDistribution()
+    c = gen.apply(*_audit(4), ctx(0, data_dir=str(tmp_path)))
+    assert (c.x == 7).all() and gen.describe()["is_papers_file"] is False  # another file: MD5 recorded
 
 
 def test_ood_from_the_papers_tensor_file():
     if not OOD_FILE.is_file():
         pytest.skip(f"{OOD_FILE} not found (only CI and developers have ../shared)")
     x, y = _audit(500)
-    c = OutOfDistribution(source=str(OOD_FILE)).apply(x, y, num_classes=10, rng=np.random.default_rng(0))
+    gen = OutOfDistribution(source=str(OOD_FILE))
+    c = gen.apply(x, y, ctx(0))
+    assert gen.describe()["is_papers_file"] is True  # the MD5 of protocol notes section 2
     raw = torch.load(OOD_FILE, weights_only=True)
     assert np.array_equal(c.x, raw.numpy())  # same size: taken as is, in order
     assert list(c.x[0, 0, 0, :8]) == [157, 176, 185, 129, 141, 148, 105, 75]  # protocol notes' check

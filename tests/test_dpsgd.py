@@ -234,11 +234,12 @@ def test_served_model_is_the_ema_model_and_info_has_a_finite_epsilon(digits):
     assert INFO_KEYS <= set(info)
     assert math.isfinite(info["epsilon"]) and info["epsilon"] > 0
     n = len(train)
-    assert info["sample_rate"] == pytest.approx(32 / n)
+    q = 1 / math.ceil(n / 32)  # the paper's rate (Opacus's DataLoader), poisson_rate "paper"
+    assert info["sample_rate"] == pytest.approx(q) and info["poisson_rate"] == "paper"
     assert info["steps"] == 3 * math.ceil(n / 32)
     assert (info["noise_multiplier"], info["augmult"], info["delta"], info["accountant"]) == (0.5, 2, 1e-5, "rdp")
     ref = RDPAccountant()
-    ref.history = [(0.5, 32 / n, info["steps"])]
+    ref.history = [(0.5, q, info["steps"])]
     assert info["epsilon"] == pytest.approx(ref.get_epsilon(delta=1e-5))
     acc = float((served.query(x_test).argmax(1) == y_test).mean())
     assert acc > 0.5  # it learns
@@ -287,7 +288,7 @@ def test_registry_presets_and_table3_defaults():
         p = cls.param_defaults
         assert (p["noise_multiplier"], p["batch_size"], p["epochs"]) == (sigma, b, e)
         assert (p["lr"], p["augmult"], p["max_grad_norm"], p["delta"]) == (4.0, 8, 1.0, 1e-5)
-        assert cls.default_canary == ("mislabeled", "ood", "uniform") and cls.adaptive_attacks == ("lira",)
+        assert cls.default_canary == ("mislabeled", "ood", "blank") and cls.adaptive_attacks == ("lira",)
         paper = build_config("paper", {"defense": name})
         assert paper.train.model == "wrn16-4-gn" and paper.train.augment
         assert {k: paper.defense_params[k] for k in ("noise_multiplier", "batch_size", "epochs", "lr", "augmult")} \

@@ -80,8 +80,9 @@ def check_sgm_params(q: float, noise: float, steps: int) -> None:
         raise ValueError(f"steps must be an integer >= 1, got {steps}")
 
 
-def dpsgd_params(batch_size: int, dataset_size: int, epochs: float) -> tuple[float, int]:
-    """(q, T) of DP-SGD with Poisson sampling at the expected batch size: q = B/N, T = epochs * ceil(N/B).
+def dpsgd_params(batch_size: int, dataset_size: int, epochs: float, poisson_rate: str = "b_over_n") -> tuple[float, int]:
+    """(q, T) of DP-SGD with Poisson sampling: T = epochs * ceil(N/B) and q = B/N (``b_over_n``, the
+    expected batch size B) or q = 1/ceil(N/B) (``paper``: Opacus's DataLoader, the paper's code).
 
     T is rounded to the nearest integer when ``epochs`` is fractional.
     """
@@ -89,8 +90,12 @@ def dpsgd_params(batch_size: int, dataset_size: int, epochs: float) -> tuple[flo
         raise ValueError(f"need 1 <= batch size <= dataset size, got B={batch_size}, N={dataset_size}")
     if not (epochs > 0):
         raise ValueError(f"epochs must be > 0, got {epochs}")
-    steps = int(round(epochs * math.ceil(dataset_size / batch_size)))
-    return batch_size / dataset_size, max(steps, 1)
+    if poisson_rate not in ("b_over_n", "paper"):
+        raise ValueError(f"poisson_rate must be 'b_over_n' or 'paper', got {poisson_rate!r}")
+    per_epoch = math.ceil(dataset_size / batch_size)
+    steps = int(round(epochs * per_epoch))
+    q = batch_size / dataset_size if poisson_rate == "b_over_n" else 1.0 / per_epoch
+    return q, max(steps, 1)
 
 
 def dpsgd_event(q: float, noise: float, steps: int) -> dp_event.DpEvent:

@@ -1,0 +1,152 @@
+"""Epsilon lower bounds from one training run (Steinke, Nasr and Jagielski, "Privacy auditing with
+one (1) training run", NeurIPS 2023), applied per victim model and combined over victims.
+
+The setting of the theorem: m canaries, each included in the training set independently with
+probability 1/2; one model is trained; the auditor makes r guesses ("member" / "non-member") and
+abstains on the rest. If the training algorithm is (eps, delta)-DP, the number W of correct
+guesses satisfies, for every v (their Theorem 3.3 with the delta term of Proposition 5.7),
+
+    P[W >= v] <= P[Bin(r, q) >= v] + 2 m delta * max_{i = 1..v} P[v - i <= Bin(r, q) < v] / i,
+    q = e^eps / (1 + e^eps),
+
+with no independence assumption on the r guesses: they may all come from the same model. The
+right-hand side is the p-value of observing v correct guesses under the null "the trainer is
+(eps, delta)-DP"; the largest eps whose p-value is below beta is a 1 - beta lower bound.
+
+How the harness uses it, for an attack's (S, C) scores and the (S, C) membership design:
+
+- **Per victim.** For a fixed victim model t, the design puts each audit sample in t's training
+  set with probability 1/2, independently across samples (each sample's S/2 member models are a
+  uniformly random half, drawn independently per sample), so the theorem's setting holds with
+  m = C. The auditor guesses "member" for the k highest scores of victim t (ties broken by audit
+  position) and abstains elsewhere, for k in a fixed grid of fractions of the C audit samples.
+- **Combined over victims, with a Bonferroni correction.** Guesses about different victims are
+  dependent (the victims share the design, with exactly S/2 members per sample, and shadow
+  models), so the S counts are not pooled. Each victim and each k gets level
+  ``beta / (S * len(grid))``; the maximum over victims and k is then a valid 1 - beta lower bound
+  under any dependence (union bound).
+
+Stated assumption: the attack's scores for victim t are computed from t's outputs and from shadow
+models whose membership is known; with the exactly-S/2 design the shadows' IN count for a sample
+differs by one between a member and a non-member victim. The score functions used here (LiRA's
+and RMIA's estimates, label-only's balanced weights) do not read that count; a score that did
+could violate the theorem's premise.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
+
+
+def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
+    """Probability of >= v correct out of r guesses on m canaries under (eps, delta)-DP (module
+    docstring), capped at 1."""
+    from scipy.stats import binom
+
+    if not 0 <= v <= r <= m:
+        raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
+    if eps < 0 or not 0 <= delta <= 1:
+        raise ValueError("need eps >= 0 and delta in [0, 1]")
+    if v == 0:
+        return 1.0
+    q = 1.0 / (1.0 + math.exp(-eps))
+    tail = float(binom.sf(v - 1, r, q))
+    if delta > 0:
+        # P[v - i <= Bin < v] = cdf(v - 1) - cdf(v - i - 1), i = 1..v
+        cdf = binom.cdf(np.arange(-1, v), r, q)  # cdf[j + 1] = P[Bin <= j], j = -1..v-1
+        window = cdf[-1] - cdf[v - np.arange(1, v + 1)]
+        tail += 2 * m * delta * float(np.max(window / np.arange(1, v + 1)))
+    return min(tail, 1.0)
+
+
+@lru_cache(maxsize=65536)
+def epsilon_lower(m: int, r: int, v: int, beta: float, delta: float, tol: float = 1e-6) -> float:
+    """The largest eps whose :func:`p_value` is below ``beta`` (0 if even eps = 0 is not rejected)."""
+    if r == 0 or p_value(m, r, v, 0.0, delta) >= beta:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while p_value(m, r, v, hi, delta) < beta:
+        lo, hi = hi, 2 * hi
+        if hi > 1e4:
+            return math.inf
+    while hi - lo > tol * max(1.0, lo):
+        mid = (lo + hi) / 2
+        if p_value(m, r, v, mid, delta) < beta:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class OneRunBound:
+    """The combined bound and the guess that achieves it.
+
+    ``epsilon``: the valid 1 - alpha lower bound (maximum over victims and guess counts, each at
+    alpha / (S * grid)); ``victim``, ``guesses`` (r), ``correct`` (v): where it is attained;
+    ``per_victim_median``: the median over victims of each victim's own bound at alpha / grid
+    (descriptive: not a joint statement)."""
+
+    epsilon: float
+    victim: int
+    guesses: int
+    correct: int
+    num_canaries: int
+    num_victims: int
+    grid: tuple[int, ...]
+    alpha: float
+    delta: float
+    per_victim_median: float
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["grid"] = list(self.grid)
+        d["method"] = ("Steinke, Nasr, Jagielski 2023 per victim model (top-k guesses), Bonferroni over "
+                       f"{self.num_victims} victims x {len(self.grid)} guess counts")
+        return d
+
+
+def guess_grid(num_canaries: int, fractions: tuple[float, ...] = GUESS_FRACTIONS) -> tuple[int, ...]:
+    """Guess counts k = ceil(f C) for the fixed fractions, without repeats."""
+    return tuple(sorted({max(1, math.ceil(f * num_canaries)) for f in fractions}))
+
+
+def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, delta: float, alpha: float = 0.05,
+                  num_canaries: int | None = None, fractions: tuple[float, ...] = GUESS_FRACTIONS) -> OneRunBound:
+    """The per-victim one-run epsilon lower bound, combined over victims (module docstring).
+
+    ``scores`` and ``membership`` are (S, C_e) over the evaluated canaries; ``num_canaries`` is m,
+    the number of randomized audit samples per model (default C_e).
+    """
+    scores = np.asarray(scores, dtype=np.float64)
+    membership = np.asarray(membership, dtype=bool)
+    s, c = scores.shape
+    m = int(num_canaries or c)
+    grid = guess_grid(c, fractions)
+    beta_joint = alpha / (s * len(grid))
+    beta_victim = alpha / len(grid)
+    best = (0.0, 0, grid[0], 0)
+    medians = []
+    for t in range(s):
+        order = np.argsort(-scores[t], kind="stable")
+        hits = np.cumsum(membership[t, order])
+        victim_best = 0.0
+        for k in grid:
+            v = int(hits[k - 1])
+            if 2 * v <= k:  # no better than chance: no evidence at any level
+                continue
+            eps = epsilon_lower(m, k, v, beta_joint, delta)
+            if eps > best[0]:
+                best = (eps, t, k, v)
+            victim_best = max(victim_best, epsilon_lower(m, k, v, beta_victim, delta))
+        medians.append(victim_best)
+    return OneRunBound(epsilon=best[0], victim=best[1], guesses=best[2], correct=best[3], num_canaries=m,
+                       num_victims=s, grid=grid, alpha=alpha, delta=delta,
+                       per_victim_median=float(np.median(medians)))

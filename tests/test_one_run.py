@@ -1,0 +1,58 @@
+"""The one-run epsilon lower bound (Steinke, Nasr, Jagielski 2023), per victim model."""
+
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import binom
+
+from harness.bounds.one_run import epsilon_lower, guess_grid, one_run_bound, p_value
+
+
+def test_p_value_is_the_binomial_tail_for_pure_dp_and_grows_with_delta():
+    q = 1 / (1 + math.exp(-1.0))
+    assert p_value(1000, 100, 70, 1.0, 0.0) == pytest.approx(binom.sf(69, 100, q))
+    assert p_value(1000, 100, 70, 1.0, 1e-5) > p_value(1000, 100, 70, 1.0, 0.0)
+    assert p_value(10, 5, 0, 3.0, 0.0) == 1.0
+    with pytest.raises(ValueError):
+        p_value(10, 11, 3, 1.0, 0.0)
+
+
+def test_all_correct_guesses_give_the_closed_form():
+    # r correct out of r at eps-DP has probability q^r; the bound is the eps with q^r = beta
+    r, beta = 100, 0.05
+    q = beta ** (1 / r)
+    assert epsilon_lower(500, r, r, beta, 0.0) == pytest.approx(math.log(q / (1 - q)), abs=1e-4)
+    assert epsilon_lower(500, 100, 50, beta, 0.0) == 0.0  # chance level: no evidence
+
+
+def test_the_bound_holds_for_randomized_response_with_known_epsilon():
+    # each canary's inclusion is guessed right with probability e^eps / (1 + e^eps), the best any
+    # attack can do against eps-DP randomized response; the 95% bound may exceed eps in <= 5% of runs
+    eps, m = 1.0, 400
+    rng = np.random.default_rng(0)
+    over = 0
+    for _ in range(200):
+        right = rng.random(m) < 1 / (1 + math.exp(-eps))
+        lb = epsilon_lower(m, m, int(right.sum()), 0.05, 0.0)
+        over += lb > eps
+    assert over <= 15  # 5% of 200 = 10, plus slack for the draw
+
+
+def test_combined_bound_uses_top_k_guesses_per_victim_and_bonferroni():
+    rng = np.random.default_rng(1)
+    s, c = 8, 200
+    mem = rng.random((s, c)) < 0.5
+    perfect = mem.astype(float) + rng.normal(0, 0.01, (s, c))
+    b = one_run_bound(perfect, mem, delta=0.0)
+    assert b.grid == guess_grid(200) == (2, 4, 10, 20, 40, 100)
+    assert b.correct == b.guesses == 100  # every top-100 guess is a member
+    beta = 0.05 / (8 * 6)
+    q = beta ** (1 / 100)
+    assert b.epsilon == pytest.approx(math.log(q / (1 - q)), abs=1e-4)
+    # the per-victim median is at level alpha / grid only, hence larger
+    assert b.per_victim_median > b.epsilon
+    noise = one_run_bound(rng.normal(size=(s, c)), mem, delta=1e-5)
+    assert noise.epsilon < 0.5
+    j = b.to_json()
+    assert j["grid"] == list(b.grid) and "Bonferroni" in j["method"]
