@@ -6,8 +6,11 @@
 Runs ``harness evaluate DEFENSE`` (resuming finished runs) for each defense, plus SELENA with plain
 mislabeled canaries for comparison with its duplicates canaries, then prints a Markdown table:
 population-level vs sample-level TPR@0.1% FPR of the headline attacks, test accuracy, the DP
-epsilon where the defense records one, and the wall time of each command. The per-attack
-sample-level figures of HAMP (label-only vs LiRA on the defended outputs) follow the table.
+epsilon where the defense records one, the one-run empirical epsilon lower bound of the sample-level
+headline, RMIA's primary variant beside, and the wall time of each command. Headlines are the best
+primary variant of the defense's adaptive attacks with the selection-aware CI. The per-attack
+sample-level figures of HAMP (label-only vs LiRA on the defended outputs), SELENA with plain
+mislabeled canaries, and DP-SGD's per-canary figures with uniform-noise canaries beside follow.
 """
 
 from __future__ import annotations
@@ -43,8 +46,28 @@ def pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def best_of(level: dict, attack: str) -> float:
-    return max(e["tpr_at_fpr"]["0.001"] for e in level["attacks"] if e["name"] == attack)
+def headline(level: dict) -> str:
+    """TPR@0.1% of the headline with its selection-aware CI, or 'unresolved'."""
+    b = level["best"]
+    if not b["resolved"]["0.001"]:
+        return "unresolved"
+    lo, hi = b["tpr_ci"]["0.001"]
+    return f"{pct(b['tpr_at_fpr']['0.001'])} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def primary(level: dict, attack: str) -> dict | None:
+    return next((e for e in level["attacks"] if e["name"] == attack and e.get("primary")), None)
+
+
+def primary_tpr(level: dict, attack: str) -> str:
+    e = primary(level, attack)
+    return "-" if e is None else pct(e["tpr_at_fpr"]["0.001"])
+
+
+def one_run_eps(level: dict) -> str:
+    b = level["best"]
+    e = next(a for a in level["attacks"] if a["name"] == b["name"] and a["variant"] == b["variant"])
+    return f"{e['eps_lower_one_run']['epsilon']:.2f}"
 
 
 def main() -> None:
@@ -61,23 +84,31 @@ def main() -> None:
         pop, smp = r.get("population"), r.get("sample")
         eps = (run_privacy(r) or {}).get("epsilon")
         rows.append(
-            f"| {d} | {pct(pop['best']['tpr_at_fpr']['0.001'])} | {pct(smp['best']['tpr_at_fpr']['0.001'])} "
+            f"| {d} | {headline(pop)} | {headline(smp)} "
             f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}) | "
+            f"{primary_tpr(pop, 'rmia')} / {primary_tpr(smp, 'rmia')} | "
             f"{pct(pop['test_accuracy']['mean'])} | {pct(smp['test_accuracy']['mean'])} | "
-            f"{'-' if eps is None else f'{eps:.3g}'} | {wall:.0f} s |"
+            f"{'-' if eps is None else f'{eps:.3g}'} | {one_run_eps(smp)} | {wall:.0f} s |"
         )
         if d == "hamp":
-            notes.append(f"HAMP sample level, TPR@0.1%: label-only {pct(best_of(smp, 'label-only'))}, LiRA on "
-                         f"defended outputs {pct(best_of(smp, 'lira'))}, LiRA on raw outputs (ablation) "
-                         f"{pct(best_of(smp, 'lira-raw'))}")
+            notes.append(f"HAMP sample level, TPR@0.1% (primary variants): label-only {primary_tpr(smp, 'label-only')}, "
+                         f"LiRA on defended outputs {primary_tpr(smp, 'lira')}, LiRA on raw outputs (ablation) "
+                         f"{primary_tpr(smp, 'lira-raw')}")
         if d == "selena":
             m, wall_m = run(d, args, "--level", "sample", "--canary", "mislabeled")
             notes.append(f"SELENA sample level, TPR@0.1%: duplicates {pct(smp['best']['tpr_at_fpr']['0.001'])} vs "
                          f"plain mislabeled {pct(m['sample']['best']['tpr_at_fpr']['0.001'])} ({wall_m:.0f} s)")
+        if d.startswith("dpsgd"):
+            by = r["sample_by_canary"]
+            u, wall_u = run(d, args, "--level", "sample", "--canary", "uniform")
+            notes.append(f"{d} sample level, TPR@0.1% by canary: "
+                         + ", ".join(f"{c} {pct(v['best']['tpr_at_fpr']['0.001'])}" for c, v in by.items())
+                         + f"; uniform noise (not the paper's) {pct(u['sample']['best']['tpr_at_fpr']['0.001'])} "
+                         f"({wall_u:.0f} s)")
     print(f"preset: {args.preset}")
-    print("| defense | population TPR@0.1% | sample TPR@0.1% (canaries; strongest) | test acc (pop.) | "
-          "test acc (sample) | epsilon | wall |")
-    print("|---|---|---|---|---|---|---|")
+    print("| defense | population TPR@0.1% [95% CI] | sample TPR@0.1% [95% CI] (canaries; strongest) | "
+          "RMIA pop. / sample | test acc (pop.) | test acc (sample) | epsilon | one-run ε ≥ (sample) | wall |")
+    print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     for n in notes:
         print(f"- {n}")
