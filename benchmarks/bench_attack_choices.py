@@ -5,8 +5,8 @@
 For each seed, runs (or resumes) ``harness evaluate undefended`` at the quick preset and re-scores
 the saved signals (no retraining) to print:
 
-- LiRA's online per-sample logit variant on the plain query vs on all 9 views, population and
-  sample level (the quick preset trains without augmentation);
+- LiRA's online logit variant on the plain query vs on all 9 views (the quick preset trains without
+  augmentation), and per-sample vs global variance (32 models), population and sample level;
 - RMIA (online, plain query) at gamma 2 (its default) and gamma 1 (the quick preset's), with the
   largest share of non-member guesses tied at one score, beside LiRA's primary, at 0.1% and 1% FPR;
 - LiRA with all S - 1 shadows (the paper's) vs balanced shadows on a 6-model, 4-epoch run, where
@@ -57,19 +57,20 @@ def main() -> None:
     ap.add_argument("--out", default="runs/choices")
     ap.add_argument("--seeds", default="0")
     args = ap.parse_args()
-    print("TPR at the FPR of the last column; LiRA: online-logit-persample (the primary reads the plain query: the\n"
-          "quick preset trains without augmentation); RMIA: online, plain query; (..): largest share of the\n"
+    print("TPR at the FPR of the last column; LiRA: online logit, plain query or 9 views, per-sample or global\n"
+          "variance (the primary: plain, global); RMIA: online, plain query; (..): largest share of the\n"
           "non-member guesses tied at one score\n")
-    print("| seed | level | LiRA plain query | LiRA 9 views | RMIA gamma 2 (max tie) | RMIA gamma 1 (max tie) | FPR |")
-    print("|---|---|---|---|---|---|---|")
+    print("| seed | level | LiRA plain, global | LiRA 9 views, global | LiRA plain, per-sample | "
+          "RMIA gamma 2 (max tie) | RMIA gamma 1 (max tie) | FPR |")
+    print("|---|---|---|---|---|---|---|---|")
     for seed in [int(s) for s in args.seeds.split(",")]:
         run = evaluate(Path(args.out) / f"quick-seed{seed}", "--seed", str(seed))
         for level in ("population", "sample-mislabeled"):
             inp = level_input(run, level)
             mem = inp.membership
             obs = logit_score(inp.signals["logits"], inp.labels)
-            lira = {q: roc_curve(lira_scores(o, mem, online=True, global_variance=False), mem)
-                    for q, o in (("plain", obs[:, :, :1]), ("views", obs))}
+            lira = {(q, g): roc_curve(lira_scores(o, mem, online=True, global_variance=g), mem)
+                    for q, o in (("plain", obs[:, :, :1]), ("views", obs)) for g in (False, True)}
             lx = label_log_prob(inp.signals["logits"][:, :, :1], inp.labels, 2.0)
             lz = label_log_prob(inp.signals["population_logits"][:, :, :1], inp.population_labels, 2.0)
             rmia = {}
@@ -78,7 +79,8 @@ def main() -> None:
                 _, counts = np.unique(s[~mem], return_counts=True)
                 rmia[gamma] = (roc_curve(s, mem), counts.max() / (~mem).sum())
             for fpr in (0.001, 0.01):
-                print(f"| {seed} | {level} | {pct(tpr_at_fpr(lira['plain'], fpr))} | {pct(tpr_at_fpr(lira['views'], fpr))} | "
+                print(f"| {seed} | {level} | {pct(tpr_at_fpr(lira[('plain', True)], fpr))} | "
+                      f"{pct(tpr_at_fpr(lira[('views', True)], fpr))} | {pct(tpr_at_fpr(lira[('plain', False)], fpr))} | "
                       f"{pct(tpr_at_fpr(rmia[2.0][0], fpr))} ({pct(rmia[2.0][1])}) | "
                       f"{pct(tpr_at_fpr(rmia[1.0][0], fpr))} ({pct(rmia[1.0][1])}) | {100 * fpr:g}% |")
     small = evaluate(Path(args.out) / "quick-6models", "--models", "6", "--audit-size", "60", "--epochs", "4",

@@ -194,8 +194,8 @@ class Candidate:
 
 def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
     """The headline over ``candidates`` (primary variants only): the best by :func:`_headline_key`,
-    with a selection-aware bootstrap CI that re-takes the maximum in every replicate."""
-    from harness.metrics import bootstrap_max_tpr_ci
+    with a selection-aware bootstrap CI that re-makes the selection in every replicate."""
+    from harness.metrics import bootstrap_selected_tpr_ci
 
     hk = fpr_key(headline_fpr(cfg))
     key = _headline_key(hk)
@@ -206,8 +206,9 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
     e = best.entry
     targets = [0.0, *cfg.attack.fprs]
     if cfg.attack.bootstrap > 0:
-        ci = bootstrap_max_tpr_ci([(c.scores, c.membership) for c in candidates], targets,
-                                  replicates=cfg.attack.bootstrap, confidence=cfg.attack.confidence, seed=cfg.seed)
+        ci = bootstrap_selected_tpr_ci([(c.scores, c.membership) for c in candidates], targets,
+                                       select_at=headline_fpr(cfg), replicates=cfg.attack.bootstrap,
+                                       confidence=cfg.attack.confidence, seed=cfg.seed)
         ci_json = {fpr_key(t): list(v) for t, v in ci.items()}
     else:
         ci_json = {fpr_key(t): [float("nan"), float("nan")] for t in targets}
@@ -220,8 +221,8 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
         "resolved": e["resolved"],
         "source": best.label,
         "candidates": [c.label for c in candidates],
-        "ci_method": (f"percentile bootstrap over victim models; the maximum over the {len(candidates)} "
-                      "candidate(s) is re-taken in every replicate"),
+        "ci_method": (f"percentile bootstrap over victim models; the selection of the best of the "
+                      f"{len(candidates)} candidate(s) at the headline FPR is re-made in every replicate"),
     }
 
 
@@ -371,7 +372,7 @@ def evaluate_run(
             sample_candidates += lev.candidates
     if by_experiment:
         # the sample-level headline: the best primary variant over every canary experiment, its CI
-        # re-taking that maximum (over canaries and adaptive attacks) in every bootstrap replicate
+        # re-making that choice (over canaries and adaptive attacks) in every bootstrap replicate
         best = select_headline(sample_candidates, cfg)
         strongest = by_experiment[best["source"].split("/")[0]]
         results["sample"] = {**strongest, "canaries": [r["canary"] for r in by_experiment.values()], "best": best}

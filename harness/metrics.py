@@ -11,7 +11,7 @@
 - Confidence intervals: percentile bootstrap over victim models. Guesses about the same victim are
   correlated, so a replicate draws S victims with replacement and pools all their C guesses. A
   headline that is the maximum over several candidates gets a selection-aware interval
-  (:func:`bootstrap_max_tpr_ci`): the maximum is re-taken inside every replicate.
+  (:func:`bootstrap_selected_tpr_ci`): the selection is re-made inside every replicate.
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def thin_roc(roc: Roc) -> Roc:
 
 def bootstrap_draws(num_models: int, replicates: int, seed: int) -> np.ndarray:
     """(replicates, S) victim indices drawn with replacement: the same draws for every attack
-    variant of a run (so that a maximum over variants can be re-taken inside each draw)."""
+    variant of a run (so that a choice among variants can be re-made inside each draw)."""
     return np.random.default_rng(seed).integers(0, num_models, size=(replicates, num_models))
 
 
@@ -156,21 +156,24 @@ def bootstrap_tpr_ci(
     return {t: percentile_interval(samples[t], confidence) for t in targets}
 
 
-def bootstrap_max_tpr_ci(
+def bootstrap_selected_tpr_ci(
     candidates: list[tuple[np.ndarray, np.ndarray]],
     targets: list[float],
     *,
+    select_at: float,
     replicates: int,
     confidence: float,
     seed: int,
 ) -> dict[float, tuple[float, float]]:
-    """Selection-aware CI of a headline that is the maximum TPR@FPR over several candidates.
+    """Selection-aware CI of a headline: the candidate with the largest TPR at ``select_at`` (ties:
+    the larger TPR at FPR 0, then the earlier candidate), and its TPR at every target.
 
     ``candidates`` are (scores, membership) pairs, each (S, C_j) over the same S victim models
     (e.g. the primary variants of a defense's adaptive attacks, over its canary experiments). Each
-    replicate draws S victims once, computes every candidate's TPR on that draw and keeps the
-    maximum, so the interval carries the selection the headline made (a maximum of noisy figures
-    is biased upward; an interval around the selected candidate alone would ignore that).
+    replicate draws S victims once, computes every candidate's TPRs on that draw, re-makes the
+    selection and keeps the selected candidate's TPRs, so the interval carries the selection the
+    headline made (a maximum of noisy figures is biased upward; an interval around the selected
+    candidate alone would ignore that). At ``select_at`` this is the CI of the maximum.
     """
     if not candidates:
         raise ValueError("no candidates")
@@ -178,11 +181,15 @@ def bootstrap_max_tpr_ci(
     if any(c[0].shape[0] != s_models for c in candidates):
         raise ValueError("every candidate must have the same victim models")
     draws = bootstrap_draws(s_models, replicates, seed)
-    best: dict[float, np.ndarray] = {}
-    for sc, mem in candidates:
-        for t, v in bootstrap_tpr_samples(sc, mem, targets, draws).items():
-            best[t] = v if t not in best else np.fmax(best[t], v)
-    return {t: percentile_interval(best[t], confidence) for t in targets}
+    wanted = sorted({*targets, select_at, 0.0})
+    samples = [bootstrap_tpr_samples(sc, mem, wanted, draws) for sc, mem in candidates]
+    key = np.nan_to_num(np.stack([smp[select_at] for smp in samples]), nan=-1.0)  # (n, B)
+    tie = np.nan_to_num(np.stack([smp[0.0] for smp in samples]), nan=-1.0)
+    best = key == key.max(axis=0, keepdims=True)
+    best &= tie == np.where(best, tie, -2.0).max(axis=0, keepdims=True)
+    chosen = best.argmax(axis=0)  # the first remaining candidate
+    cols = np.arange(len(draws))
+    return {t: percentile_interval(np.stack([smp[t] for smp in samples])[chosen, cols], confidence) for t in targets}
 
 
 @dataclass(frozen=True)

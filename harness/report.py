@@ -143,8 +143,8 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                   caption="TPR@x%: TPR at FPR <= x% of the headline (the best primary variant of the defense's "
-                          "adaptive attacks); [..]: 95% CI, percentile bootstrap over victim models, re-taking that "
-                          "maximum in every replicate")
+                          "adaptive attacks, chosen at the headline FPR); [..]: 95% CI, percentile bootstrap over victim "
+                          "models, re-making that choice in every replicate")
     table.add_column("")
     for level in levels:
         table.add_column(f"{level} level", justify="right")
@@ -195,9 +195,11 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                           "(too few non-member guesses for that FPR).")
         else:
             pv, sv = p["tpr_at_fpr"][hk], s["tpr_at_fpr"][hk]
-            ratio = f"{sv / pv:.1f}x" if pv > 0 else "inf (population level found no member at this FPR)"
-            console.print(f"Sample-level TPR@{100 * results['headline_fpr']:g}% FPR is {ratio} the population-level "
-                          f"figure ({_pct(sv)} vs {_pct(pv)}).")
+            at = f"TPR@{100 * results['headline_fpr']:g}% FPR"
+            if pv > 0:
+                console.print(f"Sample-level {at} is {sv / pv:.1f}x the population-level figure ({_pct(sv)} vs {_pct(pv)}).")
+            else:
+                console.print(f"Sample-level {at} is {_pct(sv)}; the population level found no member at this FPR.")
     per_attack = Table(title="primary variant of each attack" if not details else "every attack variant",
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                        caption="headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])

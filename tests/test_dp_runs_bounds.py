@@ -56,6 +56,8 @@ def test_empirical_epsilon_never_exceeds_the_accountants(tmp_path, noise, epochs
         for e in level["attacks"]:
             lo = e["eps_lower"]["epsilon"]
             assert 0.0 <= lo <= eps, (e["name"], e["variant"], lo, eps)
+            if e["primary"]:  # the one-run bound is valid too: never above the accountant's epsilon
+                assert 0.0 <= e["eps_lower_one_run"]["epsilon"] <= eps
             best_lower = max(best_lower, lo)
             for fpr, tpr in e["tpr_at_fpr"].items():
                 if float(fpr) == 0.0:  # no bound at FPR 0 (see harness.evaluation._bounds_json)

@@ -10,7 +10,7 @@ from attacks.base import AttackInput
 from attacks.lira import LiRA
 from harness.config import build_config
 from harness.evaluation import Candidate, _metrics_json, select_headline
-from harness.metrics import bootstrap_max_tpr_ci, bootstrap_tpr_ci, evaluate_scores
+from harness.metrics import bootstrap_selected_tpr_ci, bootstrap_tpr_ci, evaluate_scores
 
 
 def _membership(s: int, c: int, rng: np.random.Generator) -> np.ndarray:
@@ -60,21 +60,37 @@ def test_select_headline_takes_the_best_candidate_and_a_ci_that_carries_the_sele
     best = max(noise, key=key)
     assert many["tpr_at_fpr"] == best.entry["tpr_at_fpr"] and many["source"] == best.label
     assert len(many["candidates"]) == 8
-    # the max-aware interval sits above the selected candidate's own interval (it carries the selection)
-    for k in ("0.01", "0.001"):
-        lo, hi = many["tpr_ci"][k]
-        lo1, hi1 = many["tpr_ci_variant"][k]
-        assert lo >= lo1 and hi >= hi1 and (lo, hi) != (lo1, hi1)
+    # at the headline FPR the selection-aware interval (of the maximum) sits above the selected
+    # candidate's own interval: it carries the selection
+    lo, hi = many["tpr_ci"]["0.001"]
+    lo1, hi1 = many["tpr_ci_variant"]["0.001"]
+    assert lo >= lo1 and hi >= hi1 and (lo, hi) != (lo1, hi1)
 
 
-def test_max_ci_equals_the_plain_ci_for_one_candidate_and_rises_with_more():
+def test_selected_ci_equals_the_plain_ci_for_one_candidate_and_rises_with_more():
     rng = np.random.default_rng(2)
     mem = _membership(12, 100, rng)
     s = rng.normal(size=(12, 100)) + mem
-    plain = bootstrap_tpr_ci(s, mem, [0.1], replicates=300, confidence=0.9, seed=4)
-    assert bootstrap_max_tpr_ci([(s, mem)], [0.1], replicates=300, confidence=0.9, seed=4) == plain
-    more = bootstrap_max_tpr_ci([(s, mem), (rng.normal(size=(12, 100)) + mem, mem)], [0.1], replicates=300,
-                                confidence=0.9, seed=4)
+    plain = bootstrap_tpr_ci(s, mem, [0.1, 0.3], replicates=300, confidence=0.9, seed=4)
+    assert bootstrap_selected_tpr_ci([(s, mem)], [0.1, 0.3], select_at=0.1, replicates=300, confidence=0.9,
+                                     seed=4) == plain
+    other = rng.normal(size=(12, 100)) + mem
+    more = bootstrap_selected_tpr_ci([(s, mem), (other, mem)], [0.1], select_at=0.1, replicates=300,
+                                     confidence=0.9, seed=4)
     assert more[0.1][0] >= plain[0.1][0] and more[0.1][1] >= plain[0.1][1]
     with pytest.raises(ValueError, match="same victim"):
-        bootstrap_max_tpr_ci([(s, mem), (s[:5], mem[:5])], [0.1], replicates=10, confidence=0.9, seed=0)
+        bootstrap_selected_tpr_ci([(s, mem), (s[:5], mem[:5])], [0.1], select_at=0.1, replicates=10,
+                                  confidence=0.9, seed=0)
+
+
+def test_the_ci_at_other_fprs_follows_the_candidate_selected_at_the_headline_fpr():
+    # candidate A wins at the headline FPR (strong top scores), B has more members at 50% FPR:
+    # the CI at 50% must be A's (the selected one), not the maximum over both
+    rng = np.random.default_rng(3)
+    mem = _membership(16, 400, rng)
+    a = np.where(mem & (rng.random(mem.shape) < 0.3), 10.0, 0.0) + rng.normal(0, 1, mem.shape)
+    b = 0.8 * mem + rng.normal(0, 1, mem.shape)
+    sel = bootstrap_selected_tpr_ci([(a, mem), (b, mem)], [0.001, 0.5], select_at=0.001, replicates=200,
+                                    confidence=0.95, seed=0)
+    only_a = bootstrap_tpr_ci(a, mem, [0.001, 0.5], replicates=200, confidence=0.95, seed=0)
+    assert sel == only_a  # A wins in every replicate

@@ -90,12 +90,13 @@ class OneRunBound:
     """The combined bound and the guess that achieves it.
 
     ``epsilon``: the valid 1 - alpha lower bound (maximum over victims and guess counts, each at
-    alpha / (S * grid)); ``victim``, ``guesses`` (r), ``correct`` (v): where it is attained;
+    alpha / (S * grid)); ``victim``, ``guesses`` (r), ``correct`` (v): where it is attained (None,
+    0, 0 when no victim gives evidence, i.e. ``epsilon`` is 0);
     ``per_victim_median``: the median over victims of each victim's own bound at alpha / grid
     (descriptive: not a joint statement)."""
 
     epsilon: float
-    victim: int
+    victim: int | None
     guesses: int
     correct: int
     num_canaries: int
@@ -132,7 +133,7 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, delta: float, a
     grid = guess_grid(c, fractions)
     beta_joint = alpha / (s * len(grid))
     beta_victim = alpha / len(grid)
-    best = (0.0, 0, grid[0], 0)
+    best: tuple[float, int | None, int, int] = (0.0, None, 0, 0)
     medians = []
     for t in range(s):
         order = np.argsort(-scores[t], kind="stable")
