@@ -33,10 +33,6 @@ from attacks.base import Attack, AttackInput
 from attacks.loo import dropped_shadow
 from attacks.scores import SCORE_FUNCTIONS
 
-# Below this many models, the primary variant uses the global variance (Carlini et al. 2022, section
-# VI: per-example variances need many shadow models; with few, a fixed variance works better).
-PER_SAMPLE_VARIANCE_MIN_MODELS = 64
-
 # Standard deviations below this are clamped (a sample whose shadows all output the same score
 # would otherwise give 0/0 likelihood ratios).
 MIN_STD = 1e-8
@@ -121,11 +117,10 @@ def _primary(variants: list[str], mode: str, variance: str, augmented: bool) -> 
 class LiRA(Attack):
     """Online LiRA (the paper's). Variants ``online-{logit|hinge}-{noaug|augA}-{persample|global}``;
     primary ``online-logit-augA-persample``: the logit-scaled confidence, every query augmentation,
-    per-sample variances (Carlini et al.'s recommended online attack, the paper's ``lira_da_logit``),
-    with two rules fixed in advance: models trained without augmentation are read on the plain
-    query only (``-noaug-``: augmented views are then inputs the model never trained on; Carlini et
-    al. query the augmentations the model was trained with), and with fewer than
-    :data:`PER_SAMPLE_VARIANCE_MIN_MODELS` models the variance is the global one (``-global``)."""
+    per-sample variances (Carlini et al.'s recommended online attack, the paper's ``lira_da_logit``).
+    For models trained without augmentation the primary reads the plain query only
+    (``online-logit-noaug-persample``): augmented views are then inputs the model never trained on
+    (Carlini et al. query the augmentations the model was trained with)."""
 
     name = "lira"
     description = "likelihood-ratio attack (Carlini et al. 2022), online, leave-one-out"
@@ -154,8 +149,7 @@ class LiRA(Attack):
         return out
 
     def primary(self, variants: list[str], inp: AttackInput) -> str:
-        variance = "persample" if inp.num_models >= PER_SAMPLE_VARIANCE_MIN_MODELS else "global"
-        return _primary(variants, "online", variance, inp.trained_with_augmentation)
+        return _primary(variants, "online", "persample", inp.trained_with_augmentation)
 
 
 class LiRAOffline(LiRA):

@@ -27,8 +27,9 @@ for models trained with augmentation and ``online-noaug`` otherwise (as LiRA's).
 Parameters (``attack.params.rmia``): gamma = 2, a = 0.3, temperature T = 2 by default (the
 authors' research configuration, which uses ~25 000 population samples). With a few hundred z,
 gamma = 2 ties every well-fitted sample: its ratio is about 1, so it passes the test against the
-same few z whose ratio is below 1/2 (measured on the quick preset: 5.5% of non-member guesses
-share one score); the ``quick`` and ``cifar10`` presets use gamma = 1 (docs/protocol.md). The z
+same few z whose ratio is below 1/2 (measured on the quick preset: 19% of the population
+non-member guesses share one score); the ``quick`` and ``cifar10`` presets use gamma = 1
+(docs/protocol.md, with the case where gamma = 1 ties at the top instead). The z
 signals are saved by the runner (``audit.population_samples``); a run without them cannot be
 scored by RMIA.
 """

@@ -58,8 +58,8 @@ def main() -> None:
     ap.add_argument("--seeds", default="0")
     args = ap.parse_args()
     print("TPR at the FPR of the last column; LiRA: online logit, plain query or 9 views, per-sample or global\n"
-          "variance (the primary: plain, global); RMIA: online, plain query; (..): largest share of the\n"
-          "non-member guesses tied at one score\n")
+          "variance (the primary: plain query, per-sample); RMIA: online, plain query; (..): largest share of\n"
+          "the non-member guesses tied at one score\n")
     print("| seed | level | LiRA plain, global | LiRA 9 views, global | LiRA plain, per-sample | "
           "RMIA gamma 2 (max tie) | RMIA gamma 1 (max tie) | FPR |")
     print("|---|---|---|---|---|---|---|---|")

@@ -2,7 +2,7 @@
 
     bound thudi --epsilon E [--delta D] --p1 P [--tpr T] [--tnr T] [--json]   accuracy bounds, prior bounds
     bound sgm --q Q --noise Z --steps T [--fpr F ...] [--delta D] [--json]      optimal DP-SGD bound
-    bound dpsgd --batch-size B --dataset-size N --epochs E --noise Z [...]      same, q = B/N, T = E ceil(N/B)
+    bound dpsgd --batch-size B --dataset-size N --epochs E --noise Z [...]      same, T = E ceil(N/B), q = B/N (or 1/ceil(N/B))
 
 ``--json`` prints exactly one JSON object (non-finite numbers as null). Bad input prints one
 ``error:`` line to stderr and exits with code 2.

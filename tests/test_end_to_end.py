@@ -30,9 +30,8 @@ def test_quick_preset_sample_level_is_far_above_population_level(tmp_path):
         primaries = [e for e in r[level]["attacks"] if e["primary"] and e["name"] in r[level]["headline_attacks"]]
         assert r[level]["headline_attacks"] == ["lira"] and len(primaries) == 1  # undefended: LiRA's primary
         assert (best["name"], best["variant"]) == (primaries[0]["name"], primaries[0]["variant"])
-        # the quick preset trains without augmentation (the primary reads the plain query) and has
-        # 32 models (global variance)
-        assert best["variant"] == "online-logit-noaug-global" and not r[level]["trained_with_augmentation"]
+        # the quick preset trains without augmentation: the primary reads the plain query
+        assert best["variant"] == "online-logit-noaug-persample" and not r[level]["trained_with_augmentation"]
     pop = r["population"]["best"]["tpr_at_fpr"]["0.001"]
     smp = r["sample"]["best"]["tpr_at_fpr"]["0.001"]
     assert 0.005 < pop < 0.2, pop
