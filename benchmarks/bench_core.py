@@ -37,7 +37,7 @@ def bench_training(cfg, repeats: int) -> dict[str, float]:
         served = defense.fit(train, FitContext(seed=model_seed(cfg.seed, r), device=cfg.run.device,
                                                train=cfg.train))
         t1 = time.perf_counter()
-        collect_signals(served, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
+        collect_signals(served, cfg, defense, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
         served.query(data.x_test)
         query_s.append(time.perf_counter() - t1)
         fit_s.append(t1 - t0)

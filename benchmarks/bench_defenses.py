@@ -10,7 +10,8 @@ epsilon where the defense records one, the one-run empirical epsilon lower bound
 headline, RMIA's primary variant beside, and the wall time of each command. Headlines are the best
 primary variant of the defense's adaptive attacks with the selection-aware CI. The per-attack
 sample-level figures of HAMP (label-only vs LiRA on the defended outputs), SELENA with plain
-mislabeled canaries, and DP-SGD's per-canary figures with uniform-noise canaries beside follow.
+mislabeled canaries, DP-SGD's per-canary figures with uniform-noise canaries beside, and the SSL
+defenses' white-box vs black-box attacks at 0.1% and 1% FPR follow.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from pathlib import Path
 
 from harness.evaluation import run_privacy
 
-DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh"]
+DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh", "ssl-simclr",
+            "ssl-moco"]
 
 
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
@@ -59,9 +61,9 @@ def primary(level: dict, attack: str) -> dict | None:
     return next((e for e in level["attacks"] if e["name"] == attack and e.get("primary")), None)
 
 
-def primary_tpr(level: dict, attack: str) -> str:
+def primary_tpr(level: dict, attack: str, fpr: str = "0.001") -> str:
     e = primary(level, attack)
-    return "-" if e is None else pct(e["tpr_at_fpr"]["0.001"])
+    return "-" if e is None else pct(e["tpr_at_fpr"][fpr])
 
 
 def one_run_eps(level: dict) -> str:
@@ -85,7 +87,8 @@ def main() -> None:
         eps = (run_privacy(r) or {}).get("epsilon")
         rows.append(
             f"| {d} | {headline(pop)} | {headline(smp)} "
-            f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}) | "
+            f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}, "
+            f"{smp['best'].get('access', 'black-box')}) | "
             f"{primary_tpr(pop, 'rmia')} / {primary_tpr(smp, 'rmia')} | "
             f"{pct(pop['test_accuracy']['mean'])} | {pct(smp['test_accuracy']['mean'])} | "
             f"{'-' if eps is None else f'{eps:.3g}'} | {one_run_eps(smp)} | {wall:.0f} s |"
@@ -98,6 +101,13 @@ def main() -> None:
             m, wall_m = run(d, args, "--level", "sample", "--canary", "mislabeled")
             notes.append(f"SELENA sample level, TPR@0.1%: duplicates {pct(smp['best']['tpr_at_fpr']['0.001'])} vs "
                          f"plain mislabeled {pct(m['sample']['best']['tpr_at_fpr']['0.001'])} ({wall_m:.0f} s)")
+        if d.startswith("ssl-"):
+            for fpr in ("0.001", "0.01"):
+                notes.append(f"{d}, TPR@{100 * float(fpr):g}% FPR (primary variants), population / sample by canary: "
+                             + "; ".join(f"{name} ({primary(pop, name)['access']}) {primary_tpr(pop, name, fpr)} / "
+                                         + ", ".join(f"{c} {primary_tpr(v, name, fpr)}"
+                                                     for c, v in r["sample_by_canary"].items())
+                                         for name in ("contrastive", "contrastive-blackbox", "lira", "rmia")))
         if d.startswith("dpsgd"):
             by = r["sample_by_canary"]
             u, wall_u = run(d, args, "--level", "sample", "--canary", "uniform")

@@ -65,6 +65,12 @@ class ServedModel(ABC):
         """White-box features (e.g. penultimate activations), or None."""
         return None
 
+    def view_augmentation(self) -> Any:
+        """The random augmentation the model was trained to be invariant to (an
+        :class:`harness.ssl_augment.SSLAugment` for the self-supervised defenses), or None: the
+        contrastive signals draw their views with it (an adaptive attack knows the training recipe)."""
+        return None
+
     def info(self) -> dict[str, Any]:
         """Facts about the trained model to record with it (JSON-serializable), e.g. a DP defense's
         ``epsilon``, ``delta``, ``noise_multiplier``, ``sample_rate`` and ``steps``."""
@@ -120,6 +126,10 @@ class Defense(ABC):
     default_canary: ClassVar[str] = "mislabeled"
     adaptive_attacks: ClassVar[tuple[str, ...]] = ("lira",)
     ablation_attacks: ClassVar[tuple[str, ...]] = ()  # run and reported, never a headline
+    #: what the served model offers besides ``query``: ``"raw_query"`` (outputs before a test-time
+    #: defense) and/or ``"features"`` (white-box encoder features); signals that need one of these
+    #: are refused before training for a defense that does not declare it (harness.signals)
+    provides: ClassVar[frozenset[str]] = frozenset()
     param_defaults: ClassVar[dict[str, Any]] = {}
     #: the ``train.*`` fields ``fit`` reads (None: all of them); an override of any other is refused
     train_fields: ClassVar[frozenset[str] | None] = None

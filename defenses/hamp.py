@@ -92,6 +92,7 @@ class HAMP(Defense):
     default_canary = "mislabeled"
     adaptive_attacks = ("label-only", "lira")
     ablation_attacks = ("lira-raw",)
+    provides = frozenset({"raw_query"})
     param_defaults = {"entropy_threshold": 0.9996837722339832, "regularization": 0.005}
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:

@@ -90,6 +90,7 @@ class Subsample(Defense):
         self.default_canary = self.inner.default_canary
         self.adaptive_attacks = self.inner.adaptive_attacks
         self.ablation_attacks = self.inner.ablation_attacks
+        self.provides = self.inner.provides
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         rate = float(self.params["rate"])

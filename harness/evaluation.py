@@ -62,14 +62,6 @@ def load_attacks(names: list[str], params: dict[str, dict[str, Any]] | None = No
     return out
 
 
-def check_attack_signals(attacks: list[Attack], cfg: ExperimentConfig) -> None:
-    """Refuse, before training, an attack whose signals the run will not save."""
-    for a in attacks:
-        if "population_logits" in a.needs and cfg.audit.population_samples == 0:
-            raise ConfigError(f"attack {a.name!r} needs population samples: set audit.population_samples > 0, "
-                              f"or leave it out (--set attack.names=[...])")
-
-
 @dataclass(frozen=True)
 class LevelSignals:
     signals: dict[str, np.ndarray]  # name -> (S, C, ...)
@@ -215,6 +207,7 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
     return {
         "name": e["name"],
         "variant": e["variant"],
+        "access": e.get("access", "black-box"),
         "tpr_at_fpr": e["tpr_at_fpr"],
         "tpr_ci": ci_json,
         "tpr_ci_variant": e["tpr_ci"],
@@ -256,14 +249,20 @@ def evaluate_level(
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
+    from harness.signals import attack_access, signal_table
+
+    table = signal_table(attacks)
     entries, curves, candidates, skipped = [], {}, [], {}
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
         if lacking:
+            why = (f"needs signals {lacking}, which this run's models did not save (they were trained before this "
+                   f"attack was configured); train a new run (--out or --run-dir) to include it")
             if attack.name in headline_attacks:
-                raise ConfigError(f"attack {attack.name!r} needs signals {lacking}, which this run did not save")
-            skipped[attack.name] = f"needs signals {lacking}, which this run did not save"
+                raise ConfigError(f"attack {attack.name!r} {why}")
+            skipped[attack.name] = why
             continue
+        access = attack_access(attack, table)
         variants = attack.score(inp)
         primary = attack.primary(list(variants), inp)
         if primary not in variants:
@@ -272,7 +271,8 @@ def evaluate_level(
             m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
                                 confidence=cfg.attack.confidence, seed=cfg.seed)
             curves[(attack.name, variant)] = m
-            entry = {"name": attack.name, "variant": variant, "primary": variant == primary, **_metrics_json(m),
+            entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
+                     **_metrics_json(m),
                      "eps_lower": _eps_lower_json(scores[:, ev], mem_ev)}
             if variant == primary:
                 entry["eps_lower_one_run"] = _one_run_json(scores[:, ev], mem_ev, num_canaries=len(ev))

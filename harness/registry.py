@@ -29,6 +29,8 @@ BUILTINS: dict[str, dict[str, str]] = {
         "dpsgd-high": "defenses.dpsgd:DPSGDHigh",
         "dpsgd-veryhigh": "defenses.dpsgd:DPSGDVeryHigh",
         "subsample": "defenses.subsample:Subsample",
+        "ssl-simclr": "defenses.ssl:SimCLR",
+        "ssl-moco": "defenses.ssl:MoCo",
     },
     "attacks": {
         "lira": "attacks.lira:LiRA",
@@ -37,6 +39,8 @@ BUILTINS: dict[str, dict[str, str]] = {
         "rmia": "attacks.rmia:RMIA",
         "label-only": "attacks.label_only:LabelOnly",
         "threshold": "attacks.threshold:GlobalThreshold",
+        "contrastive": "attacks.contrastive:Contrastive",
+        "contrastive-blackbox": "attacks.contrastive:ContrastiveBlackBox",
     },
     "canaries": {
         "none": "canaries.none:NoCanaries",

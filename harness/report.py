@@ -47,6 +47,7 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
             "test_acc_mean": r["test_accuracy"]["mean"],
             "test_acc_std": r["test_accuracy"]["std"],
             "best_attack": f"{best['name']}:{best['variant']}",
+            "best_attack_access": best.get("access", "black-box"),
         }
         for t in _targets(results):
             k = fpr_key(t)
@@ -76,7 +77,7 @@ def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
     for level, res in _experiments(results):
         for e in res["attacks"]:
             row = {"experiment": level, "canary": res["canary"], "attack": e["name"], "variant": e["variant"],
-                   "primary": bool(e.get("primary", False))}
+                   "primary": bool(e.get("primary", False)), "access": e.get("access", "black-box")}
             for k, v in e["tpr_at_fpr"].items():
                 row[f"tpr@{k}"] = v
                 row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = e["tpr_ci"][k]
@@ -158,7 +159,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     for t in targets:
         table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(h, t, e["num_neg"]) for h, e in zip(heads, bests)])
     table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
-    table.add_row("headline attack", *[f"{e['name']} {e['variant']}" for e in bests])
+    table.add_row("headline attack", *[f"{e['name']} {e['variant']} ({e.get('access', 'black-box')})" for e in bests])
     # every non-ablation attack's primary variant, beside the headline (e.g. RMIA beside LiRA)
     names = list(dict.fromkeys(e["name"] for lv in levels for e in results[lv]["attacks"]
                                if _is_primary(e) and e["name"] != "lira-raw"))
@@ -186,7 +187,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         for c, r in results["sample_by_canary"].items():
             table.add_row(f"  sample, {c}", *(["" for _ in levels[:-1]] +
                                               [f"{_tpr_cell(r['best'], results['headline_fpr'], _best_entry(r)['num_neg'], with_ci=False)} "
-                                               f"({r['best']['name']})"]))
+                                               f"({r['best']['name']}, {r['best'].get('access', 'black-box')})"]))
     console.print(table)
     if "population" in results and "sample" in results:
         p, s = results["population"]["best"], results["sample"]["best"]
@@ -204,13 +205,13 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                        caption="headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
                        + "; * primary variant; ε: one-run lower bound (95%)")
-    for col in ("experiment", "attack", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC", "ε ≥"):
+    for col in ("experiment", "attack", "access", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC", "ε ≥"):
         per_attack.add_column(col)
     for level, res in _experiments(results):
         for e in res["attacks"]:
             if not details and not _is_primary(e):
                 continue
-            per_attack.add_row(level, e["name"], e["variant"] + (" *" if e.get("primary") else ""),
+            per_attack.add_row(level, e["name"], e.get("access", "black-box"), e["variant"] + (" *" if e.get("primary") else ""),
                                _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False), f"{e['auc']:.3f}",
                                _eps((e.get("eps_lower_one_run") or {}).get("epsilon")))
     console.print(per_attack)

@@ -22,7 +22,6 @@ import torch
 from canaries.base import CanaryContext
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
 from harness import __version__
-from harness.augment import shift_flip
 from harness.config import ConfigError, ExperimentConfig
 from harness.data import AugmentSpec, ImageDataset, load_dataset
 from harness.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
@@ -189,11 +188,13 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
     """Check everything that can be checked before training (defense, attacks, device, data sizes,
     canaries), then create (or re-open) the run directory and save each level's design. Nothing is
     written before every check has passed."""
-    from harness.evaluation import attack_names, check_attack_signals, load_attacks
+    from harness.evaluation import attack_names, load_attacks
+    from harness.signals import check_signals
 
     defense = make_defense(cfg)
     check_defense_config(defense, cfg)
-    check_attack_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), cfg)
+    check_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), defense.provides, cfg.defense,
+                  cfg.audit.population_samples)
     resolve_device(cfg.run.device)
     data = load_dataset(cfg.data, cfg.seed)
     if cfg.audit.size > len(data.y_train):
@@ -250,24 +251,25 @@ def training_set(data: ImageDataset, ld: LevelDesign, index: int) -> LabeledImag
     )
 
 
-def query_augmented(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec) -> np.ndarray:
-    """Outputs (N, A, K) under the dataset's fixed query augmentations (index 0 = unaugmented)."""
-    xt = torch.from_numpy(x)
-    outs = [query(shift_flip(xt, dy, dx, flip).numpy()) for flip, dy, dx in spec.query_offsets()]
-    return np.stack(outs, axis=1).astype(np.float32)
+def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dict]:
+    """(names, table) of the signals a run's models save: what its attacks need
+    (:func:`harness.signals.needed_signals`)."""
+    from harness.evaluation import attack_names, load_attacks
+    from harness.signals import needed_signals, signal_table
+
+    attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)
+    return needed_signals(attacks), signal_table(attacks)
 
 
-def collect_signals(served: ServedModel, x: np.ndarray, spec: AugmentSpec,
+def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense, x: np.ndarray, spec: AugmentSpec,
                     population_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The signals saved per model: served logits on the audit samples and, if the defense has them,
-    pre-defense logits; with ``population_x``, the served logits on those population samples
-    (``population_logits``, RMIA's z). All (N, A, K) under the query augmentations."""
-    signals = {"logits": query_augmented(served.query, x, spec)}
-    if served.raw_query(x[:1]) is not None:
-        signals["raw_logits"] = query_augmented(lambda b: served.raw_query(b), x, spec)  # type: ignore[arg-type, return-value]
-    if population_x is not None and len(population_x):
-        signals["population_logits"] = query_augmented(served.query, population_x, spec)
-    return signals
+    """The signals one model saves: every signal the run's attacks need (:mod:`harness.signals`),
+    on the audit samples ``x`` and, for population signals, on ``population_x``."""
+    from harness.signals import compute_signals, signal_seed
+
+    names, table = run_signals(cfg, defense)
+    pop = population_x if population_x is not None else x[:0]
+    return compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed))
 
 
 def train_one(job: TrainJob) -> dict:
@@ -301,7 +303,7 @@ def train_one(job: TrainJob) -> dict:
                               "deterministic CUDA kernel; run with --set run.deterministic=false") from None
         raise
     t1 = time.perf_counter()
-    signals = collect_signals(served, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
+    signals = collect_signals(served, cfg, defense, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
     test_pred = served.query(data.x_test).argmax(axis=1)
     t2 = time.perf_counter()
     meta = {

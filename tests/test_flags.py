@@ -37,6 +37,8 @@ def _overrides(defense: str, extra: dict) -> dict:
     o = {"defense": defense, **BASE, **extra}
     if defense == "subsample":
         o["defense_params.inner"] = "dpsgd-medium"  # the wrapper must route to its inner defense's settings
+    if defense.startswith("ssl-"):  # SSL batches drop the last partial one: smaller than the 120 samples
+        o = {"train.batch_size": 60, "defense_params.probe_epochs": 3, **o}
     return o
 
 
@@ -73,7 +75,10 @@ def test_every_recipe_field_takes_effect_or_is_refused(defense, tiny):
         outcomes["augment"] = "effect"
     except ConfigError:
         outcomes["augment"] = "refused"
-    if defense.startswith("dpsgd") or defense == "subsample":  # DP-SGD: plain SGD, constant learning rate
+    if defense.startswith("ssl-"):  # its own encoder, augmentation and per-epoch cosine schedule
+        assert {f for f, o in outcomes.items() if o == "refused"} == {
+            "model", "schedule", "milestones", "gamma", "warmup_epochs", "augment"}
+    elif defense.startswith("dpsgd") or defense == "subsample":  # DP-SGD: plain SGD, constant learning rate
         assert {f for f, o in outcomes.items() if o == "refused"} == {
             "momentum", "weight_decay", "schedule", "milestones", "gamma", "warmup_epochs"}
     elif build_config("quick", _overrides(defense, {})).train.schedule == "step":  # hamp, relaxloss

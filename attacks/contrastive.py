@@ -1,0 +1,72 @@
+"""The contrastive-similarity attack against self-supervised encoders (the paper's section 6.4;
+protocol notes section 3.5).
+
+An encoder pre-trained with a contrastive objective maps two augmented views of a *training*
+image closer together than views of an image it never saw. Per audit sample and per fixed query
+view, the signal (:func:`harness.signals.contrastive_similarity`) holds the Fisher-transformed
+cosine similarity ``log((1 + s) / (1 - s))`` of two SSL-augmented copies, for R seeded
+repetitions that are identical for every model. The attack averages the first ``repetitions``
+(default 6, the paper's) and scores the per-view values with leave-one-out online LiRA
+(per-sample Gaussians fitted on the shadow models only, log-likelihood ratios averaged over the
+views; :func:`attacks.lira.lira_scores`).
+
+- ``contrastive`` (white-box): similarity of the encoder's features (the paper's ``backbone``);
+- ``contrastive-blackbox``: similarity of the served logits (the paper's black-box ``similarity``).
+
+Variants: ``lira-augA`` (all A query views; primary), ``lira-noaug`` (the plain view only) and
+``threshold`` (the mean similarity over views and repetitions, one global threshold, no shadows).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from attacks.base import Attack, AttackInput
+from attacks.lira import lira_scores
+from harness.signals import CONTRASTIVE_REPETITIONS
+
+
+class Contrastive(Attack):
+    name = "contrastive"
+    description = "similarity of two SSL views in the encoder's feature space (white-box), LiRA over the views"
+    needs = frozenset({"contrastive_features"})
+    signal = "contrastive_features"
+
+    def __init__(self, repetitions: int = CONTRASTIVE_REPETITIONS, shadows: str = "balanced") -> None:
+        if not isinstance(repetitions, int) or isinstance(repetitions, bool) or not 1 <= repetitions <= CONTRASTIVE_REPETITIONS:
+            raise ValueError(f"repetitions must be an integer between 1 and {CONTRASTIVE_REPETITIONS} (the views "
+                             f"saved per model), got {repetitions!r}")
+        if shadows not in ("balanced", "all"):
+            raise ValueError(f"shadows must be 'balanced' or 'all', got {shadows!r}")
+        self.repetitions = repetitions
+        self.shadows = shadows
+
+    def params(self) -> dict[str, object]:
+        return {"repetitions": self.repetitions, "shadows": self.shadows}
+
+    def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
+        sims = inp.signals[self.signal]  # (S, C, A, R)
+        if sims.shape[-1] < self.repetitions:
+            raise ValueError(f"{self.name}: the run saved {sims.shape[-1]} repetitions, fewer than {self.repetitions}")
+        obs = sims[..., : self.repetitions].astype(np.float64).mean(axis=-1)  # (S, C, A)
+        balanced = self.shadows == "balanced"
+        num_views = obs.shape[2]
+        out = {"threshold": obs.mean(axis=2)}
+        out["lira-noaug"] = lira_scores(obs[:, :, :1], inp.membership, online=True, global_variance=False,
+                                        balanced=balanced)
+        if num_views > 1:
+            out[f"lira-aug{num_views}"] = lira_scores(obs, inp.membership, online=True, global_variance=False,
+                                                       balanced=balanced)
+        return out
+
+    def primary(self, variants: list[str], inp: AttackInput) -> str:
+        """``lira-augA``: every query view (the paper's ``lira_da``). SSL pre-training augments every
+        image, so the shifted and flipped views are inputs of the kind the encoder trained on."""
+        return next((v for v in variants if v.startswith("lira-aug")), "lira-noaug")
+
+
+class ContrastiveBlackBox(Contrastive):
+    name = "contrastive-blackbox"
+    description = "similarity of two SSL views in the served logits (black-box), LiRA over the views"
+    needs = frozenset({"contrastive_logits"})
+    signal = "contrastive_logits"

@@ -1,0 +1,206 @@
+"""Signals: what each trained model leaves behind for the attacks.
+
+A signal is a named function ``(served model, images, query spec, seed) -> array`` computed once
+per model right after training and saved with it (so that attacks re-run without retraining).
+An attack declares the signals it ``needs``; the runner computes the union of what the run's
+attacks need (``logits`` always: the run's bookkeeping reads them) and nothing else. A signal may
+need a capability of the served model (``features`` for white-box signals, ``raw_query`` for
+pre-defense outputs): an attack whose signal the defense cannot provide is refused before any
+training (:func:`check_signals`). ``seed`` is the same for every model of a run, so that random
+query draws (the contrastive views) are identical across the victim and its shadow models.
+
+Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index 0 unaugmented):
+
+- ``logits`` (N, A, K): the served outputs on the audit samples (black-box);
+- ``raw_logits`` (N, A, K): the outputs before a test-time defense (needs ``raw_query``);
+- ``population_logits`` (Z, A, K): the served outputs on the run's population samples (RMIA's z);
+- ``contrastive_features`` (N, A, R): per query view and repetition r < R = 6, the Fisher-transformed
+  cosine similarity ``log((1 + s) / (1 - s))`` of the encoder features of two SSL-augmented copies
+  of the view (white-box, needs ``features``; the paper's ``backbone`` score, protocol notes 3.5);
+- ``contrastive_logits`` (N, A, R): the same on the served logits (black-box; the paper's
+  ``similarity`` score).
+
+Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Signal`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Iterable
+
+import numpy as np
+import torch
+
+from harness.augment import shift_flip
+from harness.config import ConfigError
+from harness.data import AugmentSpec
+from harness.ssl_augment import SSLAugment
+
+if TYPE_CHECKING:
+    from attacks.base import Attack
+    from defenses.base import ServedModel
+
+SignalFn = Callable[["ServedModel", np.ndarray, AugmentSpec, int], "np.ndarray | None"]
+
+#: repetitions of the contrastive views saved per model (the paper's 6); attacks may average fewer
+CONTRASTIVE_REPETITIONS = 6
+FISHER_EPS = 1e-45  # the paper's guard inside the logs
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A named per-model signal. ``requires``: the served model's capability it needs
+    (``"features"``, ``"raw_query"`` or None); ``images``: computed on the ``"audit"`` samples or on
+    the ``"population"`` samples; ``access``: what an adversary needs to read it."""
+
+    name: str
+    description: str
+    fn: SignalFn
+    requires: str | None = None
+    images: str = "audit"
+    access: str = "black-box"
+
+
+def query_augmented(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec) -> np.ndarray:
+    """Outputs (N, A, K) under the dataset's fixed query augmentations (index 0 = unaugmented)."""
+    xt = torch.from_numpy(x)
+    outs = [query(shift_flip(xt, dy, dx, flip).numpy()) for flip, dy, dx in spec.query_offsets()]
+    return np.stack(outs, axis=1).astype(np.float32)
+
+
+def fisher(s: np.ndarray) -> np.ndarray:
+    """The paper's Fisher-type transform of a cosine similarity: ``log(1 + s) - log(1 - s)`` after
+    clipping s to [-1, 1] (= 2 artanh(s); 0 -> 0, 0.5 -> ln 3)."""
+    s = np.clip(np.asarray(s, dtype=np.float64), -1.0, 1.0)
+    return np.log(1 + s + FISHER_EPS) - np.log(1 - s + FISHER_EPS)
+
+
+def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    a = a.astype(np.float64)
+    b = b.astype(np.float64)
+    na = np.linalg.norm(a, axis=1)
+    nb = np.linalg.norm(b, axis=1)
+    return (a * b).sum(1) / np.maximum(na * nb, 1e-12)
+
+
+def contrastive_similarity(embed: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec, seed: int,
+                           repetitions: int = CONTRASTIVE_REPETITIONS, batch_size: int = 512,
+                           augment: SSLAugment | None = None) -> np.ndarray:
+    """(N, A, R) Fisher-transformed cosine similarities of ``embed`` on two SSL-augmented copies of
+    every query view, for R seeded repetitions. ``augment``: the served model's own
+    ``view_augmentation()`` (an adaptive attack knows the training recipe); None for a model
+    without one: the paper's SSL augmentation with flips only where ``spec`` allows them. The
+    draws depend on ``seed``, r, the view and the batch only, never on the model's weights: every
+    model of a run sees the same views."""
+    aug = augment if augment is not None else SSLAugment(flip=spec.flip)
+    views = spec.query_offsets()
+    out = np.zeros((len(x), len(views), repetitions), np.float32)
+    xt = torch.from_numpy(x)
+    for r in range(repetitions):
+        for a, (flip, dy, dx) in enumerate(views):
+            g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, a]).generate_state(1)[0]))
+            base = shift_flip(xt, dy, dx, flip).float() / 255.0
+            for i in range(0, len(x), batch_size):
+                xb = base[i : i + batch_size]
+                v1, v2 = (torch.round(aug(xb, g) * 255.0).clamp(0, 255).to(torch.uint8).numpy() for _ in range(2))
+                out[i : i + batch_size, a, r] = fisher(_cosine(embed(v1), embed(v2)))
+    return out
+
+
+def _logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray:
+    return query_augmented(served.query, x, spec)
+
+
+def _raw_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray | None:
+    if served.raw_query(x[:1]) is None:
+        return None
+    return query_augmented(served.raw_query, x, spec)  # type: ignore[arg-type]
+
+
+def _contrastive_features(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray | None:
+    if served.features(x[:1]) is None:
+        return None
+    return contrastive_similarity(served.features, x, spec, seed, augment=served.view_augmentation())  # type: ignore[arg-type]
+
+
+def _contrastive_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray:
+    return contrastive_similarity(served.query, x, spec, seed, augment=served.view_augmentation())
+
+
+BUILTIN_SIGNALS: dict[str, Signal] = {
+    s.name: s
+    for s in (
+        Signal("logits", "served outputs under the query views", _logits),
+        Signal("raw_logits", "outputs before the test-time defense", _raw_logits, requires="raw_query",
+               access="white-box"),
+        Signal("population_logits", "served outputs on the population samples (RMIA's z)", _logits,
+               images="population"),
+        Signal("contrastive_features", "similarity of encoder features of two SSL views (Fisher-transformed)",
+               _contrastive_features, requires="features", access="white-box"),
+        Signal("contrastive_logits", "similarity of served logits of two SSL views (Fisher-transformed)",
+               _contrastive_logits),
+    )
+}
+
+
+def signal_table(attacks: Iterable[Attack]) -> dict[str, Signal]:
+    """The built-in signals and those the attacks bring (an attack may not redefine a built-in)."""
+    table = dict(BUILTIN_SIGNALS)
+    for a in attacks:
+        for name, sig in getattr(a, "signals", {}).items():
+            if name in BUILTIN_SIGNALS or (name in table and table[name] is not sig):
+                raise ConfigError(f"attack {a.name!r} defines signal {name!r}, which another signal already uses")
+            table[name] = sig
+    return table
+
+
+def needed_signals(attacks: Iterable[Attack]) -> list[str]:
+    """``logits`` and every signal the attacks need, in a stable order."""
+    return sorted({"logits", *(n for a in attacks for n in a.needs)})
+
+
+def attack_access(attack: Attack, table: dict[str, Signal]) -> str:
+    """``white-box`` if any signal the attack reads is, else ``black-box``."""
+    return "white-box" if any(table[n].access == "white-box" for n in attack.needs if n in table) else "black-box"
+
+
+def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str, population_samples: int) -> None:
+    """Refuse, before training, an attack whose signals cannot be computed for this run."""
+    table = signal_table(attacks)
+    for a in attacks:
+        for n in sorted(a.needs):
+            sig = table.get(n)
+            if sig is None:
+                raise ConfigError(f"attack {a.name!r} needs signal {n!r}, which no signal provides "
+                                  f"(known: {', '.join(sorted(table))})")
+            if sig.requires is not None and sig.requires not in provides:
+                what = {"features": "white-box features", "raw_query": "pre-defense outputs"}.get(sig.requires,
+                                                                                                  sig.requires)
+                raise ConfigError(f"attack {a.name!r} needs signal {n!r} ({sig.description}), which needs "
+                                  f"{what}; defense {defense!r}'s served model does not provide them: leave the "
+                                  f"attack out (--set attack.names=[...])")
+            if sig.images == "population" and population_samples == 0:
+                raise ConfigError(f"attack {a.name!r} needs population samples: set audit.population_samples > 0, "
+                                  f"or leave it out (--set attack.names=[...])")
+
+
+def compute_signals(names: list[str], table: dict[str, Signal], served: ServedModel, audit_x: np.ndarray,
+                    population_x: np.ndarray, spec: AugmentSpec, seed: int) -> dict[str, np.ndarray]:
+    """Compute the named signals for one trained model."""
+    out: dict[str, np.ndarray] = {}
+    for n in names:
+        sig = table[n]
+        x = population_x if sig.images == "population" else audit_x
+        if sig.images == "population" and not len(x):
+            continue
+        value = sig.fn(served, x, spec, seed)
+        if value is None:
+            raise RuntimeError(f"signal {n!r} needs the served model's {sig.requires}, which the defense declares "
+                               f"(Defense.provides) but its served model returned None")
+        out[n] = value
+    return out
+
+
+def signal_seed(seed: int) -> int:
+    """The seed of a run's signal draws: a function of the run's seed only (every model, every level)."""
+    return int(np.random.SeedSequence([seed, 0x516]).generate_state(1)[0])

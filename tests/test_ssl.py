@@ -1,0 +1,307 @@
+"""The SSL defenses (SimCLR, MoCo v2), their augmentation, and the contrastive-similarity attack."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from attacks.base import AttackInput
+from attacks.contrastive import Contrastive, ContrastiveBlackBox
+from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.encoders import build_encoder
+from defenses.ssl import KeyQueue, MoCo, SimCLR, momentum_update, nt_xent
+from harness.config import ConfigError, TrainConfig
+from harness.data import AugmentSpec
+from harness.metrics import evaluate_scores
+from harness.signals import check_signals, contrastive_similarity, fisher
+from harness.ssl_augment import SSLAugment, crop_boxes, grey, hsv_to_rgb, resized_crop, rgb_to_hsv, ssl_augment
+
+
+# --- losses ---------------------------------------------------------------------------------
+
+
+def test_nt_xent_hand_computed_four_sample_batch():
+    """Views of four samples a, b, -a, -b (2-d unit vectors), identical across the two views, T = 0.5.
+    For every anchor the 7 others have similarities +1 (its positive), -1 (twice), 0 (four times),
+    so the loss is -log(e^2 / (e^2 + 4 e^0 + 2 e^-2)) = log(1 + 4 e^-2 + 2 e^-4)."""
+    a, b = [1.0, 0.0], [0.0, 1.0]
+    z = torch.tensor([a, b, [-1.0, 0.0], [0.0, -1.0]])
+    expected = math.log(1 + 4 * math.exp(-2) + 2 * math.exp(-4))
+    assert float(nt_xent(z, z.clone(), temperature=0.5)) == pytest.approx(expected, rel=1e-6)
+    # scale does not matter (projections are L2-normalized)
+    assert float(nt_xent(3 * z, 0.5 * z, temperature=0.5)) == pytest.approx(expected, rel=1e-6)
+
+
+def test_nt_xent_against_a_loop_implementation():
+    g = torch.Generator().manual_seed(0)
+    z1, z2 = torch.randn(4, 5, generator=g), torch.randn(4, 5, generator=g)
+    u = torch.nn.functional.normalize(torch.cat([z1, z2]), dim=1).tolist()
+    n, t, total = 4, 0.5, 0.0
+    for i in range(2 * n):
+        p = (i + n) % (2 * n)
+        sims = {k: sum(x * y for x, y in zip(u[i], u[k])) / t for k in range(2 * n) if k != i}
+        total += -sims[p] + math.log(sum(math.exp(s) for s in sims.values()))
+    assert float(nt_xent(z1, z2, t)) == pytest.approx(total / (2 * n), rel=1e-5)
+
+
+def test_key_queue_is_first_in_first_out():
+    q = KeyQueue(4, 2, torch.Generator().manual_seed(0))
+    assert torch.allclose(q.keys.norm(dim=1), torch.ones(4))  # random unit vectors at the start
+    batches = [torch.full((3, 2), float(v)) + torch.arange(3.0)[:, None] for v in (10, 20, 30)]
+    enqueued: list[torch.Tensor] = list(q.keys.clone())  # the initial keys, oldest (slot 0) first
+    for k in batches:
+        q.enqueue(k)
+        enqueued += list(k)
+        newest = torch.stack(enqueued[-4:])
+        # the queue holds exactly the 4 newest keys; the slot written next holds the oldest of them
+        assert sorted(map(tuple, q.keys.tolist())) == sorted(map(tuple, newest.tolist()))
+        assert torch.equal(q.keys[q.ptr], newest[0])
+    q.enqueue(torch.arange(12.0).view(6, 2))  # more than the queue holds: the last 4 stay
+    assert sorted(map(tuple, q.keys.tolist())) == sorted(map(tuple, torch.arange(4.0, 12.0).view(4, 2).tolist()))
+
+
+def test_momentum_update_is_the_exponential_average():
+    torch.manual_seed(0)
+    key, query = nn.Linear(3, 2), nn.Linear(3, 2)
+    before = [p.clone() for p in key.parameters()]
+    momentum_update(key, query, 0.99)
+    for pk, pb, pq in zip(key.parameters(), before, query.parameters()):
+        assert torch.allclose(pk, 0.99 * pb + 0.01 * pq)
+
+
+def test_moco_key_encoder_follows_the_query_encoder_by_momentum():
+    """One MoCo step: the key network becomes m * key + (1 - m) * query (parameters at the step), its
+    gradients stay off, and both key batches enter the queue."""
+    d = MoCo(encoder="mlp", width=8, queue_size=16, projection_dim=4, key_momentum=0.9)
+    enc = build_encoder("mlp", (1, 4, 4), 8)
+    heads = nn.ModuleDict(d.init_heads(enc.out_dim))
+    state = d.pretrain_state(enc, heads, torch.Generator().manual_seed(0), torch.device("cpu"))
+    with torch.no_grad():  # make the key network differ from the query network
+        for p in state["key"].parameters():
+            p.add_(1.0)
+    key_before = [p.clone() for p in state["key"].parameters()]
+    query_now = [p.clone() for p in [*enc.parameters(), *heads["projection"].parameters()]]
+    v1, v2 = torch.randn(6, 1, 4, 4), torch.randn(6, 1, 4, 4)
+    loss = d.pretrain_step(enc, heads, v1, v2, state)
+    assert loss.requires_grad and math.isfinite(float(loss.detach()))
+    for pk, pb, pq in zip(state["key"].parameters(), key_before, query_now):
+        assert torch.allclose(pk, 0.9 * pb + 0.1 * pq, atol=1e-6)
+        assert not pk.requires_grad
+    assert state["queue"].ptr == 12  # two key batches of 6
+
+
+# --- augmentation ---------------------------------------------------------------------------
+
+
+def test_ssl_augmentation_draws_per_sample():
+    x = torch.rand(1, 3, 16, 16).expand(32, -1, -1, -1).contiguous()  # 32 copies of one image
+    out = ssl_augment(x, SSLAugment(), torch.Generator().manual_seed(0))
+    flat = out.reshape(32, -1)
+    distinct = {tuple(np.round(r.numpy(), 4)) for r in flat}
+    assert len(distinct) == 32  # a per-batch draw would give 1
+    # reproducible from the generator's seed
+    again = ssl_augment(x, SSLAugment(), torch.Generator().manual_seed(0))
+    assert torch.equal(out, again)
+    assert 0.0 <= float(out.min()) and float(out.max()) <= 1.0
+
+
+def test_crop_boxes_follow_torchvision_bounds():
+    boxes = crop_boxes(2000, 32, 32, (0.08, 1.0), (3 / 4, 4 / 3), torch.Generator().manual_seed(1))
+    top, left, h, w = boxes.T
+    assert bool(((top >= 0) & (left >= 0) & (top + h <= 32) & (left + w <= 32) & (h > 0) & (w > 0)).all())
+    area = (h * w).double() / 1024
+    assert 0.05 < float(area.min()) and float(area.max()) <= 1.0  # rounding allows slightly below 0.08
+    assert float(area.mean()) == pytest.approx(0.54, abs=0.05)  # E U(0.08, 1) = 0.54
+
+
+def test_augmentation_ops_match_torchvision():
+    tv = pytest.importorskip("torchvision.transforms.v2.functional")
+    x = torch.rand(4, 3, 8, 8, generator=torch.Generator().manual_seed(2))
+    for box in ([2, 2, 4, 4], [0, 1, 7, 5], [3, 1, 2, 6]):
+        ref = tv.resized_crop(x, *box, [8, 8], antialias=False)
+        assert torch.allclose(resized_crop(x, torch.tensor([box] * 4)), ref, atol=1e-5)
+    assert torch.allclose(hsv_to_rgb(rgb_to_hsv(x)), x, atol=1e-5)
+    assert torch.allclose(grey(x), tv.rgb_to_grayscale(x), atol=1e-5)
+
+
+# --- probe ----------------------------------------------------------------------------------
+
+
+def _digits_like(n: int = 64, seed: int = 0) -> LabeledImages:
+    rng = np.random.default_rng(seed)
+    x = rng.integers(0, 256, size=(n, 1, 8, 8), dtype=np.uint8)
+    y = rng.integers(0, 3, size=n).astype(np.int64)
+    return LabeledImages(x, y, 3, (0.5,), (0.25,), AugmentSpec(flip=False, shift=1))
+
+
+def test_probe_leaves_encoder_batchnorm_statistics_unchanged():
+    train = _digits_like()
+    d = SimCLR(encoder="mlp", width=16, probe_epochs=3, probe_batch_size=16)
+    enc = build_encoder("mlp", (1, 8, 8), 16)
+    with torch.no_grad():  # non-trivial statistics, as after pre-training
+        for m in enc.modules():
+            if isinstance(m, nn.BatchNorm1d):
+                m.running_mean.uniform_(-1, 1)
+                m.running_var.uniform_(0.5, 2)
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    ctx = FitContext(seed=0, device="cpu", train=TrainConfig())
+    probe = d.train_probe(enc, train, ctx, Normalizer(train.mean, train.std, "cpu"), SSLAugment(flip=False),
+                          torch.Generator().manual_seed(0))
+    after = enc.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # weights and BN buffers alike
+    assert isinstance(probe, nn.Linear) and not probe.training
+
+
+def test_ssl_fit_serves_logits_and_features():
+    train = _digits_like(96)
+    for cls in (SimCLR, MoCo):
+        extra = {"queue_size": 64} if cls is MoCo else {}
+        d = cls(encoder="mlp", width=16, epochs=2, batch_size=32, probe_epochs=2, **extra)
+        served = d.fit(train, FitContext(seed=0, device="cpu", train=TrainConfig()))
+        out, feats = served.query(train.x[:5]), served.features(train.x[:5])
+        assert out.shape == (5, 3) and feats.shape == (5, 16)
+        assert served.info()["ssl_method"] == cls.name
+
+
+def test_ssl_refuses_bad_parameters():
+    with pytest.raises(ValueError, match="encoder"):
+        SimCLR(encoder="vit")
+    with pytest.raises(ValueError, match="queue_size"):
+        MoCo(queue_size=0)
+    with pytest.raises(ValueError, match="no parameter"):
+        SimCLR(queue_size=10)
+
+
+# --- signals and the attack -----------------------------------------------------------------
+
+
+def test_fisher_transform_values():
+    assert fisher(0.0) == pytest.approx(0.0, abs=1e-12)
+    assert fisher(0.5) == pytest.approx(math.log(3))
+    assert fisher(-0.5) == pytest.approx(-math.log(3))
+    assert np.isfinite(fisher(np.array([1.0, -1.0, 1.5]))).all()  # clipped, guarded
+
+
+def test_contrastive_views_are_identical_across_models():
+    """The views depend on the seed only: two different embeddings of the same views agree on
+    which pairs are identical, and a re-run gives the same values."""
+    x = np.random.default_rng(0).integers(0, 256, size=(10, 1, 8, 8), dtype=np.uint8)
+    spec = AugmentSpec(flip=False, shift=1)
+    embed = lambda v: v.reshape(len(v), -1).astype(np.float64) - 100.0  # noqa: E731
+    a = contrastive_similarity(embed, x, spec, seed=5, repetitions=2)
+    assert a.shape == (10, 9, 2)
+    assert np.array_equal(a, contrastive_similarity(embed, x, spec, seed=5, repetitions=2))
+    assert not np.array_equal(a, contrastive_similarity(embed, x, spec, seed=6, repetitions=2))
+
+
+def _synthetic(s: int = 16, c: int = 60, a: int = 3, r: int = 6, effect: float = 1.0, seed: int = 0):
+    rng = np.random.default_rng(seed)
+    membership = np.zeros((s, c), bool)
+    for i in range(c):
+        membership[rng.permutation(s)[: s // 2], i] = True
+    base = rng.normal(2.0, 1.0, size=(1, c, 1, 1))  # per-sample difficulty, shared by every model
+    sims = base + effect * membership[:, :, None, None] + rng.normal(0, 0.4, size=(s, c, a, r))
+    return sims.astype(np.float32), membership
+
+
+def test_contrastive_attack_recovers_members_when_their_views_are_more_similar():
+    sims, membership = _synthetic()
+    inp = AttackInput(signals={"contrastive_features": sims}, labels=np.zeros(60, np.int64), membership=membership)
+    attack = Contrastive()
+    out = attack.score(inp)
+    assert set(out) == {"threshold", "lira-noaug", "lira-aug3"}
+    assert attack.primary(list(out), inp) == "lira-aug3"
+    ev = np.ones(60, bool)
+    m = evaluate_scores(out["lira-aug3"], membership, ev, [0.01], bootstrap=0, confidence=0.95, seed=0)
+    assert m.auc > 0.95 and m.tpr_at_fpr[0.01] > 0.5
+    # no signal, no attack: with effect 0 the AUC is near chance
+    sims0, mem0 = _synthetic(effect=0.0, seed=1)
+    out0 = Contrastive().score(AttackInput(signals={"contrastive_features": sims0}, labels=np.zeros(60, np.int64),
+                                           membership=mem0))
+    assert abs(evaluate_scores(out0["lira-aug3"], mem0, ev, [0.01], bootstrap=0, confidence=0.95, seed=0).auc - 0.5) < 0.1
+
+
+def test_contrastive_attack_is_fitted_on_shadow_models_only():
+    """Victim t's scores do not depend on its own membership row (all-shadows mode: the balanced
+    mode's dropped shadow depends on membership by design)."""
+    sims, membership = _synthetic(seed=3)
+    attack = ContrastiveBlackBox(shadows="all")
+    base = attack.score(AttackInput(signals={"contrastive_logits": sims}, labels=np.zeros(60, np.int64),
+                                    membership=membership))["lira-aug3"]
+    flipped = membership.copy()
+    flipped[4] = ~flipped[4]
+    other = attack.score(AttackInput(signals={"contrastive_logits": sims}, labels=np.zeros(60, np.int64),
+                                     membership=flipped))["lira-aug3"]
+    assert np.allclose(base[4], other[4])
+    assert not np.allclose(base[5], other[5])
+
+
+def test_contrastive_repetitions_average_the_first_r():
+    sims, membership = _synthetic()
+    sims[..., 3:] = 1e3  # repetitions beyond the first 3 would dominate the mean
+    out = Contrastive(repetitions=3).score(AttackInput(signals={"contrastive_features": sims},
+                                                       labels=np.zeros(60, np.int64), membership=membership))
+    assert float(np.abs(out["threshold"]).max()) < 100
+    with pytest.raises(ValueError, match="repetitions"):
+        Contrastive(repetitions=7)
+
+
+def test_white_box_signal_refused_for_a_defense_without_features():
+    with pytest.raises(ConfigError, match="white-box features"):
+        check_signals([Contrastive()], frozenset(), "undefended", population_samples=0)
+    check_signals([ContrastiveBlackBox()], frozenset(), "undefended", population_samples=0)  # black-box: fine
+    check_signals([Contrastive()], frozenset({"features"}), "ssl-simclr", population_samples=0)
+
+
+# --- end to end -----------------------------------------------------------------------------
+
+
+def test_ssl_simclr_end_to_end_reports_access(tmp_path):
+    """A tiny `harness evaluate ssl-simclr` on digits: both SSL canaries, the contrastive attacks'
+    signals saved, white-box / black-box stated per attack and for the headline; then an attack
+    that needs a signal the run did not save is skipped and said so."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    args = ["evaluate", "ssl-simclr", "--out", str(tmp_path), "--workers", "1", "--models", "6", "--epochs", "2",
+            "--set", "audit.size=40", "--set", "defense_params.probe_epochs=2", "--set", "attack.bootstrap=0",
+            "--set", "attack.names=[lira,threshold]"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    (run_dir,) = tmp_path.iterdir()
+    r = json.loads((run_dir / "results.json").read_text())
+    assert set(r["sample_by_canary"]) == {"ood", "mislabeled"}
+    for lv in ("population", "sample"):
+        access = {e["name"]: e["access"] for e in r[lv]["attacks"]}
+        assert access == {"lira": "black-box", "threshold": "black-box", "contrastive": "white-box",
+                          "contrastive-blackbox": "black-box"}
+        assert set(r[lv]["headline_attacks"]) == {"lira", "contrastive", "contrastive-blackbox"}
+        assert r[lv]["best"]["access"] == access[r[lv]["best"]["name"]]
+    sig = np.load(run_dir / "sample-ood" / "signals" / "model_0000.npz")
+    assert sig["contrastive_features"].shape == (40, 9, 6) and sig["contrastive_logits"].shape == (40, 9, 6)
+    assert "population_logits" not in sig.files  # rmia is not run: its signal is not computed
+    assert "(white-box)" in res.output or "white-box" in res.output
+    # re-scoring with RMIA added: the models did not save its population signal
+    res2 = CliRunner().invoke(app, ["attack", str(run_dir), "--set", "attack.names=[lira,threshold,rmia]"])
+    assert res2.exit_code == 0, res2.output
+    r2 = json.loads((run_dir / "results.json").read_text())
+    assert "rmia" in r2["population"]["skipped_attacks"] and "did not save" in r2["population"]["skipped_attacks"]["rmia"]
+    assert "skipped" in res2.output
+
+
+def test_white_box_attack_refused_before_training_for_undefended(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    res = CliRunner().invoke(app, ["evaluate", "undefended", "--out", str(tmp_path), "--models", "6",
+                                   "--set", "attack.names=[lira,contrastive]"])
+    assert res.exit_code != 0 and "white-box features" in res.output and "Traceback" not in res.output
+    assert not any(tmp_path.iterdir())  # nothing written
