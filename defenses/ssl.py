@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel
+from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
 from defenses.encoders import ENCODER_KINDS, build_encoder
 from defenses.training import seeded_init
 from harness.data import AugmentSpec
@@ -98,33 +98,18 @@ def moco_loss(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature
     return F.cross_entropy(logits, torch.zeros(len(q), dtype=torch.long, device=q.device))
 
 
-class SSLServed(ServedModel):
-    """Encoder + linear probe. ``query``: probe logits; ``features``: encoder output."""
+class SSLServed(TorchClassifier):
+    """Encoder + linear probe, served as :class:`TorchClassifier` of ``Sequential(encoder, probe)``:
+    ``query`` returns the probe's logits, ``features`` the encoder's output."""
 
     def __init__(self, encoder: nn.Module, probe: nn.Module, mean: tuple[float, ...], std: tuple[float, ...],
-                 device: str, record: dict[str, Any], augment: SSLAugment, batch_size: int = 1024) -> None:
-        self.encoder, self.probe = encoder.eval(), probe.eval()
+                 device: str, record: dict[str, Any], augment: SSLAugment) -> None:
+        super().__init__(nn.Sequential(encoder, probe), mean, std, device, record=record)
+        self.encoder_only = TorchClassifier(encoder, mean, std, device)
         self.augment = augment
-        self.normalize = Normalizer(mean, std, device)
-        self.batch_size = batch_size
-        self._record = record
-
-    @torch.no_grad()
-    def _run(self, x: np.ndarray, head: bool) -> np.ndarray:
-        outs = []
-        for i in range(0, len(x), self.batch_size):
-            h = self.encoder(self.normalize(torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))))
-            outs.append((self.probe(h) if head else h).float().cpu())
-        return torch.cat(outs).numpy()
-
-    def query(self, x: np.ndarray) -> np.ndarray:
-        return self._run(x, head=True)
 
     def features(self, x: np.ndarray) -> np.ndarray:
-        return self._run(x, head=False)
-
-    def info(self) -> dict[str, Any]:
-        return dict(self._record)
+        return self.encoder_only.query(x)
 
     def view_augmentation(self) -> SSLAugment:
         return self.augment
