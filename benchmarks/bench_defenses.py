@@ -6,8 +6,8 @@
 Runs ``harness evaluate DEFENSE`` (resuming finished runs) for each defense, plus SELENA with plain
 mislabeled canaries for comparison with its duplicates canaries, then prints a Markdown table:
 population-level vs sample-level TPR@0.1% FPR of the headline attacks, test accuracy, the DP
-epsilon where the defense records one, the one-run empirical epsilon lower bound of the sample-level
-headline, RMIA's primary variant beside, and the wall time of each command. Headlines are the best
+epsilon (or label-DP epsilon) where the defense records one, the one-run empirical epsilon lower
+bound of the sample-level headline, RMIA's primary variant beside, and the wall time of each command. Headlines are the best
 primary variant of the defense's adaptive attacks with the selection-aware CI. The per-attack
 sample-level figures of HAMP (label-only vs LiRA on the defended outputs), SELENA with plain
 mislabeled canaries, DP-SGD's per-canary figures with uniform-noise canaries beside, and the SSL
@@ -23,10 +23,10 @@ import sys
 import time
 from pathlib import Path
 
-from harness.evaluation import run_privacy
+from harness.evaluation import run_label_privacy, run_privacy
 
 DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh", "ssl-simclr",
-            "ssl-moco"]
+            "ssl-moco", "dfkd", "alibi"]
 
 
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
@@ -85,13 +85,15 @@ def main() -> None:
         r, wall = run(d, args)
         pop, smp = r.get("population"), r.get("sample")
         eps = (run_privacy(r) or {}).get("epsilon")
+        label_eps = (run_label_privacy(r) or {}).get("label_epsilon")
+        eps_cell = f"{eps:.3g}" if eps is not None else f"label {label_eps:.3g}" if label_eps is not None else "-"
         rows.append(
             f"| {d} | {headline(pop)} | {headline(smp)} "
             f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}, "
             f"{smp['best'].get('access', 'black-box')}) | "
             f"{primary_tpr(pop, 'rmia')} / {primary_tpr(smp, 'rmia')} | "
             f"{pct(pop['test_accuracy']['mean'])} | {pct(smp['test_accuracy']['mean'])} | "
-            f"{'-' if eps is None else f'{eps:.3g}'} | {one_run_eps(smp)} | {wall:.0f} s |"
+            f"{eps_cell} | {one_run_eps(smp)} | {wall:.0f} s |"
         )
         if d == "hamp":
             notes.append(f"HAMP sample level, TPR@0.1% (primary variants): label-only {primary_tpr(smp, 'label-only')}, "

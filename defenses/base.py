@@ -35,14 +35,29 @@ class LabeledImages:
 
 
 @dataclass(frozen=True)
+class SavedModel:
+    """A trained network read back from a run directory (``harness evaluate --save-models``), in
+    eval mode on the job's device; ``source`` is the file it was read from."""
+
+    net: torch.nn.Module
+    source: str
+
+
+@dataclass(frozen=True)
 class FitContext:
-    """What a defense may use besides the data: seed, device, the preset's recipe, progress."""
+    """What a defense may use besides the data: seed, device, the preset's recipe, progress.
+
+    ``undefended``: for a defense that declares ``reuses_undefended``, the undefended model with
+    this model's training set, seed and recipe, when the runner found one saved in a matching run
+    (every training fingerprint checked, :mod:`harness.teachers`); None otherwise (train it).
+    """
 
     seed: int
     device: str
     train: TrainConfig
     params: dict[str, Any] = field(default_factory=dict)
     progress: Callable[[str, float], None] | None = None
+    undefended: SavedModel | None = None
 
     def report(self, what: str, fraction: float) -> None:
         if self.progress is not None:
@@ -76,6 +91,11 @@ class ServedModel(ABC):
         ``epsilon``, ``delta``, ``noise_multiplier``, ``sample_rate`` and ``steps``."""
         return {}
 
+    def model_state(self) -> dict[str, Any] | None:
+        """What ``--save-models`` stores (torch-serializable: tensors, numbers, strings, lists,
+        dicts), or None when the served model has no such state."""
+        return None
+
 
 class Normalizer:
     """uint8 images (N, C, H, W) -> float32 ``(x / 255 - mean_c) / std_c`` on ``device``."""
@@ -98,12 +118,21 @@ class TorchClassifier(ServedModel):
         self.net = net.eval()
         self.device = device
         self.batch_size = batch_size
+        self.mean, self.std = tuple(mean), tuple(std)
         self.normalize = Normalizer(mean, std, device)
         self._record = dict(record or {})
 
     def info(self) -> dict[str, Any]:
         """``record``: what the defense wants stored with the model (e.g. DP-SGD's privacy record)."""
         return dict(self._record)
+
+    def model_state(self) -> dict[str, Any]:
+        """The network's ``state_dict`` (on the CPU), its architecture record (``arch``: kind,
+        image shape, classes, width, from :func:`defenses.models.build_model`; None for a network
+        built otherwise) and the input normalization."""
+        return {"arch": getattr(self.net, "harness_arch", None),
+                "state_dict": {k: v.detach().cpu() for k, v in self.net.state_dict().items()},
+                "mean": list(self.mean), "std": list(self.std)}
 
     @torch.no_grad()
     def query(self, x: np.ndarray) -> np.ndarray:
@@ -137,6 +166,12 @@ class Defense(ABC):
     train_aliases: ClassVar[dict[str, str]] = {}
     #: one line on how the defense trains, shown when a ``train.*`` override is refused
     recipe_note: ClassVar[str] = ""
+    #: True for a defense that starts from the undefended model of its training set (DFKD's
+    #: teacher): the runner then passes a matching saved undefended model as ``ctx.undefended``
+    reuses_undefended: ClassVar[bool] = False
+    #: parameters that only locate inputs and never change the trained models (DFKD's
+    #: ``teacher_run``): left out of the run fingerprint
+    plumbing_params: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:

@@ -1,6 +1,11 @@
 """Model architectures shared by the defenses.
 
 - ``mlp``: flatten -> Linear(d, w) -> ReLU -> Linear(w, w) -> ReLU -> Linear(w, K) (quick preset).
+- ``mlp-bn``: ``mlp`` with BatchNorm1d(w) after each hidden Linear (flatten -> Linear -> BN -> ReLU
+  -> Linear -> BN -> ReLU -> Linear(w, K)): DFKD's teacher and student at the quick preset (its
+  synthesis matches the teacher's BatchNorm statistics, so the teacher needs BN layers). A
+  one-sample training batch (the last batch of an epoch can be one sample) is normalized with the
+  running statistics instead of failing (:class:`BatchNorm1d`).
 - ``cnn``: three conv-BN-ReLU-maxpool stages (w, 2w, 4w channels), a 256-unit fully connected
   layer on the 4x4 map, and a linear head (the CPU-sized cifar10 preset).
 - ``wrn16-4``: the paper's pre-activation WideResNet-16-4 (protocol notes section 4.0): all convs
@@ -12,6 +17,10 @@
   al. 2022): GroupNorm(min(16, C), C), norm after the ReLU (``conv(norm(relu(x)))``), skip
   ``Seq(ReLU, GN, conv1x1)``, head ``norm(relu(x))``, weights trunc_normal(std=1/sqrt(fan_in)),
   biases 0; 2,751,562 parameters.
+
+:func:`build_model` records what it built on the module (``net.harness_arch``: kind, image shape,
+classes, width), so that a trained network can be saved and rebuilt (:func:`rebuild_model`;
+``harness evaluate --save-models``).
 """
 
 from __future__ import annotations
@@ -23,12 +32,29 @@ import torch
 from torch import nn
 
 
+class BatchNorm1d(nn.BatchNorm1d):
+    """``nn.BatchNorm1d`` that normalizes a one-sample training batch with its running statistics
+    (and leaves them unchanged): one sample has no batch variance, and torch refuses it."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                            False, 0.0, self.eps)
+        return super().forward(x)
+
+
 class MLP(nn.Module):
-    def __init__(self, in_features: int, width: int, num_classes: int) -> None:
+    """Two hidden layers of ``width`` units; with ``batch_norm``, BatchNorm1d after each hidden Linear."""
+
+    def __init__(self, in_features: int, width: int, num_classes: int, batch_norm: bool = False) -> None:
         super().__init__()
-        self.body = nn.Sequential(
-            nn.Flatten(), nn.Linear(in_features, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU()
-        )
+        layers: list[nn.Module] = [nn.Flatten()]
+        for fin in (in_features, width):
+            layers.append(nn.Linear(fin, width))
+            if batch_norm:
+                layers.append(BatchNorm1d(width))
+            layers.append(nn.ReLU())
+        self.body = nn.Sequential(*layers)
         self.head = nn.Linear(width, num_classes)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -190,14 +216,38 @@ class WideResNetGN(nn.Module):
         return self.head(global_avg_pool(h))
 
 
-MODEL_KINDS = ("mlp", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn")
+MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn")
+#: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
+BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4")
 
 
 def build_model(kind: str, image_shape: tuple[int, int, int], num_classes: int, width: int) -> nn.Module:
-    """Build an architecture by name (one of :data:`MODEL_KINDS`) for images of ``image_shape`` (C, H, W)."""
+    """Build an architecture by name (one of :data:`MODEL_KINDS`) for images of ``image_shape`` (C, H, W).
+
+    The module carries ``harness_arch`` = {kind, image_shape, num_classes, width}: what
+    :func:`rebuild_model` needs to build it again."""
+    net = _build(kind, tuple(image_shape), num_classes, width)
+    net.harness_arch = {"kind": kind, "image_shape": [int(v) for v in image_shape], "num_classes": int(num_classes),
+                        "width": int(width)}
+    return net
+
+
+def rebuild_model(arch: dict, state_dict: dict[str, torch.Tensor]) -> nn.Module:
+    """The network ``build_model(**arch)`` with the weights and buffers of ``state_dict`` (a saved
+    model, :meth:`defenses.base.TorchClassifier.model_state`), in eval mode."""
+    if not isinstance(arch, dict) or set(arch) != {"kind", "image_shape", "num_classes", "width"}:
+        raise ValueError(f"not a model architecture record: {arch!r}")
+    net = build_model(arch["kind"], tuple(arch["image_shape"]), arch["num_classes"], arch["width"])
+    net.load_state_dict(state_dict)
+    return net.eval()
+
+
+def _build(kind: str, image_shape: tuple[int, ...], num_classes: int, width: int) -> nn.Module:
     c = image_shape[0]
     if kind == "mlp":
         return MLP(math.prod(image_shape), width, num_classes)
+    if kind == "mlp-bn":
+        return MLP(math.prod(image_shape), width, num_classes, batch_norm=True)
     if kind == "cnn":
         return SmallCNN(c, width, num_classes)
     if kind == "cnn-gn":

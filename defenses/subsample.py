@@ -33,6 +33,9 @@ class SubsampledServed(ServedModel):
     def features(self, x: np.ndarray) -> np.ndarray | None:
         return self.inner.features(x)
 
+    def model_state(self) -> dict[str, Any] | None:
+        return self.inner.model_state()
+
     def info(self) -> dict[str, Any]:
         from harness.bounds.thudi import epsilon_for_prior, pos_acc_upper
 

@@ -46,11 +46,13 @@ def train_classifier(
     cfg: TrainConfig | None = None,
     targets: np.ndarray | None = None,
     loss_fn: LossFn | None = None,
+    epoch_hook: Callable[[int, nn.Module], np.ndarray | None] | None = None,
 ) -> nn.Module:
     """Train ``net`` in place on ``train`` and return it in eval mode.
 
     ``targets`` replaces the hard labels (e.g. soft labels (N, K) for distillation);
-    ``loss_fn(logits, targets, epoch)`` replaces cross-entropy.
+    ``loss_fn(logits, targets, epoch)`` replaces cross-entropy; ``epoch_hook(epoch, net)``, called
+    before each epoch, may return new targets for all N samples (e.g. ALIBI's refreshed posteriors).
     """
     cfg = cfg or ctx.train
     device = torch.device(ctx.device)
@@ -66,6 +68,11 @@ def train_classifier(
     total = steps_per_epoch * cfg.epochs
     step = 0
     for epoch in range(cfg.epochs):
+        if epoch_hook is not None:
+            new = epoch_hook(epoch, net)
+            net.train()
+            if new is not None:
+                t_all = torch.from_numpy(new).to(device)
         perm = torch.randperm(n, generator=gen).to(device)
         for i in range(0, n, cfg.batch_size):
             idx = perm[i : i + cfg.batch_size]

@@ -112,6 +112,9 @@ def evaluate(
     inner: Optional[str] = typer.Option(None, help="subsample only: the wrapped defense"),
     rate: Optional[float] = typer.Option(None, help="subsample only: fraction of the data each model trains on"),
     details: bool = typer.Option(False, help="list every attack variant"),
+    save_models: bool = typer.Option(False, "--save-models",
+                                     help="also save each served model's torch state (e.g. DFKD's teachers reuse "
+                                          "undefended models)"),
 ) -> None:
     """Train S models per level (resuming finished ones), run the attacks and print the report."""
     from harness.executors import make_executor
@@ -139,6 +142,8 @@ def evaluate(
             overrides["defense_params.inner"] = inner
         if rate is not None:
             overrides["defense_params.rate"] = rate
+        if save_models:
+            overrides["run.save_models"] = True
         cfg = build_config(preset, overrides)
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
@@ -146,6 +151,13 @@ def evaluate(
         t_prep = time.perf_counter() - t0
         run = prep.run
         console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
+        if prep.defense.reuses_undefended:
+            sources = run.load_manifest().get("undefended_runs", {})
+            for lv in prep.levels:
+                src = sources.get(lv)
+                console.print(f"Undefended models for {lv}: " + (
+                    f"{src['saved_models']} of {cfg.audit.models} reused from {src['run']}" if src else
+                    "trained here (no matching undefended run with --save-models found)"), highlight=False)
         from harness.runner import resolve_device
 
         executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device))
@@ -155,6 +167,11 @@ def evaluate(
         total = cfg.audit.models * len(prep.levels)
         if len(jobs) < total:
             console.print(f"Resuming: {total - len(jobs)} of {total} models already trained.")
+            if cfg.run.save_models:
+                unsaved = total - len(jobs) - sum(len(run.saved_models(lv, cfg.audit.models)) for lv in prep.levels)
+                if unsaved > 0:
+                    console.print(f"[yellow]note:[/] {unsaved} finished models were trained without --save-models "
+                                  "and stay unsaved (delete the run directory to retrain them with it).")
         t1 = time.perf_counter()
         if jobs:
             console.print(f"Training {len(jobs)} models with {executor.description}.")
@@ -275,7 +292,10 @@ def audit_one_run_cmd(
     preset: str = typer.Option("quick", help="quick | cifar10 | paper, or a YAML file"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file"),
     canaries: int = typer.Option(100, help="number of label-flip canaries in the one trained model"),
-    tau: list[float] = typer.Option([], help="abstention thresholds in [0.5, 0.99] (default: 0.5 ... 0.99)"),
+    tau: list[float] = typer.Option([], help="abstention thresholds in [0.5, 0.99] (default: 0.50, 0.51, ... 0.99 "
+                                    "for the weighted game, 0.5, 0.6, ... 0.99 for clopper-pearson)"),
+    game: str = typer.Option("weighted", help="the headline game: weighted (the paper's: all C-2 alternatives, "
+                             "weighted ACGR) or clopper-pearson (one alternative, exact binomial); both are saved"),
     epochs: Optional[int] = typer.Option(None, help="training epochs"),
     seed: Optional[int] = typer.Option(None),
     device: Optional[str] = typer.Option(None),
@@ -288,7 +308,7 @@ def audit_one_run_cmd(
 
     from rich.table import Table
 
-    from harness.audit_one_run import audit_one_run
+    from harness.audit_one_run import GAMES, audit_one_run
     from harness.runstore import atomic_write_json
 
     try:
@@ -300,8 +320,10 @@ def audit_one_run_cmd(
         cfg = build_config(preset, overrides)
         if any(not 0.5 <= t <= 0.99 for t in tau):
             raise ConfigError(f"--tau values must lie in [0.5, 0.99], got {tau}")
+        if game not in GAMES:
+            raise ConfigError(f"--game must be one of {', '.join(GAMES)}, got {game!r}")
         with console.status(f"training one {defense} model with {canaries} label-flip canaries..."):
-            res = audit_one_run(cfg, canaries, tau or None)
+            res = audit_one_run(cfg, canaries, tau or None, game)
     except ConfigError as e:
         _fail(str(e))
     name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
@@ -310,17 +332,32 @@ def audit_one_run_cmd(
     if as_json:
         print(_json.dumps(res))
         return
-    table = Table(title=f"label-flip game: {defense} ({cfg.preset}), {canaries} canaries, one model",
+    g = res[game]
+    rows = g["rows"]
+    best = max(range(len(rows)), key=lambda i: rows[i]["epsilon_lo"])
+    shown = [i for i, r in enumerate(rows) if i == best or len(rows) <= 10 or round(r["tau"], 2) in SHOWN_TAUS]
+    rate = "ACGR" if game == "weighted" else "CGR"
+    table = Table(title=f"label-flip game ({game}): {defense} ({cfg.preset}), {canaries} canaries, one model",
                   title_justify="left")
-    for col in ("tau", "guesses", "correct", "CGR [95% CI]", "ε (point)", "ε ≥ (95%)"):
+    for col in ("tau", "guesses", f"{rate} [95% CI]", "ε (point)", "ε ≥ (95%)"):
         table.add_column(col, justify="right")
-    for g in res["games"]:
-        ci = f"{g['cgr']:.3f} [{g['cgr_lo']:.3f}, {g['cgr_hi']:.3f}]" if g["num_guesses"] else "-"
-        table.add_row(f"{g['tau']:.2f}", str(g["num_guesses"]), str(g["num_correct"]), ci, f"{g['epsilon']:.2f}",
-                      f"{g['epsilon_lo']:.2f}")
+    for i in shown:
+        r = rows[i]
+        ci = f"{r[rate.lower()]:.3f} [{r[rate.lower() + '_lo']:.3f}, {r[rate.lower() + '_hi']:.3f}]" if r["num_guesses"] else "-"
+        table.add_row(f"{r['tau']:.2f}" + (" (best)" if i == best else ""), str(r["num_guesses"]), ci,
+                      f"{r['epsilon']:.2f}", f"{r['epsilon_lo']:.2f}")
     console.print(table)
-    console.print(f"Test accuracy {100 * res['test_accuracy']:.1f}%. Each row is a valid 95% bound; taking the "
-                  f"best row ({res['best_epsilon_lo']:.2f}) picks tau after the fact. Saved: {path}")
+    other = "clopper-pearson" if game == "weighted" else "weighted"
+    console.print(f"Empirical label-ε ≥ {g['best_epsilon_lo']:.2f} at the best of {len(rows)} taus (the paper's figure: "
+                  f"tau chosen after the fact); {g['best_epsilon_lo_bonferroni']:.2f} with the Bonferroni correction "
+                  f"(valid). Valid: {g['validity']}.", highlight=False)
+    console.print(f"The {other} game on the same model: ε ≥ {res[other]['best_epsilon_lo']:.2f} "
+                  f"(corrected {res[other]['best_epsilon_lo_bonferroni']:.2f}).", highlight=False)
+    claim = f" Claimed label ε: {res['label_epsilon']:.3g}." if res.get("label_epsilon") is not None else ""
+    console.print(f"Test accuracy {100 * res['test_accuracy']:.1f}%.{claim} Saved: {path}", highlight=False)
+
+
+SHOWN_TAUS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
 @app.command()

@@ -78,7 +78,7 @@ class AuditConfig(_Strict):
 class TrainConfig(_Strict):
     """The training recipe shared by the supervised defenses (paper section 4.1 for ``paper``)."""
 
-    model: Literal["mlp", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn"] = "mlp"
+    model: Literal["mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn"] = "mlp"
     width: int = Field(default=256, ge=1, description="hidden width (mlp) or base channels (cnn)")
     epochs: int = Field(default=60, ge=1)
     batch_size: int = Field(default=64, ge=1)
@@ -133,6 +133,9 @@ class RunConfig(_Strict):
     level: Literal["population", "sample", "both"] = "both"
     deterministic: bool = Field(
         default=True, description="CUDA: deterministic algorithms + CUBLAS_WORKSPACE_CONFIG (the paper's setting)"
+    )
+    save_models: bool = Field(
+        default=False, description="save each served model's torch state next to its signals (--save-models)"
     )
 
     @field_validator("device")

@@ -130,6 +130,24 @@ def _privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
     return {**worst, "epsilon_min": min(i["epsilon"] for i in infos)}
 
 
+def _label_privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The label-DP guarantee the models report (defense_info with a ``label_epsilon``: ALIBI, AGIBI),
+    the weakest over models, or None. It protects the labels only: neighbouring datasets differ in
+    one label, so it bounds the label-flip game, not the presence of an image (docs/defenses.md)."""
+    infos = [m.get("defense_info") or {} for m in metas]
+    if not infos or not all("label_epsilon" in i for i in infos):
+        return None
+    worst = max(infos, key=lambda i: i["label_epsilon"])
+    keys = ("label_epsilon", "label_delta", "label_mechanism", "label_noise_scale")
+    return {k: worst[k] for k in keys if k in worst}
+
+
+def run_label_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``label_privacy`` record of a results.json (the first level that has one), or None."""
+    return next((results[lv]["label_privacy"] for lv in ("population", "sample")
+                 if lv in results and results[lv].get("label_privacy")), None)
+
+
 def _bounds_json(privacy: dict[str, Any], fprs: list[float]) -> dict[str, Any] | None:
     """Provable bounds for DP-SGD (Poisson-subsampled Gaussian): optimal advantage and TPR@FPR."""
     from harness.bounds.sgm import SgmBound
@@ -297,6 +315,7 @@ def evaluate_level(
         "headline_attacks": sorted({c.entry["name"] for c in candidates}),
         "best": select_headline(candidates, cfg),
         "privacy": _privacy_json(ls.metas),
+        "label_privacy": _label_privacy_json(ls.metas),
         "compute": {
             "train_seconds_total": float(sum(m["train_seconds"] for m in ls.metas)),
             "query_seconds_total": float(sum(m["query_seconds"] for m in ls.metas)),

@@ -15,7 +15,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.evaluation import fpr_key, run_privacy
+from harness.evaluation import fpr_key, run_label_privacy, run_privacy
 from harness.metrics import AttackMetrics, thin_roc
 from harness.runstore import atomic_write_bytes, atomic_write_json
 
@@ -178,6 +178,10 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         table.add_row("DP ε (δ=1e-5)", *[f"{bounds['epsilon']:.3g}" for _ in bests])
         for k, v in bounds["tpr_at_fpr"].items():  # positive FPRs only (harness.evaluation._bounds_json)
             table.add_row(f"provable TPR@{100 * float(k):g}% ≤", *[_pct(v) for _ in bests])
+    label = run_label_privacy(results)
+    if label:  # ALIBI / AGIBI: a guarantee on labels only, beside the empirical bounds it should cap
+        d = f", δ={label['label_delta']:g}" if label.get("label_delta") else ""
+        table.add_row(f"label-DP ε{d} (labels only)", *[f"{label['label_epsilon']:.3g}" for _ in bests])
     sub = (run_privacy(results) or {}).get("subsample_bounds")
     if sub:  # the subsample wrapper (Thudi et al.): positive-accuracy bound at the prior P1 / 2
         table.add_row(f"PosAcc ≤ (P1 {sub['prior']:g})",

@@ -111,10 +111,15 @@ def model_seed(seed: int, index: int, rng: str = "harness", num_models: int = 0)
 
 
 def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
-    """Hash of everything that determines the models, apart from the per-level design and canaries."""
+    """Hash of everything that determines the models, apart from the per-level design and canaries.
+    The defense's ``plumbing_params`` (e.g. DFKD's ``teacher_run``) are left out: they locate
+    inputs whose identity is checked separately (:mod:`harness.teachers`)."""
+    config = cfg.model_determining()
+    for name in getattr(resolve("defenses", cfg.defense), "plumbing_params", ()):
+        config["defense_params"].pop(name, None)
     return sha256_json(
         {
-            "config": cfg.model_determining(),
+            "config": config,
             "data": data.fingerprint(),
             "harness_version": __version__,
             "defense_source": source_fingerprint(cfg.defense),
@@ -212,6 +217,11 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
         "data_fingerprint": data.fingerprint(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
+    if defense.reuses_undefended:  # saved undefended models to start from (harness/teachers.py)
+        from harness.teachers import resolve_teachers
+
+        manifest["undefended_runs"] = resolve_teachers(cfg, data.fingerprint(), designs,
+                                                       defense.params.get("teacher_run"), run.path)
     run.init(cfg, fp, manifest, data)
     levels = []
     for ld in designs:
@@ -293,10 +303,17 @@ def train_one(job: TrainJob) -> dict:
             last[0] = now
             run.write_progress(job.level, job.index, fraction)
 
+    undefended = None
+    if defense.reuses_undefended:
+        from harness.teachers import load_undefended
+
+        source = run.load_manifest().get("undefended_runs", {}).get(job.level)
+        if source is not None:
+            undefended = load_undefended(source, job.level, job.index, seed, device)
     t0 = time.perf_counter()
     try:
         served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params,
-                                               progress=progress))
+                                               progress=progress, undefended=undefended))
     except RuntimeError as e:
         if "deterministic" in str(e) and cfg.run.deterministic:
             raise ConfigError(f"{e.__class__.__name__}: {str(e).splitlines()[0]} -- this operation has no "
@@ -322,7 +339,16 @@ def train_one(job: TrainJob) -> dict:
         "torch_threads": torch.get_num_threads(),
         "host": platform.node(),
         "defense_info": served.info(),
+        "model_saved": False,
     }
+    if cfg.run.save_models:  # before the signals: a finished model then always has its saved state
+        state = served.model_state()
+        if state is None:
+            raise ConfigError(f"--save-models: {cfg.defense}'s served model ({type(served).__name__}) has no torch "
+                              "state to save; run without --save-models")
+        run.write_model(job.level, job.index, state,
+                        {"level_fingerprint": meta["level_fingerprint"], "model_index": job.index, "seed": seed})
+        meta["model_saved"] = True
     run.write_signals(job.level, job.index, signals, meta)
     run.clear_progress(job.level, job.index)
     return meta

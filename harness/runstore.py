@@ -7,6 +7,7 @@ RUN_DIR/
   data.npz                  the dataset exactly as used (uint8 images, labels, normalization)
   <experiment>/design.npz   audit indices, membership (S x C), canary images/labels, evaluated mask
   <experiment>/signals/model_0007.npz   one file per finished model (temp name, then renamed)
+  <experiment>/models/model_0007.pt     the served model's torch state (only with run.save_models)
   results.json, table.csv, roc/<experiment>__<attack>__<variant>.csv
 ```
 
@@ -14,7 +15,9 @@ Experiments are ``population`` (audit samples as they are) and ``sample-<canary>
 sample-level canary); the code calls an experiment's name its "level".
 
 A signals file counts as finished only once renamed into place *and* only if the level fingerprint
-stored inside it matches the level's; anything else is never read as a finished model.
+stored inside it matches the level's; anything else is never read as a finished model. A saved
+model (``--save-models``) follows the same rules: written atomically before its signals file, and
+read back only when its stored level fingerprint and index match.
 """
 
 from __future__ import annotations
@@ -263,6 +266,43 @@ class RunDir:
         if meta.get("level_fingerprint") != self.level_fingerprint(level) or meta.get("model_index") != index:
             return None
         return ModelSignals(index=index, arrays=arrays, meta=meta)
+
+    # --- saved models (run.save_models) -------------------------------------------------------
+    def model_path(self, level: str, index: int) -> Path:
+        return self.level_dir(level) / "models" / f"model_{index:04d}.pt"
+
+    def write_model(self, level: str, index: int, state: dict[str, Any], meta: dict[str, Any]) -> None:
+        """Save a served model's state (:meth:`defenses.base.ServedModel.model_state`) with ``meta``
+        (level fingerprint, model index, seed), atomically."""
+        import io
+
+        import torch
+
+        buf = io.BytesIO()
+        torch.save({"meta": dict(meta), **state}, buf)
+        atomic_write_bytes(self.model_path(level, index), buf.getvalue())
+
+    def read_model(self, level: str, index: int, level_fingerprint: str | None = None) -> dict[str, Any] | None:
+        """A saved model's state and ``meta``, if its file exists, loads, and belongs to this level's
+        design (or to ``level_fingerprint`` when given) and index; else None."""
+        import torch
+
+        path = self.model_path(level, index)
+        if not path.is_file():
+            return None
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception:  # a truncated or foreign file is not a saved model
+            return None
+        meta = state.get("meta", {}) if isinstance(state, dict) else {}
+        expected = level_fingerprint if level_fingerprint is not None else self.level_fingerprint(level)
+        if meta.get("level_fingerprint") != expected or meta.get("model_index") != index:
+            return None
+        return state
+
+    def saved_models(self, level: str, num_models: int) -> list[int]:
+        """Indices whose saved-model file exists (not loaded: :meth:`read_model` checks it)."""
+        return [s for s in range(num_models) if self.model_path(level, s).is_file()]
 
     def finished_models(self, level: str, num_models: int) -> list[int]:
         return [s for s in range(num_models) if self.read_signals(level, s) is not None]

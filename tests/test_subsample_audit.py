@@ -36,7 +36,11 @@ def test_audit_one_run_finds_memorization_in_an_undefended_model(tmp_path):
                                    "--tau", "0.5", "--tau", "0.9", "--out", str(tmp_path), "--json"])
     assert res.exit_code == 0, res.output
     out = json.loads(res.output.strip().splitlines()[-1])
-    assert [g["tau"] for g in out["games"]] == [0.5, 0.9]
+    cp, w = out["clopper-pearson"], out["weighted"]
+    assert out["game"] == "weighted" and [g["tau"] for g in cp["rows"]] == [0.5, 0.9] == w["taus"]
     # an undefended MLP memorizes its flipped labels: the auditor guesses nearly all of them right
-    assert out["games"][0]["cgr"] > 0.9 and out["best_epsilon_lo"] > 1.5
+    assert cp["rows"][0]["cgr"] > 0.9 and w["rows"][0]["acgr"] > 0.9 and out["best_epsilon_lo"] > 1.5
+    # the weighted game plays all C - 2 = 8 alternatives of a canary: far more guesses than canaries
+    assert w["rows"][0]["num_guesses"] > 4 * cp["rows"][0]["num_guesses"]
+    assert out["best_epsilon_lo"] == w["best_epsilon_lo"] >= w["best_epsilon_lo_bonferroni"]
     assert list(tmp_path.glob("audit-one-run-undefended-quick-*.json"))

@@ -21,6 +21,21 @@ labels chosen at random; the auditor sees the model's confidence in both labels,
 with the higher confidence and abstains when both are below tau. For an eps-label-DP trainer the
 correct-guess rate CGR (over the guesses made) is at most e^eps/(1 + e^eps), so
 eps >= ln(CGR/(1 - CGR)).
+
+Two estimates of the game's rate:
+
+- ``label_flip_game`` (Clopper-Pearson): one alternative label per canary, the guesses counted as
+  independent Bernoulli trials; exact binomial interval. Valid under the game's independence
+  heuristic (Game 3 treats the N canaries of one run as N independent runs of Game 2).
+- ``weighted_acgr_game`` (the paper's appendix B): every canary plays against all C - 2
+  alternative labels; its rate ACGR_i over its m_i non-abstained guesses enters a weighted mean
+  with the m_i as reliability weights, and a normal 95% interval of that mean gives the interval of
+  eps. Valid asymptotically (many canaries with guesses) under the same independence heuristic
+  across canaries; the C - 2 guesses of one canary are correlated and enter only through ACGR_i.
+
+Sweeping tau and keeping the best row chooses tau after seeing the data: Malek et al. report the
+best uncorrected row; ``best_over_taus`` also returns the Bonferroni-corrected best (alpha divided
+by the number of taus), which stays a valid 1 - alpha statement.
 """
 
 from __future__ import annotations
@@ -40,9 +55,14 @@ __all__ = [
     "epsilon_lower_bound_from_counts",
     "epsilon_lower_bound_roc",
     "label_flip_game",
+    "WeightedGameResult",
+    "weighted_acgr_game",
+    "WEIGHTED_GAME_TAUS",
 ]
 
 LABEL_FLIP_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
+#: the paper's sweep of tau over [0.5, 0.99], in steps of 0.01
+WEIGHTED_GAME_TAUS = tuple(round(0.5 + 0.01 * i, 2) for i in range(50))
 
 
 def clopper_pearson(k: int | np.ndarray, n: int | np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -236,4 +256,75 @@ def label_flip_game(conf_trained: np.ndarray, conf_alternative: np.ndarray, tau:
         epsilon_lo=_logit_floor(float(lo)),
         epsilon_hi=_logit_floor(float(hi)),
         alpha=float(alpha),
+    )
+
+
+@dataclass(frozen=True)
+class WeightedGameResult:
+    """The label-flip game against all C - 2 alternatives at one ``tau`` (Malek et al. 2021, app. B).
+
+    ``num_active`` canaries made at least one guess; ``num_guesses`` = sum of their m_i. ``acgr`` is
+    the m_i-weighted mean of the per-canary rates, [acgr_lo, acgr_hi] its normal 1 - alpha
+    interval (clipped to [0, 1]; [0, 1] with fewer than two active canaries), and the epsilons are
+    ln(p / (1 - p)) at those rates, floored at 0 (inf at a rate of 1).
+    """
+
+    tau: float
+    num_canaries: int
+    num_active: int
+    num_guesses: int
+    acgr: float
+    acgr_lo: float
+    acgr_hi: float
+    epsilon: float
+    epsilon_lo: float
+    epsilon_hi: float
+    alpha: float
+
+
+def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, tau: float = 0.5,
+                       alpha: float = 0.05) -> WeightedGameResult:
+    """The paper's game: canary i trained with label y'_i plays against each alternative y''_ij.
+
+    ``conf_trained``: (N,) confidence in y'_i; ``conf_alternatives``: (N, J) confidences in the J = C - 2
+    labels that are neither the true one nor y'_i. Guess j: the label with the higher confidence,
+    abstaining when both are below tau or tied. ACGR_i = correct_i / m_i over the m_i guesses;
+    ACGR = sum_i m_i ACGR_i / sum_i m_i; its variance uses the unbiased weighted variance with
+    reliability weights, s^2 = sum_i m_i (ACGR_i - ACGR)^2 / (V1 - V2 / V1), and the standard error
+    s sqrt(V2) / V1 (V1 = sum m_i, V2 = sum m_i^2); the interval is ACGR -/+ z_(1 - alpha/2) SE.
+    """
+    if not (0.5 <= tau <= 0.99):
+        raise ValueError(f"tau must be in [0.5, 0.99], got {tau}")
+    ct = np.asarray(conf_trained, dtype=np.float64).ravel()
+    ca = np.asarray(conf_alternatives, dtype=np.float64)
+    if ct.size == 0 or ca.ndim != 2 or ca.shape[0] != ct.size or ca.shape[1] < 1:
+        raise ValueError("conf_trained must be (N,) and conf_alternatives (N, J) with N, J >= 1")
+    if not (np.isfinite(ct).all() and np.isfinite(ca).all()):
+        raise ValueError("confidences must be finite")
+    if np.any((ct < 0) | (ct > 1)) or np.any((ca < 0) | (ca > 1)):
+        raise ValueError("confidences must be probabilities in [0, 1]")
+    t = ct[:, None]
+    guess = (np.maximum(t, ca) >= tau) & (t != ca)
+    m = guess.sum(axis=1).astype(np.float64)
+    correct = (guess & (t > ca)).sum(axis=1).astype(np.float64)
+    active = m > 0
+    n_act, n_guess = int(active.sum()), int(m.sum())
+    if n_act == 0:
+        return WeightedGameResult(float(tau), ct.size, 0, 0, math.nan, 0.0, 1.0, 0.0, 0.0, math.inf, float(alpha))
+    w, rate = m[active], correct[active] / m[active]
+    v1, v2 = w.sum(), (w**2).sum()
+    mean = float((w * rate).sum() / v1)
+    denom = v1 - v2 / v1
+    if n_act < 2 or denom <= 0:
+        lo, hi = 0.0, 1.0
+    else:
+        from scipy.stats import norm
+
+        se = math.sqrt(float((w * (rate - mean) ** 2).sum() / denom) * v2) / v1
+        z = float(norm.ppf(1 - alpha / 2))
+        lo, hi = max(0.0, float(mean - z * se)), min(1.0, float(mean + z * se))
+    return WeightedGameResult(
+        tau=float(tau), num_canaries=int(ct.size), num_active=n_act, num_guesses=n_guess, acgr=mean,
+        acgr_lo=lo, acgr_hi=hi, epsilon=_logit_floor(mean), epsilon_lo=_logit_floor(lo),
+        epsilon_hi=_logit_floor(hi), alpha=float(alpha),
     )

@@ -1,0 +1,401 @@
+"""Data-free knowledge distillation (DFKD), the misleading-evaluations paper's fifth case study
+(Aerni, Zhang, Tramer, CCS 2024, table 1; protocol notes section 4.5; the synthesis follows
+DeepInversion, Yin et al. 2020, with a persistent generator as in Fang et al.'s fast DFKD).
+
+The claim under test: the served student never sees a real training image, so it should not leak
+membership. It is distilled from the undefended model (the teacher) on images synthesized from the
+teacher alone, and yet inherits the teacher's memorization of its mislabeled canaries.
+
+1. **Teacher**: the undefended recipe (``train.*``, the model's seed) on the model's training set,
+   or the same model read from an undefended run saved with ``--save-models``
+   (:mod:`harness.teachers`; ``defense_params.teacher_run`` names it, else one is looked up under
+   ``run.out``). Its architecture must have BatchNorm layers (``mlp-bn``, ``cnn``, ``wrn16-4``).
+2. **Synthesis**, every round: a fresh latent batch z ~ N(0, I) (``synth_batch`` x ``latent_dim``)
+   and a new Adam optimizer (generator lr ``generator_lr``, z lr ``z_lr``, betas (0.5, 0.999)).
+   ``synth_steps`` iterations of: x = G(z) in [0, 1]; one random crop (zero padding of the
+   dataset's shift, 4 px at 32 px, 1 px for digits) and flip (where the dataset allows flips) shared
+   by the batch; normalization; the teacher in eval mode; the DeepInversion loss
+   ``sum_l ||running_var_l - v_l||_2 + ||running_mean_l - m_l||_2`` over the teacher's BatchNorm
+   layers, with (m_l, v_l) the batch mean and biased variance of the layer's input, blended with an
+   EMA of earlier rounds' statistics: ``(1 - 0.9) cur + 0.9 ema`` from the second round on
+   (``bn_momentum``; the EMA takes the statistics of each round's last iteration). The lowest-loss x
+   of the round (before its step) is kept as uint8 ``floor(clamp(x, 0, 1) 255)`` in a memory bank
+   that grows by ``synth_batch`` images per round. The generator (:class:`Generator`) persists.
+3. **Student** (the teacher's architecture, its own initialization): from round ``warmup`` on,
+   ``student_passes`` passes per round over the whole bank (batches of ``student_batch_size``,
+   reshuffled, per-image random crop and flip where the dataset allows) with the loss
+   ``KL(softmax(t / T) || softmax(s / T)) T^2`` (batch mean; :func:`kd_loss`), teacher logits on the
+   same augmented batch. SGD (``student_lr``, ``student_momentum``, ``student_weight_decay``) with a
+   cosine decay from ``student_lr`` to ``student_lr_min`` over the student rounds, one value per
+   round. The final student is the served model.
+
+Differences from the paper's code, on purpose (docs/protocol.md):
+
+- the generator is sized to the dataset's images (``Linear(nz, 128 (H/4)(W/4))``; the paper's is
+  for 32 x 32 x 3 only), and the synthesis crop's padding is the dataset's shift (1 px for digits);
+- the student's cosine schedule spans exactly its rounds (the paper's ``CosineAnnealingLR(T_max=200)``
+  is stepped 220 times, so its learning rate rises again over the last 20 epochs);
+- the student is augmented with the dataset's own augmentation (no flips for digits);
+- the paper evaluates the final student as here (its best-on-test checkpoint is overwritten).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
+from defenses.models import BATCHNORM_KINDS, build_model
+from defenses.training import init_network, seeded_init, train_classifier
+from harness.augment import random_augment
+from harness.data import AugmentSpec
+
+# Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag])); the teacher
+# uses the model seed itself, so that it is the undefended model of the same index.
+_GENERATOR, _SYNTHESIS, _STUDENT_INIT, _STUDENT_ORDER = 1, 2, 3, 4
+
+
+def derived_seed(seed: int, tag: int) -> int:
+    return int(np.random.SeedSequence([seed, 0xDF, tag]).generate_state(1)[0])
+
+
+class Generator(nn.Module):
+    """The fast-DFKD generator, sized to (C, H, W) images with H and W multiples of 4:
+    ``Linear(nz, 128 (H/4)(W/4))`` -> BN -> Upsample x2 -> Conv3x3(128, 128, no bias) -> BN ->
+    LeakyReLU(0.2) -> Upsample x2 -> Conv3x3(128, 64, no bias) -> BN -> LeakyReLU(0.2) ->
+    Conv3x3(64, C) -> Sigmoid: images in [0, 1]."""
+
+    def __init__(self, latent_dim: int, image_shape: tuple[int, int, int], ngf: int = 64) -> None:
+        super().__init__()
+        c, h, w = image_shape
+        if h % 4 or w % 4:
+            raise ValueError(f"the DFKD generator needs image sides that are multiples of 4, got {h} x {w}")
+        self.init_size = (h // 4, w // 4)
+        self.project = nn.Linear(latent_dim, 2 * ngf * (h // 4) * (w // 4))
+        self.blocks = nn.Sequential(
+            nn.BatchNorm2d(2 * ngf),
+            nn.Upsample(scale_factor=2),
+            nn.Conv2d(2 * ngf, 2 * ngf, 3, padding=1, bias=False),
+            nn.BatchNorm2d(2 * ngf),
+            nn.LeakyReLU(0.2),
+            nn.Upsample(scale_factor=2),
+            nn.Conv2d(2 * ngf, ngf, 3, padding=1, bias=False),
+            nn.BatchNorm2d(ngf),
+            nn.LeakyReLU(0.2),
+            nn.Conv2d(ngf, c, 3, padding=1),
+            nn.Sigmoid(),
+        )
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        h = self.project(z).view(z.shape[0], -1, *self.init_size)
+        return self.blocks(h)
+
+
+def batchnorm_layers(net: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
+    return [m for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+
+
+class BNStatistics:
+    """DeepInversion's feature-statistics loss on a network's BatchNorm layers (forward hooks).
+
+    While ``active``, every forward records each BN layer's input batch mean and biased variance
+    (per channel). :meth:`loss` is ``sum_l ||running_var_l - v_l||_2 + ||running_mean_l - m_l||_2``
+    with ``(m_l, v_l)`` the recorded statistics, blended with the EMA kept by :meth:`update_ema`
+    (``(1 - momentum) cur + momentum ema``) once there is one.
+    """
+
+    def __init__(self, net: nn.Module, momentum: float) -> None:
+        self.layers = batchnorm_layers(net)
+        self.momentum = momentum
+        self.active = True
+        self.current: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(self.layers)
+        self.ema: list[tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.handles = [m.register_forward_hook(self._hook(i)) for i, m in enumerate(self.layers)]
+
+    def _hook(self, i: int) -> Callable[..., None]:
+        def record(module: nn.Module, inputs: tuple[torch.Tensor, ...], output: torch.Tensor) -> None:
+            if self.active:
+                x = inputs[0]
+                dims = [0, *range(2, x.dim())]
+                self.current[i] = (x.mean(dim=dims), x.var(dim=dims, correction=0))
+        return record
+
+    def blended(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Each layer's (mean, var) as the loss compares them: the current batch's, blended with the EMA."""
+        if any(c is None for c in self.current):
+            raise RuntimeError("no forward pass recorded on every BatchNorm layer")
+        cur = [c for c in self.current if c is not None]
+        if self.ema is None:
+            return cur
+        m = self.momentum
+        return [((1 - m) * mc + m * me, (1 - m) * vc + m * ve) for (mc, vc), (me, ve) in zip(cur, self.ema)]
+
+    def loss(self) -> torch.Tensor:
+        terms = [torch.linalg.vector_norm(layer.running_var - v) + torch.linalg.vector_norm(layer.running_mean - mu)
+                 for layer, (mu, v) in zip(self.layers, self.blended())]
+        return torch.stack(terms).sum()
+
+    @torch.no_grad()
+    def update_ema(self) -> None:
+        """Fold the last recorded statistics into the EMA (the first call sets it)."""
+        cur = [(mu.detach(), v.detach()) for mu, v in self.current]  # type: ignore[misc]
+        if self.ema is None:
+            self.ema = cur
+        else:
+            m = self.momentum
+            self.ema = [(m * me + (1 - m) * mc, m * ve + (1 - m) * vc) for (me, ve), (mc, vc) in zip(self.ema, cur)]
+
+    def remove(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def kd_loss(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """``KL(softmax(t / T) || softmax(s / T)) T^2``, summed over classes and averaged over the batch."""
+    t = float(temperature)
+    log_q = F.log_softmax(student_logits / t, dim=1)
+    p = F.softmax(teacher_logits / t, dim=1)
+    return F.kl_div(log_q, p, reduction="batchmean") * (t * t)
+
+
+def shared_view(x: torch.Tensor, spec: AugmentSpec, gen: torch.Generator) -> torch.Tensor:
+    """One random crop (zero padding of ``spec.shift`` pixels) and, if ``spec.flip``, one random
+    horizontal flip, the same for the whole batch (x float in [0, 1]); differentiable in x."""
+    s = spec.shift
+    if s:
+        h, w = x.shape[-2:]
+        oy, ox = (int(v) for v in torch.randint(0, 2 * s + 1, (2,), generator=gen))
+        x = F.pad(x, (s, s, s, s))[..., oy : oy + h, ox : ox + w]
+    if spec.flip and float(torch.rand(1, generator=gen)) < 0.5:
+        x = torch.flip(x, dims=(-1,))
+    return x
+
+
+def to_uint8(x: torch.Tensor) -> torch.Tensor:
+    """``floor(clamp(x, 0, 1) 255)`` as uint8 (the bank's storage)."""
+    return torch.floor(x.detach().clamp(0, 1) * 255).to(torch.uint8)
+
+
+@dataclass(frozen=True)
+class DFKDFit:
+    """Everything one DFKD fit produced: the teacher, the generator, the bank (uint8, (N, C, H, W)),
+    the per-round synthesis losses (the kept image's) and the served student."""
+
+    teacher: nn.Module
+    generator: Generator
+    bank: np.ndarray
+    synth_losses: list[float]
+    student: TorchClassifier
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def _is_num(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+class DFKD(Defense):
+    """Data-free knowledge distillation: a student distilled on images synthesized from the
+    undefended teacher's BatchNorm statistics (module docstring)."""
+
+    name = "dfkd"
+    description = "data-free distillation: the student learns from images synthesized from the undefended teacher"
+    default_canary = "mislabeled"
+    adaptive_attacks = ("lira",)
+    reuses_undefended = True
+    plumbing_params = frozenset({"teacher_run"})
+    train_fields: ClassVar[frozenset[str] | None] = None  # the whole recipe trains the teacher
+    recipe_note = ("the train.* recipe trains the teacher (the undefended model); the synthesis and the student have "
+                   "their own defense_params (rounds, synth_*, student_*)")
+    param_defaults: ClassVar[dict[str, Any]] = {
+        "rounds": 240,
+        "warmup": 20,
+        "synth_batch": 256,
+        "latent_dim": 256,
+        "generator_lr": 5e-3,
+        "z_lr": 0.015,
+        "synth_steps": 2,
+        "bn_momentum": 0.9,
+        "temperature": 20.0,
+        "student_passes": 5,
+        "student_lr": 0.1,
+        "student_lr_min": 2e-4,
+        "student_momentum": 0.9,
+        "student_weight_decay": 5e-4,
+        "student_batch_size": 256,
+        "teacher_run": None,
+    }
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        p = self.params
+        for k in ("rounds", "synth_batch", "latent_dim", "synth_steps", "student_passes", "student_batch_size"):
+            if not _is_int(p[k]) or p[k] < 1:
+                raise ValueError(f"{k} must be a positive integer, got {p[k]!r}")
+        if not _is_int(p["warmup"]) or not 0 <= p["warmup"] < p["rounds"]:
+            raise ValueError(f"warmup must be an integer with 0 <= warmup < rounds ({p['rounds']}): the student "
+                             f"trains from round warmup on, got {p['warmup']!r}")
+        for k in ("generator_lr", "z_lr", "temperature", "student_lr"):
+            if not _is_num(p[k]) or not p[k] > 0:
+                raise ValueError(f"{k} must be a positive number, got {p[k]!r}")
+        if not _is_num(p["student_lr_min"]) or not 0 <= p["student_lr_min"] <= p["student_lr"]:
+            raise ValueError(f"student_lr_min must be a number in [0, student_lr], got {p['student_lr_min']!r}")
+        for k in ("bn_momentum", "student_momentum"):
+            if not _is_num(p[k]) or not 0 <= p[k] < 1:
+                raise ValueError(f"{k} must be a number in [0, 1), got {p[k]!r}")
+        if not _is_num(p["student_weight_decay"]) or p["student_weight_decay"] < 0:
+            raise ValueError(f"student_weight_decay must be a number >= 0, got {p['student_weight_decay']!r}")
+        if p["teacher_run"] is not None and not (isinstance(p["teacher_run"], str) and p["teacher_run"]):
+            raise ValueError(f"teacher_run must be the path of an undefended run directory, got {p['teacher_run']!r}")
+
+    def check_config(self, cfg: Any) -> None:
+        """The synthesis matches the teacher's BatchNorm statistics: the teacher needs BN layers."""
+        if cfg.train.model not in BATCHNORM_KINDS:
+            raise ValueError(f"DFKD's teacher (train.model) needs BatchNorm layers: {', '.join(BATCHNORM_KINDS)}; "
+                             f"got train.model={cfg.train.model}")
+
+    # --- parts -------------------------------------------------------------------------------
+    def make_student(self, image_shape: tuple[int, ...], num_classes: int, ctx: FitContext) -> nn.Module:
+        """The student: the teacher's architecture (``train.model``, ``train.width``), its own init."""
+        return seeded_init(lambda: build_model(ctx.train.model, tuple(image_shape), num_classes, ctx.train.width),
+                           derived_seed(ctx.seed, _STUDENT_INIT))
+
+    def student_lr(self, student_round: int) -> float:
+        """The learning rate of student round t (0-based): cosine from ``student_lr`` to ``student_lr_min``."""
+        p = self.params
+        total = p["rounds"] - p["warmup"]
+        lo, hi = float(p["student_lr_min"]), float(p["student_lr"])
+        return lo + (hi - lo) * 0.5 * (1 + math.cos(math.pi * student_round / total))
+
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        return self.fit_all(train, ctx).student
+
+    def fit_all(self, train: LabeledImages, ctx: FitContext) -> DFKDFit:
+        """Teacher (trained or reused), then ``rounds`` rounds of synthesis and student updates.
+
+        Deterministic from ``ctx.seed``: the teacher uses it as the undefended model does; the
+        generator's initialization, the latent and crop draws, the student's initialization and its
+        batch order and augmentation use separate derived streams. Progress: one fraction over the
+        teacher's and the rounds' work (sample passes)."""
+        p = self.params
+        device = torch.device(ctx.device)
+        shape = tuple(int(v) for v in train.x.shape[1:])
+        rounds, warmup, batch = int(p["rounds"]), int(p["warmup"]), int(p["synth_batch"])
+        passes = int(p["student_passes"])
+        Generator(int(p["latent_dim"]), shape)  # refuses image sides the generator cannot produce, before training
+
+        # progress weights: teacher epochs x samples, then per round the synthesis and the student passes
+        reused = ctx.undefended is not None
+        teacher_work = 0.0 if reused else float(ctx.train.epochs * len(train))
+        round_work = [4.0 * p["synth_steps"] * batch + (passes * batch * (r + 1) if r >= warmup else 0)
+                      for r in range(rounds)]
+        done = np.cumsum([teacher_work, *round_work]) / max(1e-12, teacher_work + sum(round_work))
+
+        if reused:
+            teacher = ctx.undefended.net.to(device)
+            source = ctx.undefended.source
+        else:
+            tctx = FitContext(seed=ctx.seed, device=ctx.device, train=ctx.train, params=ctx.params,
+                              progress=lambda what, f: ctx.report("teacher", f * float(done[0])))
+            teacher = train_classifier(init_network(train, ctx), train, tctx)
+            source = None
+        teacher.eval()
+        for q in teacher.parameters():
+            q.requires_grad_(False)
+        if not batchnorm_layers(teacher):
+            raise ValueError("DFKD's teacher has no BatchNorm layers: use train.model mlp-bn, cnn or wrn16-4")
+
+        mean = torch.tensor(train.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        std = torch.tensor(train.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
+        normalize = Normalizer(train.mean, train.std, device)
+        generator = seeded_init(lambda: Generator(int(p["latent_dim"]), shape),
+                                derived_seed(ctx.seed, _GENERATOR)).to(device).train()
+        synth_gen = torch.Generator().manual_seed(derived_seed(ctx.seed, _SYNTHESIS))
+        student = self.make_student(shape, train.num_classes, ctx).to(device).train()
+        opt_s = torch.optim.SGD(student.parameters(), lr=float(p["student_lr"]), momentum=float(p["student_momentum"]),
+                                weight_decay=float(p["student_weight_decay"]))
+        order_gen = torch.Generator().manual_seed(derived_seed(ctx.seed, _STUDENT_ORDER))
+        stats = BNStatistics(teacher, float(p["bn_momentum"]))
+        bank: list[torch.Tensor] = []
+        losses: list[float] = []
+        try:
+            for r in range(rounds):
+                # --- synthesis: a fresh z and optimizer, the generator persists ---------------------
+                stats.active = True
+                z = torch.randn(batch, int(p["latent_dim"]), generator=synth_gen).to(device).requires_grad_(True)
+                opt_g = torch.optim.Adam([{"params": generator.parameters()},
+                                          {"params": [z], "lr": float(p["z_lr"])}],
+                                         lr=float(p["generator_lr"]), betas=(0.5, 0.999))
+                best_loss, best_x = math.inf, None
+                for _ in range(int(p["synth_steps"])):
+                    x = generator(z)
+                    teacher((shared_view(x, train.augment, synth_gen) - mean) / std)
+                    loss = stats.loss()
+                    value = float(loss.detach())
+                    if value < best_loss:
+                        best_loss, best_x = value, x.detach().clone()
+                    opt_g.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt_g.step()
+                stats.update_ema()
+                stats.active = False
+                if not math.isfinite(best_loss):
+                    raise RuntimeError(f"DFKD synthesis diverged (loss {best_loss}) in round {r}; lower generator_lr")
+                bank.append(to_uint8(best_x))
+                losses.append(best_loss)
+                # --- student: passes over the whole bank ------------------------------------------
+                if r >= warmup:
+                    lr = self.student_lr(r - warmup)
+                    for g in opt_s.param_groups:
+                        g["lr"] = lr
+                    self._student_round(student, teacher, opt_s, torch.cat(bank), train.augment, normalize,
+                                        order_gen, passes)
+                ctx.report("distill", float(done[r + 1]))
+        finally:
+            stats.remove()
+        student.eval()
+        bank_x = torch.cat(bank)
+        hits = 0
+        with torch.no_grad():
+            for i in range(0, len(bank_x), 1024):
+                xb = normalize(bank_x[i : i + 1024])
+                hits += int((student(xb).argmax(1) == teacher(xb).argmax(1)).sum())
+        agree = hits / len(bank_x)
+        record = {
+            "teacher": "reused" if reused else "trained",
+            "teacher_source": source,
+            "teacher_bn_layers": len(stats.layers),
+            "bank_size": int(len(bank_x)),
+            "rounds": rounds,
+            "student_rounds": rounds - warmup,
+            "first_synth_loss": losses[0],
+            "final_synth_loss": losses[-1],
+            "student_teacher_agreement_on_bank": agree,
+        }
+        served = TorchClassifier(student, train.mean, train.std, ctx.device, record=record)
+        return DFKDFit(teacher=teacher, generator=generator, bank=bank_x.cpu().numpy(), synth_losses=losses,
+                       student=served)
+
+    def _student_round(self, student: nn.Module, teacher: nn.Module, opt: torch.optim.Optimizer, bank: torch.Tensor,
+                       spec: AugmentSpec, normalize: Normalizer, gen: torch.Generator, passes: int) -> None:
+        """``passes`` shuffled passes over the bank: per-image crop/flip, KD loss against the teacher."""
+        n, b, t = len(bank), int(self.params["student_batch_size"]), float(self.params["temperature"])
+        student.train()
+        for _ in range(passes):
+            perm = torch.randperm(n, generator=gen).to(bank.device)
+            for i in range(0, n, b):
+                xb = normalize(random_augment(bank[perm[i : i + b]], spec, gen))
+                with torch.no_grad():
+                    t_logits = teacher(xb)
+                loss = kd_loss(student(xb), t_logits, t)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
