@@ -97,6 +97,16 @@ class ServedModel(ABC):
         return None
 
 
+def is_int(v: Any) -> bool:
+    """An integer parameter value (numpy integers too), not a bool."""
+    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
+
+
+def is_number(v: Any) -> bool:
+    """A real parameter value (numpy scalars too), not a bool."""
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
 class Normalizer:
     """uint8 images (N, C, H, W) -> float32 ``(x / 255 - mean_c) / std_c`` on ``device``."""
 

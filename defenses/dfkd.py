@@ -50,7 +50,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
+from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier, is_int,
+                           is_number)
 from defenses.models import BATCHNORM_KINDS, build_model
 from defenses.training import init_network, seeded_init, train_classifier
 from harness.augment import random_augment
@@ -194,12 +195,6 @@ class DFKDFit:
     student: TorchClassifier
 
 
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
-
-
-def _is_num(v: Any) -> bool:
-    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
 class DFKD(Defense):
@@ -238,20 +233,20 @@ class DFKD(Defense):
         super().__init__(**params)
         p = self.params
         for k in ("rounds", "synth_batch", "latent_dim", "synth_steps", "student_passes", "student_batch_size"):
-            if not _is_int(p[k]) or p[k] < 1:
+            if not is_int(p[k]) or p[k] < 1:
                 raise ValueError(f"{k} must be a positive integer, got {p[k]!r}")
-        if not _is_int(p["warmup"]) or not 0 <= p["warmup"] < p["rounds"]:
+        if not is_int(p["warmup"]) or not 0 <= p["warmup"] < p["rounds"]:
             raise ValueError(f"warmup must be an integer with 0 <= warmup < rounds ({p['rounds']}): the student "
                              f"trains from round warmup on, got {p['warmup']!r}")
         for k in ("generator_lr", "z_lr", "temperature", "student_lr"):
-            if not _is_num(p[k]) or not p[k] > 0:
+            if not is_number(p[k]) or not p[k] > 0:
                 raise ValueError(f"{k} must be a positive number, got {p[k]!r}")
-        if not _is_num(p["student_lr_min"]) or not 0 <= p["student_lr_min"] <= p["student_lr"]:
+        if not is_number(p["student_lr_min"]) or not 0 <= p["student_lr_min"] <= p["student_lr"]:
             raise ValueError(f"student_lr_min must be a number in [0, student_lr], got {p['student_lr_min']!r}")
         for k in ("bn_momentum", "student_momentum"):
-            if not _is_num(p[k]) or not 0 <= p[k] < 1:
+            if not is_number(p[k]) or not 0 <= p[k] < 1:
                 raise ValueError(f"{k} must be a number in [0, 1), got {p[k]!r}")
-        if not _is_num(p["student_weight_decay"]) or p["student_weight_decay"] < 0:
+        if not is_number(p["student_weight_decay"]) or p["student_weight_decay"] < 0:
             raise ValueError(f"student_weight_decay must be a number >= 0, got {p['student_weight_decay']!r}")
         if p["teacher_run"] is not None and not (isinstance(p["teacher_run"], str) and p["teacher_run"]):
             raise ValueError(f"teacher_run must be the path of an undefended run directory, got {p['teacher_run']!r}")

@@ -31,7 +31,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
+from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier, is_int,
+                           is_number)
 from defenses.training import init_network, train_classifier
 
 #: Renyi orders for AGIBI's epsilon (those of the authors' ``RandomizedLabelPrivacy``: 1.1 ... 99.9)
@@ -103,9 +104,9 @@ class LabelDP(Defense):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         eps, prior = self.params["epsilon"], self.params["prior"]
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not math.isfinite(eps) or eps <= 0:
+        if not is_number(eps) or not math.isfinite(eps) or eps <= 0:
             raise ValueError(f"epsilon must be a positive number (the label epsilon), got {eps!r}")
-        if prior != "batch" and (isinstance(prior, bool) or not isinstance(prior, int) or prior < 1):
+        if prior != "batch" and (not is_int(prior) or prior < 1):
             raise ValueError(f"prior must be 'batch' (refresh on every step, the authors' code) or a positive "
                              f"integer number of epochs between refreshes, got {prior!r}")
 
@@ -201,7 +202,7 @@ class AGIBI(LabelDP):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         d = self.params["delta"]
-        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d < 1:
+        if not is_number(d) or not 0 < d < 1:
             raise ValueError(f"delta must be in (0, 1), got {d!r}")
         self._sigma = gaussian_sigma_for(float(self.params["epsilon"]), float(d))
 

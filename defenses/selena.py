@@ -54,7 +54,7 @@ from typing import Any, Callable
 import numpy as np
 from scipy.special import softmax
 
-from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier, is_int
 from defenses.training import init_network, train_classifier
 from harness.config import TrainConfig
 
@@ -169,11 +169,11 @@ class SELENA(Defense):
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
         k, q, e = self.params["num_teachers"], self.params["num_query"], self.params["teacher_epochs"]
-        if not _is_int(k) or k < 2:
+        if not is_int(k) or k < 2:
             raise ValueError(f"num_teachers must be an integer >= 2, got {k!r}")
-        if not _is_int(q) or not 1 <= q < k:
+        if not is_int(q) or not 1 <= q < k:
             raise ValueError(f"num_query must be an integer with 1 <= num_query < num_teachers ({k}), got {q!r}")
-        if e is not None and (not _is_int(e) or e < 1):
+        if e is not None and (not is_int(e) or e < 1):
             raise ValueError(f"teacher_epochs must be None or an integer >= 1, got {e!r}")
 
     def teacher_recipe(self, train_cfg: TrainConfig) -> TrainConfig:
@@ -244,6 +244,3 @@ def derived_hash_key(seed: int) -> bytes:
     """The per-model secret key of the non-member query hash (BLAKE2b keys are at most 64 bytes)."""
     return np.random.SeedSequence([seed, _HASH_KEY]).generate_state(4).tobytes()
 
-
-def _is_int(v: Any) -> bool:
-    return isinstance(v, (int, np.integer)) and not isinstance(v, bool)
