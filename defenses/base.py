@@ -107,6 +107,39 @@ def is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
 
 
+_KIND_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+               list: "a list", tuple: "a list", dict: "a mapping", type(None): "null"}
+
+
+def _has_kind(value: Any, kind: type) -> bool:
+    if kind is bool:
+        return isinstance(value, (bool, np.bool_))
+    if kind is int:
+        return is_int(value)
+    if kind is float:
+        return is_number(value) and bool(np.isfinite(value))
+    if kind in (list, tuple):
+        return isinstance(value, (list, tuple))
+    return isinstance(value, kind)
+
+
+def param_kind_error(value: Any, default: Any, accepted: tuple[type, ...] | None = None) -> str | None:
+    """Why ``value`` cannot be a parameter whose default is ``default`` (None when it can).
+
+    The accepted kinds are ``accepted`` when given, else the default's kind: a bool default takes
+    true/false, an int default an integer, a float default any finite number, a string, list or
+    mapping default the same; a None default takes anything (the defense checks it). This runs
+    for built-in defenses and plugins alike, before any training."""
+    if accepted is None:
+        if default is None:
+            return None
+        accepted = (float,) if isinstance(default, float) else (type(default),)
+    if any(_has_kind(value, k) for k in accepted):
+        return None
+    want = " or ".join(dict.fromkeys(_KIND_NAMES.get(k, k.__name__) for k in accepted))
+    return f"must be {want} (default {default!r}), got {value!r}"
+
+
 class Normalizer:
     """uint8 images (N, C, H, W) -> float32 ``(x / 255 - mean_c) / std_c`` on ``device``."""
 
@@ -182,6 +215,9 @@ class Defense(ABC):
     #: parameters that only locate inputs and never change the trained models (DFKD's
     #: ``teacher_run``): left out of the run fingerprint
     plumbing_params: ClassVar[frozenset[str]] = frozenset()
+    #: accepted types of a parameter whose default does not say it (e.g. ``{"prior": (str, int)}``);
+    #: every other parameter must have its default's kind (:func:`param_kind_error`)
+    param_types: ClassVar[dict[str, tuple[type, ...]]] = {}
 
     @classmethod
     def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:
@@ -195,6 +231,10 @@ class Defense(ABC):
             raise ValueError(
                 f"defense {self.name!r} has no parameter(s) {unknown}; known: {sorted(self.param_defaults) or 'none'}"
             )
+        for key, value in params.items():
+            problem = param_kind_error(value, self.param_defaults[key], self.param_types.get(key))
+            if problem:
+                raise ValueError(f"{key} {problem}")
         self.params = {**self.param_defaults, **params}
 
     def check_config(self, cfg: Any) -> None:

@@ -20,6 +20,7 @@ queryable through ``raw_query`` for the ablation attack ``lira-raw``.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import torch
@@ -94,6 +95,14 @@ class HAMP(Defense):
     ablation_attacks = ("lira-raw",)
     provides = frozenset({"raw_query"})
     param_defaults = {"entropy_threshold": 0.9996837722339832, "regularization": 0.005}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        gamma, alpha = self.params["entropy_threshold"], self.params["regularization"]
+        if not 0 < gamma <= 1:
+            raise ValueError(f"entropy_threshold must be in (0, 1] (a fraction of the maximum entropy ln K), got {gamma!r}")
+        if alpha < 0:
+            raise ValueError(f"regularization must be >= 0, got {alpha!r}")
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         k = train.num_classes

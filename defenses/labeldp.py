@@ -100,6 +100,7 @@ class LabelDP(Defense):
     adaptive_attacks = ("lira",)
     recipe_note = "label-DP trains with the preset's recipe on soft labels"
     param_defaults: ClassVar[dict[str, Any]] = {"epsilon": 8.0, "prior": "batch"}
+    param_types: ClassVar[dict[str, tuple[type, ...]]] = {"prior": (str, int)}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

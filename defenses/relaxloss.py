@@ -13,6 +13,8 @@ Per batch, with the mean cross-entropy l and target alpha:
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -46,10 +48,13 @@ class RelaxLoss(Defense):
     adaptive_attacks = ("lira",)
     param_defaults = {"target_loss": 0.5946}
 
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if not self.params["target_loss"] > 0:
+            raise ValueError(f"target_loss must be positive, got {self.params['target_loss']!r}")
+
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         alpha = float(self.params["target_loss"])
-        if alpha <= 0:
-            raise ValueError(f"target_loss must be positive, got {alpha}")
         net = init_network(train, ctx)
         net = train_classifier(net, train, ctx, loss_fn=lambda z, y, epoch: relaxloss_loss(z, y, epoch, alpha))
         return TorchClassifier(net, train.mean, train.std, ctx.device)

@@ -93,9 +93,45 @@ def _attack_and_report(run_path: Path, details: bool = False, overrides: dict[st
     return results
 
 
+def _plugin_failure(e: Any, debug: bool) -> None:
+    """Print a defense's failure: one error line, its own frames (or the full traceback), exit 2."""
+    err_console.print(f"[bold red]error:[/] {e.message}", highlight=False, soft_wrap=True, markup=True)
+    if debug and e.full:
+        err_console.print(e.full.rstrip("\n"), highlight=False, markup=False)
+    else:
+        if e.frames:
+            err_console.print("the defense's own frames (innermost last):", highlight=False)
+            err_console.print(e.frames, highlight=False, markup=False)
+        if e.full:
+            err_console.print("(--debug prints the full traceback)", highlight=False, style="dim")
+    raise typer.Exit(2)
+
+
+_RESUME_FLAGS = {"run.workers", "run.device", "run.save_models"}
+
+
+def _resume_config(run_dir: Path, overrides: dict[str, Any]) -> Any:
+    """``harness evaluate --run-dir RUN`` without DEFENSE: the run's saved config, with only the
+    settings that never change the models (workers, device, --save-models) overridable."""
+    from harness.config import apply_overrides, validate_config
+    from harness.runstore import RunDir
+
+    changing = sorted(k for k in overrides if k not in _RESUME_FLAGS)
+    if changing:
+        raise ConfigError(f"`harness evaluate --run-dir {run_dir}` without DEFENSE resumes the run as it was saved; "
+                          f"{', '.join(changing)} would change it: give DEFENSE and the run's options to change it "
+                          "(a run with other settings goes in another directory)")
+    cfg = RunDir(run_dir).load_config()
+    if not overrides:
+        return cfg
+    return validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides))
+
+
 @app.command()
 def evaluate(
-    defense: str = typer.Argument(..., help="defense name (see `harness list`) or path/to/file.py:ClassName"),
+    defense: Optional[str] = typer.Argument(
+        None, help="defense name (see `harness list`) or path/to/file.py:ClassName; leave out with --run-dir to "
+                   "resume that run as saved (a damaged model file is moved aside and retrained)"),
     preset: str = typer.Option("quick", help="quick | cifar10 | paper, or a YAML file"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
     models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
@@ -115,10 +151,12 @@ def evaluate(
     save_models: bool = typer.Option(False, "--save-models",
                                      help="also save each served model's torch state (e.g. DFKD's teachers reuse "
                                           "undefended models)"),
+    debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
     """Train S models per level (resuming finished ones), run the attacks and print the report."""
     from harness.executors import make_executor
-    from harness.runner import prepare_run, train_all
+    from harness.plugin_errors import PluginError
+    from harness.runner import heal_signals, prepare_run, train_all
 
     try:
         overrides = parse_set_options(set_)
@@ -137,20 +175,29 @@ def evaluate(
                        canary=canaries if canaries is None or len(canaries) > 1 else canaries[0], epochs=epochs, seed=seed, device=device,
                        workers=workers, out=out, level=level, data_dir=data_dir)
         )
-        overrides["defense"] = defense
         if inner is not None:
             overrides["defense_params.inner"] = inner
         if rate is not None:
             overrides["defense_params.rate"] = rate
         if save_models:
             overrides["run.save_models"] = True
-        cfg = build_config(preset, overrides)
+        if defense is None:
+            if run_dir is None:
+                raise ConfigError("name a DEFENSE (see `harness list`), or give --run-dir RUN to resume that run")
+            if preset != "quick":
+                raise ConfigError(f"--preset {preset}: without DEFENSE, --run-dir resumes the run with its own preset")
+            cfg = _resume_config(run_dir, overrides)
+        else:
+            overrides["defense"] = defense
+            cfg = build_config(preset, overrides)
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
             prep = prepare_run(cfg, run_dir)
         t_prep = time.perf_counter() - t0
         run = prep.run
         console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
+        for note in [*run.healed, *heal_signals(prep)]:
+            console.print(f"[yellow]repaired:[/] {note}", highlight=False)
         if prep.defense.reuses_undefended:
             sources = run.load_manifest().get("undefended_runs", {})
             for lv in prep.levels:
@@ -210,6 +257,8 @@ def evaluate(
         _attack_and_report(run.path, details)
     except ConfigError as e:
         _fail(str(e))
+    except PluginError as e:
+        _plugin_failure(e, debug)
     except KeyboardInterrupt:
         err_console.print(
             "[yellow]interrupted:[/] every finished model is saved; run the same command again to resume."
@@ -221,7 +270,7 @@ def evaluate(
 def attack(
     run_dir: Path = typer.Argument(..., help="a run directory made by `harness evaluate`"),
     details: bool = typer.Option(False, help="list every attack variant"),
-    set_: list[str] = typer.Option([], "--set", help="change attack settings: --set attack.names=[lira]"),
+    set_: list[str] = typer.Option([], "--set", help="change attack settings: --set attack.names=\\[lira]"),
 ) -> None:
     """Re-run the attacks on a run's saved signals (no retraining) and rewrite its reports."""
     try:
@@ -241,7 +290,13 @@ def report(
     path = run_dir / "results.json"
     if not path.is_file():
         _fail(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
-    results = load_results(run_dir)
+    try:
+        results = load_results(run_dir)
+        if not isinstance(results, dict) or "population" not in results and "sample" not in results:
+            raise ValueError("not a results file of this harness")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        _fail(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+              f"`harness attack {run_dir}` rewrites it from the saved signals")
     summary_frame(results).to_csv(run_dir / "table.csv", index=False)
     attacks_frame(results).to_csv(run_dir / "attacks.csv", index=False)
     print_report(results, console, details=details)

@@ -235,6 +235,22 @@ def _to_nchw_uint8(x: np.ndarray, key: str, path: Path) -> np.ndarray:
     return np.ascontiguousarray(x)
 
 
+def _labels(y: np.ndarray, key: str, path: Path) -> np.ndarray:
+    """Integer class labels 0..K-1 as int64 (N,): integer-valued, non-negative, at least one."""
+    y = np.asarray(y)
+    if y.ndim != 1 and not (y.ndim == 2 and y.shape[1] == 1):
+        raise DataError(f"{path}: {key} must be a vector of class indices, got shape {y.shape}")
+    y = y.ravel()
+    if len(y) == 0:
+        raise DataError(f"{path}: {key} is empty")
+    if not (np.issubdtype(y.dtype, np.integer) or np.issubdtype(y.dtype, np.bool_)):
+        if not np.issubdtype(y.dtype, np.floating) or not np.all(np.isfinite(y)) or np.any(y != np.round(y)):
+            raise DataError(f"{path}: {key} must hold integer class indices 0..K-1, got dtype {y.dtype}")
+    if y.min() < 0:
+        raise DataError(f"{path}: {key} holds negative label {int(y.min())}; labels must be 0..K-1")
+    return y.astype(np.int64)
+
+
 def load_npz(path: Path) -> ImageDataset:
     """User data: an .npz with ``x_train, y_train, x_test, y_test`` (uint8 or [0,1] floats, NCHW or NHWC).
 
@@ -251,15 +267,19 @@ def load_npz(path: Path) -> ImageDataset:
         raise DataError(f"{path} lacks arrays {missing}")
     x_train = _to_nchw_uint8(z["x_train"], "x_train", path)
     x_test = _to_nchw_uint8(z["x_test"], "x_test", path)
-    y_train = np.asarray(z["y_train"]).astype(np.int64).ravel()
-    y_test = np.asarray(z["y_test"]).astype(np.int64).ravel()
+    y_train = _labels(z["y_train"], "y_train", path)
+    y_test = _labels(z["y_test"], "y_test", path)
     if len(y_train) != len(x_train) or len(y_test) != len(x_test):
-        raise DataError(f"{path}: image and label counts differ")
+        raise DataError(f"{path}: image and label counts differ (x_train {len(x_train)}, y_train {len(y_train)}, "
+                        f"x_test {len(x_test)}, y_test {len(y_test)})")
     if x_train.shape[1:] != x_test.shape[1:]:
         raise DataError(f"{path}: train and test images have different shapes")
-    if y_train.min() < 0:
-        raise DataError(f"{path}: labels must be 0..K-1")
-    k = int(max(y_train.max(), y_test.max())) + 1
+    k = int(y_train.max()) + 1
+    if y_test.max() >= k:
+        raise DataError(f"{path}: y_test holds label {int(y_test.max())}, but y_train's labels are 0..{k - 1}: "
+                        "every test class must occur in the training labels (classes are 0..K-1)")
+    if len(np.unique(y_train)) < 2:
+        raise DataError(f"{path}: y_train holds a single class; membership inference needs a classifier")
     xf = x_train.astype(np.float64) / 255.0
     mean = tuple(float(m) for m in xf.mean(axis=(0, 2, 3)))
     std = tuple(float(s) + 1e-8 for s in xf.std(axis=(0, 2, 3)))

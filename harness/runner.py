@@ -21,7 +21,7 @@ import torch
 
 from canaries.base import CanaryContext
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
-from harness import __version__
+from harness import __version__, plugin_errors
 from harness.config import ConfigError, ExperimentConfig
 from harness.data import AugmentSpec, ImageDataset, load_dataset
 from harness.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
@@ -311,17 +311,31 @@ def train_one(job: TrainJob) -> dict:
         if source is not None:
             undefended = load_undefended(source, job.level, job.index, seed, device)
     t0 = time.perf_counter()
+    where = f"{job.level} model {job.index}"
     try:
         served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params,
                                                progress=progress, undefended=undefended))
+    except (ConfigError, KeyboardInterrupt):
+        raise
     except RuntimeError as e:
         if "deterministic" in str(e) and cfg.run.deterministic:
             raise ConfigError(f"{e.__class__.__name__}: {str(e).splitlines()[0]} -- this operation has no "
                               "deterministic CUDA kernel; run with --set run.deterministic=false") from None
-        raise
+        raise plugin_errors.wrap(e, defense, cfg.defense, "fit", where) from None
+    except Exception as e:  # the defense's own failure: reported with its own frames
+        raise plugin_errors.wrap(e, defense, cfg.defense, "fit", where) from None
+    plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
     t1 = time.perf_counter()
-    signals = collect_signals(served, cfg, defense, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
-    test_pred = served.query(data.x_test).argmax(axis=1)
+    try:
+        signals = collect_signals(served, cfg, defense, ld.canaries.x, data.augment, data.x_test[ld.population_indices])
+        test_pred = served.query(data.x_test).argmax(axis=1)
+    except (ConfigError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        err = plugin_errors.wrap(e, served, cfg.defense, "query", where)
+        if not err.frames:  # no frame of the served model's own code: not the defense's failure
+            raise
+        raise err from None
     t2 = time.perf_counter()
     meta = {
         "model_index": job.index,
@@ -352,6 +366,16 @@ def train_one(job: TrainJob) -> dict:
     run.write_signals(job.level, job.index, signals, meta)
     run.clear_progress(job.level, job.index)
     return meta
+
+
+def heal_signals(prep: Prepared) -> list[str]:
+    """Move every damaged signals file aside so its model is retrained; one line per file."""
+    notes = []
+    for level in prep.levels:
+        for err, moved in prep.run.quarantine_damaged(level, prep.cfg.audit.models):
+            notes.append(f"{err.path.relative_to(prep.run.path)} was damaged ({err.reason}): moved aside to "
+                         f"{moved.name}; that model is retrained")
+    return notes
 
 
 def pending_jobs(prep: Prepared) -> list[TrainJob]:

@@ -18,6 +18,14 @@ A signals file counts as finished only once renamed into place *and* only if the
 stored inside it matches the level's; anything else is never read as a finished model. A saved
 model (``--save-models``) follows the same rules: written atomically before its signals file, and
 read back only when its stored level fingerprint and index match.
+
+Damaged files (truncated, corrupt, not what they claim to be) raise :class:`DamagedFileError`,
+which names the file and the command that repairs it. ``harness evaluate`` repairs them itself:
+a damaged signals file is moved aside as ``model_0007.npz.damaged`` and that model retrained
+(:meth:`RunDir.quarantine_damaged`); a damaged ``manifest.json``, ``config.json``, ``data.npz``
+or ``design.npz`` is moved aside and rebuilt from the command's config (:attr:`RunDir.healed`
+lists what was repaired). Finished models stay: each is checked against the rebuilt level
+fingerprints.
 """
 
 from __future__ import annotations
@@ -43,6 +51,33 @@ os.umask(_UMASK)
 
 class RunDirError(ConfigError):
     """The run directory cannot be used (fingerprint mismatch, missing files, not a run)."""
+
+
+class DamagedFileError(RunDirError):
+    """A file of a run directory exists but cannot be read; the message names the repair."""
+
+    def __init__(self, path: Path, reason: str, repair: str) -> None:
+        super().__init__(f"{path} is damaged ({reason}); {repair}")
+        self.path = path
+        self.reason = reason
+
+
+def _reason(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else ""
+    if len(text) > 100:
+        text = text[:97] + "..."
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def move_aside(path: Path) -> Path:
+    """Rename a damaged file to ``<name>.damaged`` (``.damaged.2``, ... if taken); return the new path."""
+    target = path.with_name(path.name + ".damaged")
+    k = 2
+    while target.exists():
+        target = path.with_name(f"{path.name}.damaged.{k}")
+        k += 1
+    os.replace(path, target)
+    return target
 
 
 def sha256_arrays(*arrays: np.ndarray) -> str:
@@ -131,6 +166,37 @@ class RunDir:
 
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
+        #: what :meth:`init` / :meth:`save_level` repaired (one line each), for the caller to print
+        self.healed: list[str] = []
+
+    def repair_hint(self, config_damaged: bool = False) -> str:
+        """The command that rebuilds a damaged file; without a readable config.json, the original one."""
+        if config_damaged:
+            made = ""
+            try:
+                m = json.loads(self.manifest_path.read_text())
+                made = f" (defense {m['defense']}, preset {m['preset']})"
+            except Exception:  # the manifest may be damaged too; the hint is then generic
+                pass
+            return (f"re-run the `harness evaluate DEFENSE ...` command that made this run{made} with "
+                    f"`--run-dir {self.path}`: it rewrites the file and keeps every finished model")
+        return (f"`harness evaluate --run-dir {self.path}` (or the command that made this run, with that --run-dir) "
+                "rebuilds it and keeps every finished model")
+
+    def _read_json(self, path: Path) -> dict[str, Any]:
+        hint = self.repair_hint(config_damaged=path == self.config_path)
+        try:
+            obj = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise DamagedFileError(path, _reason(e), hint) from None
+        if not isinstance(obj, dict):
+            raise DamagedFileError(path, f"holds a JSON {type(obj).__name__}, not an object", hint)
+        return obj
+
+    def _heal(self, path: Path, reason: str) -> None:
+        moved = move_aside(path)
+        self.healed.append(f"{path.relative_to(self.path)} was damaged ({reason}): moved aside to {moved.name} "
+                           "and rebuilt")
 
     # --- top level -------------------------------------------------------------------------
     @property
@@ -152,17 +218,30 @@ class RunDir:
 
     def load_config(self) -> ExperimentConfig:
         self.require()
-        return validate_config(json.loads(self.config_path.read_text()))
+        raw = self._read_json(self.config_path)
+        try:
+            return validate_config(raw)
+        except ConfigError as e:
+            raise DamagedFileError(self.config_path, f"not a valid config: {e}",
+                                   self.repair_hint(config_damaged=True)) from None
 
     def load_manifest(self) -> dict[str, Any]:
         self.require()
-        return json.loads(self.manifest_path.read_text())
+        return self._read_json(self.manifest_path)
 
     def save_manifest(self, manifest: dict[str, Any]) -> None:
         atomic_write_json(self.manifest_path, manifest)
 
     def init(self, cfg: ExperimentConfig, run_fingerprint: str, manifest: dict[str, Any], data: ImageDataset) -> None:
-        """Create the directory, or check that an existing one belongs to the same run."""
+        """Create the directory, or check that an existing one belongs to the same run. A damaged
+        ``manifest.json``, ``config.json`` or ``data.npz`` is moved aside and rebuilt (noted in
+        :attr:`healed`), unless a readable ``config.json`` shows the folder holds another run."""
+        if self.manifest_path.is_file():
+            try:
+                self.load_manifest()
+            except DamagedFileError as e:
+                self._check_same_run(cfg)
+                self._heal(self.manifest_path, e.reason)
         if self.exists():
             old = self.load_manifest()
             if old.get("fingerprint") != run_fingerprint:
@@ -174,18 +253,49 @@ class RunDir:
             # keep the per-level fingerprints recorded so far
             manifest = {**old, **{k: v for k, v in manifest.items() if k != "levels"}}
         self.path.mkdir(parents=True, exist_ok=True)
+        if self.config_path.is_file():
+            try:
+                validate_config(self._read_json(self.config_path))
+            except DamagedFileError as e:
+                self._heal(self.config_path, e.reason)
+            except ConfigError as e:
+                self._heal(self.config_path, f"not a valid config: {e}")
         atomic_write_json(self.config_path, cfg.model_dump(mode="json"))
-        if not (self.path / "data.npz").is_file():
+        data_path = self.path / "data.npz"
+        if data_path.is_file():
+            try:
+                ok = ImageDataset.load(data_path).fingerprint() == data.fingerprint()
+                problem = "its images or labels differ from the dataset's"
+            except Exception as e:  # any failure to read it back means the file is damaged
+                ok, problem = False, _reason(e)
+            if not ok:
+                self._heal(data_path, problem)
+        if not data_path.is_file():
             import io
 
             buf = io.BytesIO()
-            data_path = self.path / "data.npz"
             data.save(buf)  # type: ignore[arg-type]
             atomic_write_bytes(data_path, buf.getvalue())
         self.save_manifest(manifest)
 
+    def _check_same_run(self, cfg: ExperimentConfig) -> None:
+        """Before rebuilding a damaged manifest: refuse if a readable config.json is another run's."""
+        try:
+            theirs = self.load_config()
+        except RunDirError:
+            return  # nothing readable to compare with: every finished model is still checked by fingerprint
+        if theirs.model_determining() != cfg.model_determining():
+            raise RunDirError(f"{self.manifest_path} is damaged and {self.config_path} describes another run; "
+                              "refusing to rebuild it. Use another --out/--run-dir.")
+
     def load_data(self) -> ImageDataset:
-        return ImageDataset.load(self.path / "data.npz")
+        path = self.path / "data.npz"
+        if not path.is_file():
+            raise RunDirError(f"{path} is missing; {self.repair_hint()}")
+        try:
+            return ImageDataset.load(path)
+        except Exception as e:  # any failure to read it back means the file is damaged
+            raise DamagedFileError(path, _reason(e), self.repair_hint()) from e
 
     # --- levels ----------------------------------------------------------------------------
     def level_dir(self, level: str) -> Path:
@@ -201,8 +311,14 @@ class RunDir:
                 f"(fingerprint {old['fingerprint'][:12]} vs {fingerprint[:12]}); refusing to mix models"
             )
         c = ld.canaries
+        design_path = self.level_dir(ld.level) / "design.npz"
+        if design_path.is_file():
+            try:
+                self.load_level(ld.level)
+            except DamagedFileError as e:
+                self._heal(design_path, e.reason)
         atomic_write_npz(
-            self.level_dir(ld.level) / "design.npz",
+            design_path,
             audit_indices=ld.design.audit_indices,
             membership=ld.design.membership,
             canary_x=c.x,
@@ -232,6 +348,13 @@ class RunDir:
         if not path.is_file():
             raise RunDirError(f"{path} is missing")
         info = (self.load_manifest().get("levels", {}).get(level) or {}).get("canary_info", {})
+        try:
+            return self._read_level(path, level, info)
+        except Exception as e:  # any failure to read it back means the file is damaged
+            raise DamagedFileError(path, _reason(e), self.repair_hint()) from e
+
+    @staticmethod
+    def _read_level(path: Path, level: str, info: dict[str, Any]) -> LevelDesign:
         with np.load(path) as z:
             return LevelDesign(
                 level=level,
@@ -253,7 +376,9 @@ class RunDir:
         atomic_write_npz(self.signals_path(level, index), meta=np.array(json.dumps(meta)), **arrays)
 
     def read_signals(self, level: str, index: int) -> ModelSignals | None:
-        """The model's signals if its file is finished and belongs to this level's design, else None."""
+        """The model's signals if its file is finished and belongs to this level's design; None if
+        there is no file or it belongs to another design (never read as finished). A file that
+        cannot be read raises :class:`DamagedFileError`."""
         path = self.signals_path(level, index)
         if not path.is_file():
             return None
@@ -261,11 +386,25 @@ class RunDir:
             with np.load(path) as z:
                 meta = json.loads(str(z["meta"]))
                 arrays = {k: z[k] for k in z.files if k != "meta"}
-        except (OSError, ValueError, KeyError, EOFError):
-            return None
+            if not isinstance(meta, dict):
+                raise ValueError("its metadata is not a JSON object")
+        except Exception as e:  # any failure to read it back means the file is damaged
+            raise DamagedFileError(path, _reason(e), f"`harness evaluate --run-dir {self.path}` moves it aside and "
+                                   "retrains that model") from e
         if meta.get("level_fingerprint") != self.level_fingerprint(level) or meta.get("model_index") != index:
             return None
         return ModelSignals(index=index, arrays=arrays, meta=meta)
+
+    def quarantine_damaged(self, level: str, num_models: int) -> list[tuple[DamagedFileError, Path]]:
+        """Move every unreadable signals file of ``level`` aside (``.damaged``), so that its model
+        counts as unfinished and is retrained; return (what was wrong, new path) per file."""
+        moved = []
+        for s in range(num_models):
+            try:
+                self.read_signals(level, s)
+            except DamagedFileError as e:
+                moved.append((e, move_aside(e.path)))
+        return moved
 
     # --- saved models (run.save_models) -------------------------------------------------------
     def model_path(self, level: str, index: int) -> Path:
@@ -305,7 +444,16 @@ class RunDir:
         return [s for s in range(num_models) if self.model_path(level, s).is_file()]
 
     def finished_models(self, level: str, num_models: int) -> list[int]:
-        return [s for s in range(num_models) if self.read_signals(level, s) is not None]
+        """Indices with a finished signals file of this level's design; a damaged file is not one
+        (its model is retrained; ``harness evaluate`` first moves it aside and says so)."""
+        out = []
+        for s in range(num_models):
+            try:
+                if self.read_signals(level, s) is not None:
+                    out.append(s)
+            except DamagedFileError:
+                continue
+        return out
 
     # --- progress of running jobs (engine-agnostic: plain files in the run directory) ----------
     def progress_path(self, level: str, index: int) -> Path:

@@ -1,0 +1,241 @@
+"""Damaged runs heal or fail with one line; bad parameters, data and plugins fail before (or at the
+first) training, with the defense's own frames only."""
+
+import json
+import shutil
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config import ConfigError, build_config
+from harness.data import DataError, load_npz
+from harness.runner import make_defense
+
+runner = CliRunner()
+ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
+        "attack.bootstrap=20", "--workers", "1", "--level", "population"]
+
+
+def _numbers(results: dict) -> dict:
+    return {(e["name"], e["variant"]): (e["tpr_at_fpr"], e["auc"]) for e in results["population"]["attacks"]}
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(out), *ARGS])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.fixture()
+def run_copy(finished_run, tmp_path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(finished_run, dst)
+    return dst
+
+
+def _error_lines(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("error:")]
+
+
+@pytest.mark.slow
+def test_truncated_signals_file_is_retrained_and_others_untouched(run_copy):
+    before = _numbers(json.loads((run_copy / "results.json").read_text()))
+    sig = run_copy / "population" / "signals"
+    damaged = sig / "model_0003.npz"
+    with open(damaged, "r+b") as f:
+        f.truncate(1000)
+    others = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sig.glob("model_*.npz") if p != damaged}
+
+    res = runner.invoke(app, ["attack", str(run_copy)])
+    assert res.exit_code == 2
+    errors = _error_lines(res.output)
+    assert len(errors) == 1 and "model_0003.npz" in errors[0] and "harness evaluate --run-dir" in errors[0]
+    assert "Traceback" not in res.output
+
+    res = runner.invoke(app, ["evaluate", "--run-dir", str(run_copy)])
+    assert res.exit_code == 0, res.output
+    assert "model_0003.npz was damaged" in res.output and "Training 1 models" in res.output
+    assert (sig / "model_0003.npz.damaged").is_file()
+    assert {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sig.glob("model_*.npz")
+            if p.name != "model_0003.npz"} == others
+    assert _numbers(json.loads((run_copy / "results.json").read_text())) == before
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["manifest.json", "config.json", "population/design.npz", "data.npz"])
+def test_damaged_run_files_fail_attack_clearly_and_evaluate_rebuilds_them(run_copy, name):
+    before = _numbers(json.loads((run_copy / "results.json").read_text()))
+    (run_copy / name).write_bytes(b"{garbage")
+    res = runner.invoke(app, ["attack", str(run_copy)])
+    assert res.exit_code == 2
+    errors = _error_lines(res.output)
+    assert len(errors) == 1 and name in errors[0] and "is damaged" in errors[0], res.output
+    res = runner.invoke(app, ["evaluate", "undefended", "--run-dir", str(run_copy), *ARGS])
+    assert res.exit_code == 0, res.output
+    assert f"{name} was damaged" in res.output and "Resuming: 6 of 6 models already trained" in res.output
+    assert _numbers(json.loads((run_copy / "results.json").read_text())) == before
+
+
+def test_damaged_results_json_fails_report_and_names_the_repair(run_copy):
+    (run_copy / "results.json").write_text('{"population": ')
+    res = runner.invoke(app, ["report", str(run_copy)])
+    assert res.exit_code == 2
+    (error,) = _error_lines(res.output)
+    assert "results.json is damaged" in error and f"harness attack {run_copy}" in error
+
+
+def test_resume_without_defense_refuses_model_changing_flags(run_copy):
+    res = runner.invoke(app, ["evaluate", "--run-dir", str(run_copy), "--epochs", "3"])
+    assert res.exit_code == 2 and "train.epochs" in res.output
+    res = runner.invoke(app, ["evaluate"])
+    assert res.exit_code == 2 and "--run-dir" in res.output
+
+
+# --- validated before any training ------------------------------------------------------------
+
+
+def test_unknown_attack_fails_fast_without_training(tmp_path):
+    t0 = time.perf_counter()
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(tmp_path / "o"), "--set",
+                              "attack.names=[nosuch]"])
+    assert res.exit_code == 2 and "unknown attack 'nosuch'" in res.output
+    assert time.perf_counter() - t0 < 20
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("defense, setting, message", [
+    ("relaxloss", "defense_params.target_loss=abc", "target_loss must be a number"),
+    ("hamp", "defense_params.entropy_threshold=2", "entropy_threshold must be in (0, 1]"),
+    ("hamp", "defense_params.regularization=-1", "regularization must be >= 0"),
+    ("dpsgd-high", "defense_params.accountant=5", "accountant must be a string"),
+    ("ssl-simclr", "defense_params.width=2.5", "width must be an integer"),
+    ("alibi", "defense_params.prior=soon", "prior must be 'batch'"),
+])
+def test_bad_defense_parameters_fail_before_anything_is_written(tmp_path, defense, setting, message):
+    res = runner.invoke(app, ["evaluate", defense, "--out", str(tmp_path / "o"), "--set", setting])
+    assert res.exit_code == 2, res.output
+    assert message in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_parameter_kinds_follow_the_defaults_for_plugins_too(tmp_path):
+    f = tmp_path / "plug.py"
+    f.write_text(textwrap.dedent('''
+        from defenses.undefended import Undefended
+
+        class Tuned(Undefended):
+            name = "tuned"
+            param_defaults = {"alpha": 0.5, "rounds": 3, "mode": "fast", "flag": False, "anything": None}
+    '''))
+    ok = build_config("quick", {"defense": f"{f}:Tuned", "defense_params.alpha": 2, "defense_params.anything": [1]})
+    assert make_defense(ok).params["alpha"] == 2  # an integer is a number
+    for key, value, want in [("alpha", "abc", "a number"), ("rounds", 1.5, "an integer"), ("mode", 3, "a string"),
+                             ("flag", 1, "true or false"), ("alpha", float("nan"), "a number")]:
+        cfg = build_config("quick", {"defense": f"{f}:Tuned", f"defense_params.{key}": value})
+        with pytest.raises(ConfigError, match=f"{key} must be {want}"):
+            make_defense(cfg)
+
+
+@pytest.mark.parametrize("y_test, message", [
+    ([0, 1, 2, -1], "negative label -1"),
+    ([0, 1, 2, 3], "y_test holds label 3"),
+    ([0.5, 1, 2, 0], "integer class indices"),
+])
+def test_npz_labels_are_checked(tmp_path, y_test, message):
+    rng = np.random.default_rng(0)
+    path = tmp_path / "d.npz"
+    np.savez(path, x_train=rng.integers(0, 255, (6, 8, 8, 3), dtype=np.uint8), y_train=np.array([0, 1, 2, 0, 1, 2]),
+             x_test=rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), y_test=np.array(y_test))
+    with pytest.raises(DataError, match=message):
+        load_npz(path)
+
+
+# --- a plugin's own mistakes -------------------------------------------------------------------
+
+PLUGINS = textwrap.dedent('''
+    import numpy as np
+    from defenses.base import Defense, ServedModel
+
+
+    class Three(ServedModel):
+        def query(self, x):
+            return np.zeros((len(x), 3), np.float32)
+
+
+    class ThreeOutputs(Defense):
+        name = "three"
+        description = "serves 3 scores on a 10-class task"
+
+        def fit(self, train, ctx):
+            return Three()
+
+
+    def helper_that_fails(n):
+        raise ZeroDivisionError(f"the plugin divided {n} by zero")
+
+
+    class Crashes(Defense):
+        name = "crashes"
+        description = "fit raises"
+
+        def fit(self, train, ctx):
+            return helper_that_fails(len(train))
+
+
+    class ReturnsArray(Defense):
+        name = "array"
+        description = "fit returns the wrong type"
+
+        def fit(self, train, ctx):
+            return np.zeros(3)
+''')
+
+
+@pytest.fixture()
+def plugin_file(tmp_path) -> Path:
+    f = tmp_path / "broken_plugins.py"
+    f.write_text(PLUGINS)
+    return f
+
+
+def test_wrong_output_shape_stops_after_the_first_model(tmp_path, plugin_file):
+    out = tmp_path / "o"
+    res = runner.invoke(app, ["evaluate", f"{plugin_file}:ThreeOutputs", "--out", str(out), *ARGS])
+    assert res.exit_code == 2, res.output
+    (error,) = _error_lines(res.output)
+    assert "population model 0" in error and "shape (4, 3)" in error and "shape (4, 10)" in error
+    assert not list(out.glob("*/population/signals/model_*.npz"))  # nothing saved, no model after the first
+
+
+def test_fit_failure_prints_one_line_and_the_plugins_frames_only(tmp_path, plugin_file):
+    res = runner.invoke(app, ["evaluate", f"{plugin_file}:Crashes", "--out", str(tmp_path / "o"), *ARGS])
+    assert res.exit_code == 2
+    lines = res.output.splitlines()
+    assert len(lines) < 25, res.output
+    (error,) = _error_lines(res.output)
+    assert "failed in fit (population model 0): ZeroDivisionError: the plugin divided" in error
+    assert "broken_plugins.py" in res.output and "helper_that_fails" in res.output
+    assert "harness/runner.py" not in res.output and "concurrent" not in res.output
+    debug = runner.invoke(app, ["evaluate", f"{plugin_file}:Crashes", "--out", str(tmp_path / "o"), *ARGS, "--debug"])
+    assert debug.exit_code == 2 and "Traceback" in debug.output and "runner.py" in debug.output
+
+
+def test_fit_must_return_a_served_model(tmp_path, plugin_file):
+    res = runner.invoke(app, ["evaluate", f"{plugin_file}:ReturnsArray", "--out", str(tmp_path / "o"), *ARGS])
+    assert res.exit_code == 2
+    (error,) = _error_lines(res.output)
+    assert "fit returned ndarray" in error and "ServedModel" in error
+
+
+def test_help_shows_bracketed_examples_literally():
+    res = runner.invoke(app, ["attack", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
+    assert res.exit_code == 0
+    assert "attack.names=[lira]" in res.output, res.output
