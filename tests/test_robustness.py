@@ -239,3 +239,18 @@ def test_help_shows_bracketed_examples_literally():
     res = runner.invoke(app, ["attack", "--help"], env={"COLUMNS": "250", "TERMINAL_WIDTH": "250"})
     assert res.exit_code == 0
     assert "attack.names=[lira]" in res.output, res.output
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: --device cuda would start")
+def test_failed_start_leaves_no_run_directory(tmp_path):
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(tmp_path / "o"), "--device", "cuda"])
+    assert res.exit_code == 2 and "no CUDA device" in res.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("flag", [["--canary", ""], ["--canary", "ood,"], ["--data-dir", "somewhere"]])
+def test_ignored_or_empty_inputs_are_errors(tmp_path, flag):
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(tmp_path / "o"), *flag])
+    assert res.exit_code == 2, res.output
+    assert ("data.name=npz" in res.output) == (flag[0] == "--data-dir")
+    assert not (tmp_path / "o").exists()
