@@ -426,9 +426,12 @@ def leaderboard(
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         _fail(f"not found: {', '.join(missing)}")
-    entries = build(paths, out)
+    skipped: list[tuple[Path, str]] = []
+    entries = build(paths, out, skipped)
+    for path, reason in skipped:
+        err_console.print(f"[yellow]skipped:[/] {path}: {reason}", highlight=False, soft_wrap=True)
     if not entries:
-        _fail("no results.json found under the given paths")
+        _fail("no usable results.json found under the given paths")
     console.print(f"{len(entries)} entries -> {out / 'index.html'}, {out / 'leaderboard.md'}")
 
 

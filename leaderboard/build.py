@@ -64,12 +64,33 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
     }
 
 
-def collect(paths: list[Path]) -> list[dict[str, Any]]:
-    """Read every results.json under the given files or folders."""
+def _read_entry(f: Path) -> dict[str, Any]:
+    """One results.json as a leaderboard row; ValueError (with the reason) if it cannot be one."""
+    try:
+        results = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(results, dict):
+        raise ValueError("not a JSON object")
+    try:
+        return _entry(results, f)
+    except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
+        raise ValueError(f"not a results.json of this harness ({type(e).__name__}: {e})") from None
+
+
+def collect(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
+    """Read every results.json under the given files or folders. A file that cannot be read or is
+    not a results file is left out and appended to ``skipped`` as (path, reason)."""
     files: list[Path] = []
     for p in paths:
         files += sorted(p.rglob("results.json")) if p.is_dir() else [p]
-    entries = [_entry(json.loads(f.read_text()), f) for f in files]
+    entries = []
+    for f in files:
+        try:
+            entries.append(_read_entry(f))
+        except ValueError as e:
+            if skipped is not None:
+                skipped.append((f, str(e)))
     def order(e: dict[str, Any]) -> tuple[int, float]:
         v = e["sample TPR"]
         return (0, v) if isinstance(v, float) else (1, 0.0)
@@ -113,8 +134,10 @@ def to_html(entries: list[dict[str, Any]]) -> str:
     )
 
 
-def build(paths: list[Path], out_dir: Path) -> list[dict[str, Any]]:
-    entries = collect(paths)
+def build(paths: list[Path], out_dir: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
+    """Write index.html and leaderboard.md from the results.json files under ``paths``; broken
+    files are left out and listed in ``skipped``."""
+    entries = collect(paths, skipped)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "leaderboard.md").write_text(to_markdown(entries))
     (out_dir / "index.html").write_text(to_html(entries))

@@ -254,3 +254,17 @@ def test_ignored_or_empty_inputs_are_errors(tmp_path, flag):
     assert res.exit_code == 2, res.output
     assert ("data.name=npz" in res.output) == (flag[0] == "--data-dir")
     assert not (tmp_path / "o").exists()
+
+
+def test_leaderboard_skips_and_names_a_broken_results_json(finished_run, tmp_path):
+    runs = tmp_path / "runs"
+    shutil.copytree(finished_run, runs / "good")
+    (runs / "broken").mkdir()
+    (runs / "broken" / "results.json").write_text('{"population": {"attacks": [')
+    (runs / "foreign").mkdir()
+    (runs / "foreign" / "results.json").write_text('{"hello": 1}')
+    res = runner.invoke(app, ["leaderboard", str(runs), "--out", str(tmp_path / "site")])
+    assert res.exit_code == 0, res.output
+    assert "1 entries" in res.output
+    skipped = [line for line in res.output.splitlines() if line.startswith("skipped:")]
+    assert len(skipped) == 2 and any("broken" in s for s in skipped) and any("foreign" in s for s in skipped)
