@@ -51,9 +51,7 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
         }
         for t in _targets(results):
             k = fpr_key(t)
-            row[f"tpr@{k}"] = best["tpr_at_fpr"][k]
-            row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = best["tpr_ci"][k]
-            row[f"tpr@{k}_resolved"] = best["resolved"][k]
+            _tpr_columns(row, k, best["tpr_at_fpr"][k], best["tpr_ci"][k], best["resolved"][k])
         row["auc"] = entry["auc"]
         row["eps_lower_one_run"] = (entry.get("eps_lower_one_run") or {}).get("epsilon")
         row["eps_lower_nominal"] = entry["eps_lower"]["epsilon"] if "eps_lower" in entry else None
@@ -70,18 +68,33 @@ def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     return out + [(f"sample-{c}", r) for c, r in by_canary.items()]
 
 
+def _is_headline(e: dict[str, Any], res: dict[str, Any]) -> bool:
+    """Whether attack entry ``e`` is its experiment's headline (``res["best"]``, chosen by the tie
+    rule of :func:`harness.evaluation.select_headline`): every table marks that same row."""
+    return (e["name"], e["variant"]) == (res["best"]["name"], res["best"]["variant"])
+
+
+def _tpr_columns(row: dict[str, Any], k: str, tpr: float, ci: list[float], resolved: bool) -> None:
+    """TPR, its CI and the resolved flag; an unresolved TPR (FPR below 1/N_neg) and its CI are
+    left empty (NaN), so that no CSV reader takes an unmeasurable figure for a measurement."""
+    nan = float("nan")
+    row[f"tpr@{k}"] = tpr if resolved else nan
+    row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = tuple(ci) if resolved else (nan, nan)
+    row[f"tpr@{k}_resolved"] = resolved
+
+
 def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
     """Every attack variant of every experiment, one row each (``primary`` marks the variant that
-    stands for its attack in headlines)."""
+    stands for its attack in headlines, ``headline`` the experiment's headline variant); an
+    unresolved TPR is empty with ``tpr@<fpr>_resolved`` False."""
     rows = []
     for level, res in _experiments(results):
         for e in res["attacks"]:
             row = {"experiment": level, "canary": res["canary"], "attack": e["name"], "variant": e["variant"],
                    "primary": bool(e.get("primary", False)), "access": e.get("access", "black-box")}
+            row["headline"] = _is_headline(e, res)
             for k, v in e["tpr_at_fpr"].items():
-                row[f"tpr@{k}"] = v
-                row[f"tpr@{k}_ci_low"], row[f"tpr@{k}_ci_high"] = e["tpr_ci"][k]
-                row[f"tpr@{k}_resolved"] = e["resolved"][k]
+                _tpr_columns(row, k, v, e["tpr_ci"][k], e["resolved"][k])
             row["auc"] = e["auc"]
             row["balanced_accuracy"] = e["balanced_accuracy"]
             row["eps_lower_nominal"] = e["eps_lower"]["epsilon"] if "eps_lower" in e else None
@@ -208,14 +221,16 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     per_attack = Table(title="primary variant of each attack" if not details else "every attack variant",
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                        caption="headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
-                       + "; * primary variant; ε: one-run lower bound (95%)")
+                       + "; * primary variant; (headline): the experiment's headline (ties: TPR at FPR 0, then AUC, "
+                       "then attack order); ε: one-run lower bound (95%)")
     for col in ("experiment", "attack", "access", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC", "ε ≥"):
         per_attack.add_column(col)
     for level, res in _experiments(results):
         for e in res["attacks"]:
             if not details and not _is_primary(e):
                 continue
-            per_attack.add_row(level, e["name"], e.get("access", "black-box"), e["variant"] + (" *" if e.get("primary") else ""),
+            per_attack.add_row(level, e["name"], e.get("access", "black-box"),
+                               e["variant"] + (" *" if e.get("primary") else "") + (" (headline)" if _is_headline(e, res) else ""),
                                _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False), f"{e['auc']:.3f}",
                                _eps((e.get("eps_lower_one_run") or {}).get("epsilon")))
     console.print(per_attack)

@@ -268,3 +268,51 @@ def test_leaderboard_skips_and_names_a_broken_results_json(finished_run, tmp_pat
     assert "1 entries" in res.output
     skipped = [line for line in res.output.splitlines() if line.startswith("skipped:")]
     assert len(skipped) == 2 and any("broken" in s for s in skipped) and any("foreign" in s for s in skipped)
+
+
+# --- one headline, marked the same everywhere; unresolved never printed as a number -------------
+
+
+def _entry(name, tpr_head, tpr0, auc):
+    return {"name": name, "variant": "v", "tpr_at_fpr": {"0.0": tpr0, "0.001": tpr_head},
+            "tpr_ci": {"0.0": [0, 1], "0.001": [0, 1]}, "resolved": {"0.0": True, "0.001": True}, "auc": auc}
+
+
+def test_headline_tie_rule_is_tpr_then_tpr_at_zero_then_auc_then_order():
+    from harness.evaluation import Candidate, select_headline
+
+    cfg = build_config("quick", {"attack.bootstrap": 0})
+    z = np.zeros((2, 2))
+    pick = lambda *es: select_headline([Candidate(e["name"], e, z, z.astype(bool)) for e in es], cfg)["name"]
+    assert pick(_entry("a", 0.2, 0.0, 0.6), _entry("b", 0.3, 0.0, 0.5)) == "b"  # TPR at the headline FPR
+    assert pick(_entry("a", 0.2, 0.0, 0.9), _entry("b", 0.2, 0.1, 0.5)) == "b"  # then TPR at FPR 0
+    assert pick(_entry("a", 0.2, 0.1, 0.6), _entry("b", 0.2, 0.1, 0.7)) == "b"  # then AUC
+    assert pick(_entry("a", 0.2, 0.1, 0.7), _entry("b", 0.2, 0.1, 0.7)) == "a"  # then the earlier attack
+
+
+def test_report_tables_and_csv_mark_the_same_headline_and_blank_unresolved(finished_run):
+    from rich.console import Console
+
+    from harness.report import attacks_frame, load_results, print_report, summary_frame
+
+    results = load_results(finished_run)
+    pop = results["population"]
+    # make every primary variant tie at the headline FPR: the marked row must still be the headline
+    for e in pop["attacks"]:
+        e["tpr_at_fpr"]["0.001"] = 0.25
+    frame = attacks_frame(results)
+    marked = frame[frame["headline"]]
+    assert len(marked) == 1
+    assert (marked["attack"].item(), marked["variant"].item()) == (pop["best"]["name"], pop["best"]["variant"])
+    console = Console(record=True, width=250)
+    print_report(results, console)
+    text = console.export_text()
+    headline_rows = [line for line in text.splitlines() if "(headline)" in line and line.strip().startswith("population")]
+    assert len(headline_rows) == 1 and pop["best"]["name"] in headline_rows[0].split()
+    # 6 models x 20 samples: 60 negatives, so TPR at 0.1% FPR is unresolved: no number anywhere
+    assert not pop["best"]["resolved"]["0.001"]
+    assert frame["tpr@0.001"].isna().all() and not frame["tpr@0.001_resolved"].any()
+    assert frame["tpr@0.001_ci_low"].isna().all()
+    assert summary_frame(results)["tpr@0.001"].isna().all()
+    assert frame["tpr@0.0"].notna().all()  # resolved figures stay
+    assert "unresolved" in text and "25.0%" not in text
