@@ -30,6 +30,28 @@ def headline_fpr(cfg: ExperimentConfig) -> float:
     return HEADLINE_FPR if HEADLINE_FPR in cfg.attack.fprs else min(cfg.attack.fprs, default=0.0)
 
 
+LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every model): the label-only attack was "
+                   "added automatically and counts for the headline")
+
+
+def is_one_hot(logits: np.ndarray) -> bool:
+    """Every row over the last axis is a one-hot vector: entries exactly 0 or 1, exactly one 1."""
+    return bool(logits.size) and bool(np.all((logits == 0) | (logits == 1))) and bool(np.all(logits.sum(-1) == 1))
+
+
+def serves_labels_only(run: RunDir, level: str, num_models: int) -> bool:
+    """Whether every finished model of ``level`` served one-hot outputs on every audit query."""
+    found = False
+    for s in range(num_models):
+        ms = run.read_signals(level, s)
+        if ms is None:
+            continue
+        if not is_one_hot(ms.arrays["logits"]):
+            return False
+        found = True
+    return found
+
+
 def attack_names(cfg: ExperimentConfig, defense: Defense) -> list[str]:
     """The configured attacks, then the defense's adaptive and ablation attacks, without repeats."""
     return list(dict.fromkeys([*cfg.attack.names, *defense.adaptive_attacks, *defense.ablation_attacks]))
@@ -381,6 +403,13 @@ def evaluate_run(
     by_experiment: dict[str, dict[str, Any]] = {}
     sample_candidates: list[Candidate] = []
     headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
+    if levels and "label-only" not in headline_attacks and serves_labels_only(run, levels[0], cfg.audit.models):
+        # a defense that serves labels only is attacked by the attack adapted to labels (the paper's
+        # section 5.1): added here, from the saved outputs, whatever the defense declared
+        if "label-only" not in [a.name for a in attacks]:
+            attacks = [*attacks, *load_attacks(["label-only"])]
+        headline_attacks.append("label-only")
+        results["notes"] = [*results.get("notes", []), LABEL_ONLY_NOTE]
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks)
         curves[level] = lev.curves

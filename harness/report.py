@@ -234,6 +234,8 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                                _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False), f"{e['auc']:.3f}",
                                _eps((e.get("eps_lower_one_run") or {}).get("epsilon")))
     console.print(per_attack)
+    for note in results.get("notes", []):
+        console.print(f"[yellow]note:[/] {note}", highlight=False)
     skipped = {f"{lv}: {a}": why for lv, res in _experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
     for what, why in skipped.items():
         console.print(f"[yellow]skipped[/] {what} ({why})")

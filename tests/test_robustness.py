@@ -316,3 +316,48 @@ def test_report_tables_and_csv_mark_the_same_headline_and_blank_unresolved(finis
     assert summary_frame(results)["tpr@0.001"].isna().all()
     assert frame["tpr@0.0"].notna().all()  # resolved figures stay
     assert "unresolved" in text and "25.0%" not in text
+
+
+LABELS_ONLY = textwrap.dedent('''
+    import numpy as np
+    from defenses.base import ServedModel
+    from defenses.undefended import Undefended
+
+
+    class OneHot(ServedModel):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def query(self, x):
+            z = self.inner.query(x)
+            out = np.zeros_like(z, dtype=np.float32)
+            out[np.arange(len(z)), z.argmax(1)] = 1.0
+            return out
+
+
+    class LabelsOnly(Undefended):
+        name = "labels-only"
+        description = "serves the predicted label only"
+        adaptive_attacks = ("lira",)
+
+        def fit(self, train, ctx):
+            return OneHot(super().fit(train, ctx))
+''')
+
+
+def test_one_hot_outputs_get_the_label_only_attack_with_a_note(tmp_path, finished_run):
+    from harness.evaluation import LABEL_ONLY_NOTE, is_one_hot
+
+    assert is_one_hot(np.eye(3)[[0, 2, 1]]) and not is_one_hot(np.array([[0.9, 0.1, 0.0]]))
+    assert not is_one_hot(np.array([[1.0, 1.0, 0.0]])) and not is_one_hot(np.zeros((0, 3)))
+    f = tmp_path / "labels_only.py"
+    f.write_text(LABELS_ONLY)
+    out = tmp_path / "o"
+    res = runner.invoke(app, ["evaluate", f"{f}:LabelsOnly", "--out", str(out), *ARGS])
+    assert res.exit_code == 0, res.output
+    results = json.loads(next(out.glob("*/results.json")).read_text())
+    assert results["notes"] == [LABEL_ONLY_NOTE]
+    assert any(e["name"] == "label-only" for e in results["population"]["attacks"])
+    assert any(c.startswith("population/label-only:") for c in results["population"]["best"]["candidates"])
+    assert "label-only attack was added automatically" in " ".join(res.output.split())
+    assert "notes" not in json.loads((finished_run / "results.json").read_text())  # real scores: no note
