@@ -57,6 +57,7 @@ def test_sgm_json_values_and_default_fprs():
     assert out["tpr_at_fpr"]["0.001"] == pytest.approx(0.0182985, rel=1e-5)
 
 
+@pytest.mark.slow
 def test_sgm_custom_fprs_and_table():
     out = invoke_json(["sgm", "--q", "1", "--noise", "1", "--steps", "1", "--fpr", "0.1", "--fpr", "1e-3"])
     assert set(out["tpr_at_fpr"]) == {"0.1", "0.001"}
@@ -65,6 +66,7 @@ def test_sgm_custom_fprs_and_table():
     assert res.exit_code == 0 and "optimal advantage" in res.stdout and "0.1914625" in res.stdout
 
 
+@pytest.mark.slow
 def test_sgm_is_fast_enough():
     t0 = time.perf_counter()
     out = invoke_json(["sgm", "--q", "0.01", "--noise", "1", "--steps", "5000"])
@@ -72,6 +74,7 @@ def test_sgm_is_fast_enough():
     assert 0.3508 <= out["advantage"] <= 0.3509
 
 
+@pytest.mark.slow
 def test_dpsgd_derives_q_and_steps():
     out = invoke_json(["dpsgd", "--batch-size", "500", "--dataset-size", "50000", "--epochs", "1", "--noise", "1"])
     assert out["q"] == pytest.approx(0.01) and out["steps"] == 100

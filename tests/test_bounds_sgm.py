@@ -94,6 +94,7 @@ def test_full_batch_closed_form(z, T):
     assert close(sgm.optimal_advantage(1.0, z, T), sgm.advantage_full_batch(z, T), rel=2e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("z,T", [(0.5, 1), (2, 25)])
 def test_full_batch_tpr_curve_is_the_gaussian_trade_off(z, T):
     b = sgm.SgmBound.compute(1.0, z, T)
@@ -197,6 +198,7 @@ def test_delta_is_nonincreasing_and_tpr_curve_shape():
 COARSE = 1e-3
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None)
 @given(st.floats(0.01, 0.99), st.floats(0.01, 0.99), st.floats(0.5, 3.0), st.integers(1, 20))
 def test_advantage_monotone_in_q_and_in_unit_interval(q1, q2, z, T):
@@ -209,6 +211,7 @@ def test_advantage_monotone_in_q_and_in_unit_interval(q1, q2, z, T):
 @settings(max_examples=6, deadline=None)
 @given(st.floats(0.02, 1.0), st.floats(0.5, 3.0), st.integers(1, 10),
        st.lists(st.floats(0.0, 1.0), min_size=3, max_size=12, unique=True))
+@pytest.mark.slow
 def test_tpr_bound_at_least_fpr_bounded_and_concave(q, z, T, fprs):
     b = sgm.SgmBound.compute(q, z, T, value_discretization_interval=COARSE)
     f = np.sort(np.asarray(fprs))

@@ -242,6 +242,7 @@ def _dfkd_cfg(out, **extra):
     return build_config("quick", {"defense": "dfkd", **RUN, **DFKD_TINY, "run.out": str(out), **extra})
 
 
+@pytest.mark.slow
 def test_saved_models_rebuild_the_served_model(undefended_run):
     from harness.runstore import RunDir
 
@@ -279,6 +280,7 @@ def test_teacher_run_is_refused_when_a_fingerprint_differs(undefended_run, tmp_p
     assert not any(tmp_path.iterdir())  # refused before anything is written
 
 
+@pytest.mark.slow
 def test_teacher_run_must_be_an_undefended_run_with_saved_models(undefended_run, tmp_path):
     from harness.executors import LocalExecutor
     from harness.runner import train_all
@@ -293,6 +295,7 @@ def test_teacher_run_must_be_an_undefended_run_with_saved_models(undefended_run,
         prepare_run(_dfkd_cfg(tmp_path / "d", **{"defense_params.teacher_run": str(tmp_path)}))
 
 
+@pytest.mark.slow
 def test_reused_teachers_give_the_same_models_as_trained_ones(undefended_run, tmp_path):
     """With the teachers read from the undefended run (given, or found under run.out), the DFKD
     models equal those of a run that trains its own teachers: same seed, same training set, same

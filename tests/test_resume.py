@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -38,6 +39,7 @@ def _evaluate(out: Path, *extra: str) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_partial_run_resumes_to_identical_results(tmp_path):
     full = _evaluate(tmp_path / "a")
 
@@ -83,6 +85,7 @@ def test_resuming_into_a_directory_of_another_run_is_refused(tmp_path):
     assert "different run" in res.output and "never mixed" in res.output
 
 
+@pytest.mark.slow
 def test_attack_reruns_on_saved_signals_without_training(tmp_path):
     first = _evaluate(tmp_path / "a")
     (run_dir,) = (tmp_path / "a").iterdir()
@@ -111,6 +114,7 @@ def _harness(*args: str) -> list[str]:
     return [sys.executable, "-m", "harness.cli", *args]
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_no_lost_model_and_the_same_numbers(tmp_path):
     common = ["evaluate", "undefended", "--workers", "2", *ARGS, "--models", "8"]
     subprocess.run(_harness(*common, "--out", str(tmp_path / "ref")), check=True, capture_output=True, timeout=600)

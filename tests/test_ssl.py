@@ -260,6 +260,7 @@ def test_white_box_signal_refused_for_a_defense_without_features():
 # --- end to end -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_ssl_simclr_end_to_end_reports_access(tmp_path):
     """A tiny `harness evaluate ssl-simclr` on digits: both SSL canaries, the contrastive attacks'
     signals saved, white-box / black-box stated per attack and for the headline; then an attack
