@@ -25,6 +25,7 @@ its own attack, ``lira-offline``.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 from scipy.special import log_ndtr
@@ -80,15 +81,14 @@ def loo_gaussian_stats(obs: np.ndarray, membership: np.ndarray, balanced: bool =
     return out
 
 
-def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global_variance: bool,
-                balanced: bool = True) -> np.ndarray:
-    """LiRA scores (S, C) for per-query scores ``obs`` (S, C, A), leave-one-out."""
-    st = loo_gaussian_stats(obs, membership, balanced)
-    if global_variance:
-        var_in = st["var_in"].mean(axis=(1, 2), keepdims=True)
-        var_out = st["var_out"].mean(axis=(1, 2), keepdims=True)
-    else:
-        var_in, var_out = st["var_in"], st["var_out"]
+#: audit samples per chunk of the attack phase: every statistic is per sample, so the samples are
+#: scored in chunks (peak memory ~ S x chunk x A, not S x C x A); only the global variance needs a
+#: first pass over every chunk
+LIRA_CHUNK = 1024
+
+
+def _llr(obs: np.ndarray, st: dict[str, np.ndarray], var_in: np.ndarray, var_out: np.ndarray,
+         online: bool) -> np.ndarray:
     sd_in = np.maximum(np.sqrt(var_in), MIN_STD)
     sd_out = np.maximum(np.sqrt(var_out), MIN_STD)
     if online:
@@ -96,6 +96,48 @@ def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global
     else:
         llr = log_ndtr((obs - st["mu_out"]) / sd_out)
     return llr.mean(axis=2)
+
+
+def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global_variance: bool,
+                balanced: bool = True, chunk: int | None = None) -> np.ndarray:
+    """LiRA scores (S, C) for per-query scores ``obs`` (S, C, A), leave-one-out, over chunks of
+    ``chunk`` audit samples (the same scores as one pass: each sample's Gaussians use its own
+    column only; the global variance, the mean over samples and queries of the per-sample
+    variances, is summed over the chunks first)."""
+    num_models, num_samples, num_queries = obs.shape
+    chunk = chunk or LIRA_CHUNK
+    chunks = [slice(i, i + chunk) for i in range(0, num_samples, chunk)] or [slice(0, 0)]
+    if len(chunks) == 1:
+        st = loo_gaussian_stats(obs, membership, balanced)
+        if global_variance:
+            return _llr(obs, st, st["var_in"].mean(axis=(1, 2), keepdims=True),
+                        st["var_out"].mean(axis=(1, 2), keepdims=True), online)
+        return _llr(obs, st, st["var_in"], st["var_out"], online)
+    pooled = None
+    if global_variance:  # first pass: the per-victim mean variance over all samples and queries
+        sums = np.zeros((2, num_models, 1, 1))
+        for sl in chunks:
+            st = loo_gaussian_stats(obs[:, sl], membership[:, sl], balanced)
+            sums[0] += st["var_in"].sum(axis=(1, 2), keepdims=True)
+            sums[1] += st["var_out"].sum(axis=(1, 2), keepdims=True)
+        pooled = sums / (num_samples * num_queries)
+    out = np.empty((num_models, num_samples))
+    for sl in chunks:
+        st = loo_gaussian_stats(obs[:, sl], membership[:, sl], balanced)
+        var_in, var_out = (pooled[0], pooled[1]) if pooled is not None else (st["var_in"], st["var_out"])
+        out[:, sl] = _llr(obs[:, sl], st, var_in, var_out, online)
+    return out
+
+
+def chunked_scores(fn: Any, logits: np.ndarray, labels: np.ndarray, chunk: int | None = None) -> np.ndarray:
+    """``fn(logits, labels)`` (S, C, A) computed over chunks of audit samples: the score functions'
+    float64 temporaries of shape (S, C, A, K) then never exist for all C at once."""
+    num_samples = logits.shape[1]
+    chunk = chunk or LIRA_CHUNK
+    if num_samples <= chunk:
+        return fn(logits, labels)
+    parts = [fn(logits[:, i : i + chunk], labels[i : i + chunk]) for i in range(0, num_samples, chunk)]
+    return np.concatenate(parts, axis=1)
 
 
 def _query_sets(obs_all: np.ndarray) -> list[tuple[str, np.ndarray]]:
@@ -142,7 +184,8 @@ class LiRA(Attack):
         mode = "online" if self.online else "offline"
         out: dict[str, np.ndarray] = {}
         for score_name, fn in SCORE_FUNCTIONS.items():
-            for (q, obs), glob in itertools.product(_query_sets(fn(logits, inp.labels)), (False, True)):
+            obs_all = chunked_scores(fn, logits, inp.labels)
+            for (q, obs), glob in itertools.product(_query_sets(obs_all), (False, True)):
                 variant = f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"
                 out[variant] = lira_scores(obs, inp.membership, online=self.online, global_variance=glob,
                                            balanced=self.shadows == "balanced")
