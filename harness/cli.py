@@ -18,6 +18,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness.config import ConfigError, build_config, parse_set_options
@@ -28,7 +29,7 @@ err_console = Console(stderr=True)
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
+    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -95,7 +96,7 @@ def _attack_and_report(run_path: Path, details: bool = False, overrides: dict[st
 
 def _plugin_failure(e: Any, debug: bool) -> None:
     """Print a defense's failure: one error line, its own frames (or the full traceback), exit 2."""
-    err_console.print(f"[bold red]error:[/] {e.message}", highlight=False, soft_wrap=True, markup=True)
+    err_console.print(f"[bold red]error:[/] {escape(e.message)}", highlight=False, soft_wrap=True)
     if debug and e.full:
         err_console.print(e.full.rstrip("\n"), highlight=False, markup=False)
     else:
@@ -132,7 +133,7 @@ def evaluate(
     defense: Optional[str] = typer.Argument(
         None, help="defense name (see `harness list`) or path/to/file.py:ClassName; leave out with --run-dir to "
                    "resume that run as saved (a damaged model file is moved aside and retrained)"),
-    preset: str = typer.Option("quick", help="quick | cifar10 | paper, or a YAML file"),
+    preset: Optional[str] = typer.Option(None, help="quick (default) | cifar10 | paper, or a YAML file"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
     models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
     audit_size: Optional[int] = typer.Option(None, "--audit-size", help="C, number of audit samples"),
@@ -184,12 +185,12 @@ def evaluate(
         if defense is None:
             if run_dir is None:
                 raise ConfigError("name a DEFENSE (see `harness list`), or give --run-dir RUN to resume that run")
-            if preset != "quick":
+            if preset is not None:
                 raise ConfigError(f"--preset {preset}: without DEFENSE, --run-dir resumes the run with its own preset")
             cfg = _resume_config(run_dir, overrides)
         else:
             overrides["defense"] = defense
-            cfg = build_config(preset, overrides)
+            cfg = build_config(preset or "quick", overrides)
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
             prep = prepare_run(cfg, run_dir)
