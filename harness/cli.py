@@ -49,6 +49,7 @@ def _overrides(**flags: Any) -> dict[str, Any]:
         "seed": "seed",
         "device": "run.device",
         "workers": "run.workers",
+        "executor": "run.executor",
         "out": "run.out",
         "level": "run.level",
         "data_dir": "data.path",
@@ -108,7 +109,7 @@ def _plugin_failure(e: Any, debug: bool) -> None:
     raise typer.Exit(2)
 
 
-_RESUME_FLAGS = {"run.workers", "run.device", "run.save_models"}
+_RESUME_FLAGS = {"run.workers", "run.device", "run.save_models", "run.executor"}
 
 
 def _resume_config(run_dir: Path, overrides: dict[str, Any]) -> Any:
@@ -117,7 +118,7 @@ def _resume_config(run_dir: Path, overrides: dict[str, Any]) -> Any:
     from harness.config import apply_overrides, validate_config
     from harness.runstore import RunDir
 
-    changing = sorted(k for k in overrides if k not in _RESUME_FLAGS)
+    changing = sorted(k for k in overrides if k not in _RESUME_FLAGS and not k.startswith(("run.slurm.", "run.ray.")))
     if changing:
         raise ConfigError(f"`harness evaluate --run-dir {run_dir}` without DEFENSE resumes the run as it was saved; "
                           f"{', '.join(changing)} would change it: give DEFENSE and the run's options to change it "
@@ -142,6 +143,8 @@ def evaluate(
     seed: Optional[int] = typer.Option(None, help="seed of the whole experiment"),
     device: Optional[str] = typer.Option(None, help="cpu | cuda | cuda:N | mps | auto"),
     workers: Optional[int] = typer.Option(None, help="parallel training jobs (0 = one per core)"),
+    executor: Optional[str] = typer.Option(None, help="local (default) | slurm | ray: where the models train "
+                                                      "(--set run.slurm.* / run.ray.*)"),
     out: Optional[str] = typer.Option(None, help="parent folder of run directories"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="use exactly this run directory"),
     level: Optional[str] = typer.Option(None, help="population | sample | both"),
@@ -174,7 +177,7 @@ def evaluate(
         overrides.update(
             _overrides(models=models, audit_size=audit_size,
                        canary=canaries if canaries is None or len(canaries) > 1 else canaries[0], epochs=epochs, seed=seed, device=device,
-                       workers=workers, out=out, level=level, data_dir=data_dir)
+                       workers=workers, executor=executor, out=out, level=level, data_dir=data_dir)
         )
         if inner is not None:
             overrides["defense_params.inner"] = inner
@@ -191,6 +194,9 @@ def evaluate(
         else:
             overrides["defense"] = defense
             cfg = build_config(preset or "quick", overrides)
+        from harness.executors import check_engine
+
+        check_engine(cfg.run.executor)  # before anything is written
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
             prep = prepare_run(cfg, run_dir)
@@ -208,7 +214,7 @@ def evaluate(
                     "trained here (no matching undefended run with --save-models found)"), highlight=False)
         from harness.runner import resolve_device
 
-        executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device))
+        executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device), cfg.run, run.path)
         from harness.runner import pending_jobs
 
         jobs = pending_jobs(prep)

@@ -123,12 +123,38 @@ class AttackConfig(_Strict):
         return sorted(set(v))
 
 
+class SlurmConfig(_Strict):
+    """``--executor slurm`` (submitit): one Slurm array task per group of ``models_per_job`` models."""
+
+    cluster: Literal["slurm", "local", "debug"] = Field(
+        default="slurm", description="slurm; or submitit's local (subprocesses) / debug (in-process) modes for tests")
+    partition: str | None = None
+    time_min: int = Field(default=240, ge=1, description="time limit of one array task, minutes")
+    gpus_per_job: int = Field(default=0, ge=0)
+    cpus_per_task: int = Field(default=2, ge=1, description="also the torch threads of each job")
+    mem_gb: float = Field(default=16.0, gt=0)
+    array_parallelism: int = Field(default=64, ge=1, description="array tasks running at once")
+    models_per_job: int = Field(default=1, ge=1, description="models trained one after the other in one task")
+    sbatch: dict[str, Any] = Field(default_factory=dict, description="extra sbatch options, e.g. {account: x}")
+    folder: str | None = Field(default=None, description="submitit's logs; default <run dir>/slurm_logs")
+
+
+class RayConfig(_Strict):
+    """``--executor ray``: one Ray task per model."""
+
+    address: str | None = Field(default=None, description="a Ray cluster (ray://host:10001 or auto); None = local Ray")
+    num_cpus: float = Field(default=1.0, gt=0, description="CPUs per task (its torch threads: at least 1)")
+    num_gpus: float = Field(default=0.0, ge=0, description="GPUs per task; fractions let small models share a GPU")
+
+
 class RunConfig(_Strict):
     """Where and how jobs run. None of these fields changes a trained model's membership design."""
 
     workers: int = Field(default=0, ge=0, description="parallel training jobs; 0 = one per CPU core")
     device: str = "cpu"
-    executor: Literal["local"] = "local"
+    executor: Literal["local", "slurm", "ray"] = "local"
+    slurm: SlurmConfig = Field(default_factory=SlurmConfig)
+    ray: RayConfig = Field(default_factory=RayConfig)
     out: str = "runs"
     level: Literal["population", "sample", "both"] = "both"
     deterministic: bool = Field(

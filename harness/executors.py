@@ -1,8 +1,10 @@
 """Executors run independent jobs and yield their results as they finish.
 
-``Executor.map(fn, jobs)`` is the only call the runner makes, so a distributed engine (Ray,
-Slurm via submitit) plugs in by implementing it: ``fn`` is a module-level function and every job is
-a small picklable object, and results may arrive in any order.
+``Executor.map(fn, jobs)`` is the only call the runner makes: ``fn`` is a module-level function,
+every job a small picklable object, and results may arrive in any order. ``local`` is a process
+pool; ``slurm`` (submitit, the ``slurm`` extra) and ``ray`` (the ``ray`` extra) run the same jobs
+on a cluster. Every engine writes the same signals files into the run directory, so a run resumes
+under any of them, and live progress reads the progress files the jobs write there.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import multiprocessing as mp
 import os
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
 J = TypeVar("J")
@@ -85,8 +88,161 @@ class LocalExecutor(Executor):
                         p.terminate()
 
 
-def make_executor(kind: str, workers: int, device: str = "cpu") -> Executor:
-    """The executor named in the config (``run.executor``).
+def _run_group(fn: Callable[[J], R], jobs: list[J], threads: int) -> list[tuple[bool, Any]]:
+    """Run ``fn`` on each job in a remote worker with ``threads`` torch threads; return (ok, result
+    or exception) per job, so that the exception's own type (a ConfigError, a defense's
+    PluginError) reaches the caller intact, whatever the engine does with failures."""
+    _init_worker(threads)
+    out: list[tuple[bool, Any]] = []
+    for job in jobs:
+        try:
+            out.append((True, fn(job)))
+        except Exception as e:  # returned, not raised: re-raised by map() in the caller's process
+            out.append((False, e))
+            break
+    return out
+
+
+def _unpack(job: Any, item: tuple[bool, Any]) -> Any:
+    ok, value = item
+    if not ok:
+        raise value
+    return value
+
+
+#: pip extra that installs each optional engine
+EXTRAS = {"slurm": ("submitit", "slurm"), "ray": ("ray", "ray")}
+
+
+def check_engine(kind: str) -> None:
+    """Raise ConfigError (one line naming the extra) if ``kind``'s engine is not installed."""
+    import importlib.util
+
+    from harness.config import ConfigError
+
+    if kind in EXTRAS and importlib.util.find_spec(EXTRAS[kind][0]) is None:
+        module, extra = EXTRAS[kind]
+        raise ConfigError(f"--executor {kind} needs {module}, which is not installed: pip install -e \".[{extra}]\" "
+                          f"(or pip install {module})")
+
+
+class SlurmExecutor(Executor):
+    """Slurm through submitit: the jobs are grouped ``models_per_job`` at a time into the tasks of
+    one Slurm array (``run.slurm``: partition, time, GPUs, CPUs, memory, array parallelism, extra
+    sbatch options). ``cluster`` local / debug are submitit's subprocess / in-process modes, for
+    tests without Slurm. Results are yielded as tasks finish; on an error or Ctrl-C the remaining
+    tasks are cancelled."""
+
+    def __init__(self, cfg: Any, folder: Path) -> None:
+        check_engine("slurm")
+        self.cfg = cfg
+        self.folder = Path(cfg.folder) if cfg.folder else folder
+
+    @property
+    def description(self) -> str:
+        c = self.cfg
+        where = f"partition {c.partition}" if c.partition else "the default partition"
+        if c.cluster != "slurm":
+            where = f"submitit's {c.cluster} mode"
+        return (f"slurm via submitit ({where}; {c.models_per_job} model(s) per array task, {c.cpus_per_task} CPUs, "
+                f"{c.gpus_per_job} GPU(s) per task)")
+
+    def _executor(self) -> Any:
+        import submitit
+
+        c = self.cfg
+        ex = submitit.AutoExecutor(folder=str(self.folder), cluster=c.cluster)
+        params: dict[str, Any] = {"timeout_min": c.time_min, "cpus_per_task": c.cpus_per_task,
+                                  "gpus_per_node": c.gpus_per_job, "mem_gb": c.mem_gb,
+                                  "slurm_array_parallelism": c.array_parallelism, "name": "privacy-harness"}
+        if c.partition:
+            params["slurm_partition"] = c.partition
+        if c.sbatch:
+            params["slurm_additional_parameters"] = dict(c.sbatch)
+        ex.update_parameters(**params)
+        return ex
+
+    def map(self, fn: Callable[[J], R], jobs: Iterable[J]) -> Iterator[tuple[J, R]]:
+        import time
+
+        jobs = list(jobs)
+        if not jobs:
+            return
+        k = self.cfg.models_per_job
+        groups = [jobs[i : i + k] for i in range(0, len(jobs), k)]
+        ex = self._executor()
+        handles = ex.map_array(_run_group, [fn] * len(groups), groups, [self.cfg.cpus_per_task] * len(groups))
+        pending = dict(zip(handles, groups))
+        finished = False
+        try:
+            while pending:
+                done = [h for h in pending if h.done()]
+                if not done:
+                    time.sleep(0.5)
+                    continue
+                for h in done:
+                    group = pending.pop(h)
+                    for job, item in zip(group, h.result()):
+                        yield job, _unpack(job, item)
+            finished = True
+        finally:
+            if not finished:
+                for h in pending:
+                    h.cancel(check=False)
+
+
+class RayExecutor(Executor):
+    """Ray tasks, one per model (``run.ray``: the cluster ``address``, or a local Ray started here
+    and stopped after the run; ``num_cpus`` and ``num_gpus`` per task, fractions of a GPU allowed
+    so that several small models share one). Results are yielded as tasks finish; on an error or
+    Ctrl-C the remaining tasks are cancelled."""
+
+    def __init__(self, cfg: Any) -> None:
+        check_engine("ray")
+        self.cfg = cfg
+
+    @property
+    def description(self) -> str:
+        c = self.cfg
+        return (f"ray ({c.address or 'local'}; {c.num_cpus:g} CPU(s), {c.num_gpus:g} GPU(s) per model)")
+
+    def map(self, fn: Callable[[J], R], jobs: Iterable[J]) -> Iterator[tuple[J, R]]:
+        import ray
+
+        jobs = list(jobs)
+        if not jobs:
+            return
+        c = self.cfg
+        started = not ray.is_initialized()
+        if started:
+            import logging
+
+            ray.init(address=c.address, include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR,
+                     **({} if c.address else {"num_cpus": os.cpu_count() or 1}))
+        task = ray.remote(num_cpus=c.num_cpus, num_gpus=c.num_gpus, max_retries=0)(_run_group)
+        threads = max(1, int(c.num_cpus))
+        pending = {task.remote(fn, [job], threads): job for job in jobs}
+        finished = False
+        try:
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    job = pending.pop(ref)
+                    (item,) = ray.get(ref)
+                    yield job, _unpack(job, item)
+            finished = True
+        finally:
+            if not finished:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+            if started:
+                ray.shutdown()
+
+
+def make_executor(kind: str, workers: int, device: str = "cpu", run: Any = None,
+                  run_path: Path | None = None) -> Executor:
+    """The executor named in the config (``run.executor``; ``run`` is the config's ``RunConfig``,
+    needed for slurm and ray).
 
     ``workers = 0`` means one job per CPU core on CPU, and one job per GPU on CUDA (several
     trainings sharing one GPU mostly contend for it).
@@ -97,4 +253,8 @@ def make_executor(kind: str, workers: int, device: str = "cpu") -> Executor:
 
             workers = max(1, torch.cuda.device_count())
         return LocalExecutor(workers)
+    if kind == "slurm":
+        return SlurmExecutor(run.slurm, (run_path or Path(".")) / "slurm_logs")
+    if kind == "ray":
+        return RayExecutor(run.ray)
     raise ValueError(f"unknown executor {kind!r}")

@@ -1,0 +1,98 @@
+"""Slurm (submitit) and Ray executors train the same models as the local pool, resume the same
+way, keep a defense's errors intact, and ask for their extra when it is missing."""
+
+import importlib.util
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.config import build_config
+from harness.runner import TrainJob, prepare_run, train_one
+
+from conftest import tiny_overrides
+
+runner = CliRunner()
+ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
+        "attack.bootstrap=20", "--level", "population"]
+SAME_THREADS = {"local": ["--workers", "1"],  # one worker: all 2 cores' threads, as each remote task below
+                "slurm": ["--executor", "slurm", "--set", "run.slurm.cluster=local", "--set", "run.slurm.cpus_per_task=2",
+                          "--set", "run.slurm.models_per_job=3"],
+                "ray": ["--executor", "ray", "--set", "run.ray.num_cpus=2"]}
+needs = {k: pytest.mark.skipif(importlib.util.find_spec(m) is None, reason=f"{m} is not installed (pip install -e \".[{k}]\")")
+         for k, m in (("slurm", "submitit"), ("ray", "ray"))}
+
+
+def _numbers(run_dir: Path) -> dict:
+    r = json.loads((run_dir / "results.json").read_text())
+    out = {(e["name"], e["variant"]): (e["tpr_at_fpr"], e["auc"]) for e in r["population"]["attacks"]}
+    out["acc"] = r["population"]["test_accuracy"]["per_model"]
+    return out
+
+
+def _evaluate(out: Path, kind: str, *extra: str) -> Path:
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(out), *ARGS, *SAME_THREADS[kind], *extra])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.fixture(scope="module")
+def local_numbers(tmp_path_factory) -> dict:
+    return _numbers(_evaluate(tmp_path_factory.mktemp("local"), "local"))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", [pytest.param("slurm", marks=needs["slurm"]), pytest.param("ray", marks=needs["ray"])])
+def test_cluster_executors_give_the_local_numbers(tmp_path, local_numbers, kind):
+    run_dir = _evaluate(tmp_path / kind, kind)
+    assert _numbers(run_dir) == local_numbers
+    if kind == "slurm":  # 6 models in array tasks of 3
+        assert len(list((run_dir / "slurm_logs").glob("*_result.pkl"))) == 2
+
+
+@pytest.mark.slow
+@needs["ray"]
+def test_a_run_started_locally_resumes_under_ray(tmp_path, local_numbers):
+    cfg = build_config("quick", {**tiny_overrides(), "audit.size": 20, "train.epochs": 2, "train.width": 32,
+                                 "attack.bootstrap": 20, "run.level": "population", "run.out": str(tmp_path / "o")})
+    prep = prepare_run(cfg)
+    for idx in (0, 4):
+        train_one(TrainJob(str(prep.run.path), "population", idx))
+    res = runner.invoke(app, ["evaluate", "undefended", "--run-dir", str(prep.run.path), *ARGS, *SAME_THREADS["ray"]])
+    assert res.exit_code == 0, res.output
+    assert "Resuming: 2 of 6 models already trained" in res.output
+    assert _numbers(prep.run.path) == local_numbers
+
+
+@pytest.mark.slow
+@needs["ray"]
+def test_a_defense_error_keeps_its_one_line_report_under_ray(tmp_path):
+    f = tmp_path / "crash.py"
+    f.write_text(textwrap.dedent('''
+        from defenses.undefended import Undefended
+
+        class Crash(Undefended):
+            name = "crash"
+
+            def fit(self, train, ctx):
+                raise RuntimeError("broken on purpose")
+    '''))
+    res = runner.invoke(app, ["evaluate", f"{f}:Crash", "--out", str(tmp_path / "o"), *ARGS, *SAME_THREADS["ray"]])
+    assert res.exit_code == 2
+    assert "failed in fit (population model" in res.output and "broken on purpose" in res.output
+    assert "crash.py" in res.output and len(res.output.splitlines()) < 25
+
+
+@pytest.mark.parametrize("kind, extra", [("ray", "ray"), ("slurm", "slurm")])
+def test_a_missing_engine_names_its_extra_before_anything_is_written(tmp_path, monkeypatch, kind, extra):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("ray", "submitit") else real(name, *a))
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(tmp_path / "o"), "--executor", kind])
+    assert res.exit_code == 2
+    assert f'pip install -e ".[{extra}]"' in res.output
+    assert not (tmp_path / "o").exists()
