@@ -1,8 +1,13 @@
 """Slurm (submitit) and Ray executors train the same models as the local pool, resume the same
-way, keep a defense's errors intact, and ask for their extra when it is missing."""
+way, keep a defense's errors intact, and ask for their extra when it is missing.
+
+The engines run through the real command line in a subprocess (as a user runs them): in-process,
+click's test runner swaps sys.stderr, which the engines' own logging and subprocesses outlive."""
 
 import importlib.util
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -33,9 +38,16 @@ def _numbers(run_dir: Path) -> dict:
     return out
 
 
+def _cli(*args: str) -> tuple[int, str]:
+    """``harness ARGS`` in a subprocess: (exit code, stdout + stderr)."""
+    proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *args],
+                          capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "200"})
+    return proc.returncode, proc.stdout + proc.stderr
+
+
 def _evaluate(out: Path, kind: str, *extra: str) -> Path:
-    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(out), *ARGS, *SAME_THREADS[kind], *extra])
-    assert res.exit_code == 0, res.output
+    code, output = _cli("evaluate", "undefended", "--out", str(out), *ARGS, *SAME_THREADS[kind], *extra)
+    assert code == 0, output
     (run_dir,) = out.iterdir()
     return run_dir
 
@@ -62,9 +74,9 @@ def test_a_run_started_locally_resumes_under_ray(tmp_path, local_numbers):
     prep = prepare_run(cfg)
     for idx in (0, 4):
         train_one(TrainJob(str(prep.run.path), "population", idx))
-    res = runner.invoke(app, ["evaluate", "undefended", "--run-dir", str(prep.run.path), *ARGS, *SAME_THREADS["ray"]])
-    assert res.exit_code == 0, res.output
-    assert "Resuming: 2 of 6 models already trained" in res.output
+    code, output = _cli("evaluate", "undefended", "--run-dir", str(prep.run.path), *ARGS, *SAME_THREADS["ray"])
+    assert code == 0, output
+    assert "Resuming: 2 of 6 models already trained" in output
     assert _numbers(prep.run.path) == local_numbers
 
 
@@ -81,10 +93,10 @@ def test_a_defense_error_keeps_its_one_line_report_under_ray(tmp_path):
             def fit(self, train, ctx):
                 raise RuntimeError("broken on purpose")
     '''))
-    res = runner.invoke(app, ["evaluate", f"{f}:Crash", "--out", str(tmp_path / "o"), *ARGS, *SAME_THREADS["ray"]])
-    assert res.exit_code == 2
-    assert "failed in fit (population model" in res.output and "broken on purpose" in res.output
-    assert "crash.py" in res.output and len(res.output.splitlines()) < 25
+    code, output = _cli("evaluate", f"{f}:Crash", "--out", str(tmp_path / "o"), *ARGS, *SAME_THREADS["ray"])
+    assert code == 2
+    assert "failed in fit (population model" in output and "broken on purpose" in output
+    assert "crash.py" in output and len(output.splitlines()) < 25, output
 
 
 @pytest.mark.parametrize("kind, extra", [("ray", "ray"), ("slurm", "slurm")])
