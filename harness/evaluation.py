@@ -35,21 +35,9 @@ LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every mo
 
 
 def is_one_hot(logits: np.ndarray) -> bool:
-    """Every row over the last axis is a one-hot vector: entries exactly 0 or 1, exactly one 1."""
+    """Every row over the last axis is a one-hot vector: entries exactly 0 or 1, exactly one 1.
+    Applied to a level's stacked served outputs (S, C, A, K): labels only in every model."""
     return bool(logits.size) and bool(np.all((logits == 0) | (logits == 1))) and bool(np.all(logits.sum(-1) == 1))
-
-
-def serves_labels_only(run: RunDir, level: str, num_models: int) -> bool:
-    """Whether every finished model of ``level`` served one-hot outputs on every audit query."""
-    found = False
-    for s in range(num_models):
-        ms = run.read_signals(level, s)
-        if ms is None:
-            continue
-        if not is_one_hot(ms.arrays["logits"]):
-            return False
-        found = True
-    return found
 
 
 def attack_names(cfg: ExperimentConfig, defense: Defense) -> list[str]:
@@ -276,14 +264,15 @@ class LevelEvaluation:
 
 
 def evaluate_level(
-    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str]
+    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str],
+    signals: LevelSignals | None = None,
 ) -> LevelEvaluation:
     """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
     *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
     reported in ``attacks``. Attacks whose signals the run lacks (a run trained by an older
     version) are skipped and listed in ``skipped_attacks``; a headline attack cannot be skipped."""
     ld = run.load_level(level)
-    ls = load_level_signals(run, level, cfg.audit.models)
+    ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
     pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
     inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership,
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
@@ -403,7 +392,8 @@ def evaluate_run(
     by_experiment: dict[str, dict[str, Any]] = {}
     sample_candidates: list[Candidate] = []
     headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
-    if levels and "label-only" not in headline_attacks and serves_labels_only(run, levels[0], cfg.audit.models):
+    first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
+    if first is not None and "label-only" not in headline_attacks and is_one_hot(first.signals["logits"]):
         # a defense that serves labels only is attacked by the attack adapted to labels (the paper's
         # section 5.1): added here, from the saved outputs, whatever the defense declared
         if "label-only" not in [a.name for a in attacks]:
@@ -411,7 +401,7 @@ def evaluate_run(
         headline_attacks.append("label-only")
         results["notes"] = [*results.get("notes", []), LABEL_ONLY_NOTE]
     for level in levels:
-        lev = evaluate_level(run, level, cfg, attacks, headline_attacks)
+        lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None)
         curves[level] = lev.curves
         if level == "population":
             results[level] = lev.result

@@ -103,7 +103,7 @@ def _run_group(fn: Callable[[J], R], jobs: list[J], threads: int) -> list[tuple[
     return out
 
 
-def _unpack(job: Any, item: tuple[bool, Any]) -> Any:
+def _unpack(item: tuple[bool, Any]) -> Any:
     ok, value = item
     if not ok:
         raise value
@@ -183,7 +183,7 @@ class SlurmExecutor(Executor):
                 for h in done:
                     group = pending.pop(h)
                     for job, item in zip(group, h.result()):
-                        yield job, _unpack(job, item)
+                        yield job, _unpack(item)
             finished = True
         finally:
             if not finished:
@@ -229,7 +229,7 @@ class RayExecutor(Executor):
                 for ref in done:
                     job = pending.pop(ref)
                     (item,) = ray.get(ref)
-                    yield job, _unpack(job, item)
+                    yield job, _unpack(item)
             finished = True
         finally:
             if not finished:

@@ -6,6 +6,7 @@ click's test runner swaps sys.stderr, which the engines' own logging and subproc
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -41,7 +42,7 @@ def _numbers(run_dir: Path) -> dict:
 def _cli(*args: str) -> tuple[int, str]:
     """``harness ARGS`` in a subprocess: (exit code, stdout + stderr)."""
     proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *args],
-                          capture_output=True, text=True, env={**__import__("os").environ, "COLUMNS": "200"})
+                          capture_output=True, text=True, env={**os.environ, "COLUMNS": "200"})
     return proc.returncode, proc.stdout + proc.stderr
 
 

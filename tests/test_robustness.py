@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from harness.cli import app
@@ -241,7 +242,7 @@ def test_help_shows_bracketed_examples_literally():
     assert "attack.names=[lira]" in res.output, res.output
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA: --device cuda would start")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: --device cuda would start")
 def test_failed_start_leaves_no_run_directory(tmp_path):
     res = runner.invoke(app, ["evaluate", "undefended", "--out", str(tmp_path / "o"), "--device", "cuda"])
     assert res.exit_code == 2 and "no CUDA device" in res.output
