@@ -83,10 +83,10 @@ def rmia_scores(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, o
         in_ref, out_ref = use & membership, use & ~membership
         if online:
             log_p_x = np.logaddexp(_log_mean(lp_x, in_ref), _log_mean(lp_x, out_ref)) - np.log(2.0)
-            log_p_z = _log_mean(lp_z[ref], np.ones(lp_z[ref].shape, dtype=bool))
+            log_p_z = logsumexp(lp_z[ref], axis=0) - np.log(s - 1)  # every model but the victim
         else:
             log_p_x = _offline_map(_log_mean(lp_x, out_ref), a)
-            log_p_z = _offline_map(_log_mean(lp_z[ref], np.ones(lp_z[ref].shape, dtype=bool)), a)
+            log_p_z = _offline_map(logsumexp(lp_z[ref], axis=0) - np.log(s - 1), a)
         log_ratio_x = lp_x[t] - log_p_x  # (C,)
         log_ratio_z = np.sort(lp_z[t] - log_p_z)  # (Z,)
         # LR(x, z) >= gamma  <=>  log_ratio_z <= log_ratio_x - log gamma

@@ -244,3 +244,22 @@ class Defense(ABC):
     @abstractmethod
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         """Train on ``train`` and return the served model."""
+
+    def stacks(self, train: Any) -> bool:
+        """Whether :meth:`fit_group` trains several models at once for this recipe (``TrainConfig``);
+        the runner then groups models into one job (``run.group_size``). Default: no."""
+        return False
+
+    def can_group(self, train: Any) -> bool:
+        """:meth:`stacks`, and only when the class that defines ``fit_group`` also defines the ``fit``
+        in effect: a subclass that overrides ``fit`` (a plugin wrapping the undefended model, say)
+        is trained through its own ``fit``, one model at a time."""
+        mro = type(self).__mro__
+        owner = next(k for k in mro if "fit" in k.__dict__)
+        return self.stacks(train) and owner is next(k for k in mro if "fit_group" in k.__dict__)
+
+    def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
+        """Train one model per (training set, context) in one go, each exactly as :meth:`fit` would
+        up to float rounding (own seed, data order, membership); None where this recipe cannot be
+        grouped (the runner then calls :meth:`fit` per model). Default: None."""
+        return None

@@ -6,7 +6,10 @@ The preset's recipe trains the architecture it names (WRN16-4 for ``paper``, a s
 
 from __future__ import annotations
 
+from typing import Any
+
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.stacked import stackable, train_stacked
 from defenses.training import init_network, train_classifier
 
 
@@ -20,3 +23,13 @@ class Undefended(Defense):
         net = init_network(train, ctx)
         net = train_classifier(net, train, ctx)
         return TorchClassifier(net, train.mean, train.std, ctx.device)
+
+    def stacks(self, train: Any) -> bool:
+        return stackable(train)
+
+    def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
+        """The ``mlp`` recipe's models trained stacked (:mod:`defenses.stacked`); None for others."""
+        if not stackable(ctxs[0].train):
+            return None
+        nets = train_stacked([init_network(t, c) for t, c in zip(trains, ctxs)], trains, ctxs)
+        return [TorchClassifier(n, t.mean, t.std, c.device) for n, t, c in zip(nets, trains, ctxs)]

@@ -109,7 +109,7 @@ def _plugin_failure(e: Any, debug: bool) -> None:
     raise typer.Exit(2)
 
 
-_RESUME_FLAGS = {"run.workers", "run.device", "run.save_models", "run.executor"}
+_RESUME_FLAGS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size"}
 
 
 def _resume_config(run_dir: Path, overrides: dict[str, Any]) -> Any:

@@ -155,6 +155,11 @@ class RunConfig(_Strict):
     executor: Literal["local", "slurm", "ray"] = "local"
     slurm: SlurmConfig = Field(default_factory=SlurmConfig)
     ray: RayConfig = Field(default_factory=RayConfig)
+    group_size: int = Field(
+        default=0, ge=0,
+        description="models per training job, trained stacked where the defense supports it (the undefended "
+        "mlp); 0 = auto (16 for a stackable recipe, else 1; docs/executors.md)",
+    )
     out: str = "runs"
     level: Literal["population", "sample", "both"] = "both"
     deterministic: bool = Field(

@@ -99,13 +99,15 @@ def bootstrap_draws(num_models: int, replicates: int, seed: int) -> np.ndarray:
 
 
 def bootstrap_tpr_samples(
-    scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 64
+    scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 0
 ) -> dict[float, np.ndarray]:
     """TPR@FPR of every bootstrap replicate: {target: (replicates,)} (NaN where a replicate has no
     member or no non-member guess).
 
     ``scores`` and ``membership`` are (S, C); replicate b weights victim t by how often ``draws[b]``
-    holds it, and the pooled ROC uses those weights, so it needs one sort in total.
+    holds it, and the pooled ROC uses those weights, so it needs one sort in total. ``chunk``
+    replicates are computed at once (0: as many as keep each (chunk, distinct scores) block
+    under 160 MB, at most 256).
     """
     s_models = scores.shape[0]
     flat = scores.ravel().astype(np.float64)
@@ -113,20 +115,30 @@ def bootstrap_tpr_samples(
     victim = np.repeat(np.arange(s_models), scores.shape[1])
     order, ends = _sorted_groups(flat)
     y_o, v_o = y[order], victim[order]
+    # per victim, its positive and negative guesses among the first ends[e] + 1 sorted ones: (S, E);
+    # a replicate's weighted cumulative counts are then one matrix product (exact: integers in float64)
+    pos_cum = np.zeros((s_models, len(ends)))
+    neg_cum = np.zeros((s_models, len(ends)))
+    for v in range(s_models):
+        at = np.flatnonzero(v_o == v)
+        pos_cum[v] = np.searchsorted(at[y_o[at]], ends, side="right")
+        neg_cum[v] = np.searchsorted(at[~y_o[at]], ends, side="right")
+    chunk = chunk or max(1, min(256, 20_000_000 // max(1, len(ends))))  # (chunk, E) float64 blocks <= 160 MB
     stats: dict[float, list[np.ndarray]] = {t: [] for t in targets}
     for lo in range(0, len(draws), chunk):
         w = np.stack([np.bincount(d, minlength=s_models) for d in draws[lo : lo + chunk]]).astype(np.float64)
-        wg = w[:, v_o]  # (B, N) weight of each sorted guess
-        tp = np.cumsum(wg * y_o, axis=1)[:, ends]
-        fp = np.cumsum(wg * ~y_o, axis=1)[:, ends]
+        tp, fp = w @ pos_cum, w @ neg_cum  # (B, E)
         npos, nneg = tp[:, -1:], fp[:, -1:]
         with np.errstate(invalid="ignore", divide="ignore"):
             tpr = np.where(npos > 0, tp / npos, np.nan)
             fpr = np.where(nneg > 0, fp / nneg, np.nan)
         undefined = (npos[:, 0] == 0) | (nneg[:, 0] == 0)
+        rows = np.arange(len(w))
         for t in targets:
-            ok = fpr <= t + 1e-12
-            v = np.where(ok, tpr, 0.0).max(axis=1)
+            # FPR and TPR never decrease along the sorted guesses: the largest TPR with FPR <= t is
+            # the TPR at the last such point (0 where there is none)
+            last = (fpr <= t + 1e-12).sum(axis=1) - 1
+            v = np.where(last >= 0, tpr[rows, np.maximum(last, 0)], 0.0)
             stats[t].append(np.where(undefined, np.nan, v))
     return {t: np.concatenate(v) if v else np.zeros(0) for t, v in stats.items()}
 
@@ -148,7 +160,7 @@ def bootstrap_tpr_ci(
     replicates: int,
     confidence: float,
     seed: int,
-    chunk: int = 64,
+    chunk: int = 0,
 ) -> dict[float, tuple[float, float]]:
     """Percentile bootstrap CI of TPR@FPR for each target, resampling victim models."""
     draws = bootstrap_draws(scores.shape[0], replicates, seed)

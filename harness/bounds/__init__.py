@@ -9,9 +9,19 @@
 - ``empirical``: epsilon lower bounds from attack counts or a ROC (Clopper-Pearson) and the
   label-flip memorization game.
 
-Importing this package imports ``dp_accounting`` (a hard dependency, no fallback).
+The submodules load on first use (``harness.bounds.sgm`` imports ``dp_accounting``, a hard
+dependency with no fallback, which takes over a second to import: a run without DP never pays it).
 """
 
-from harness.bounds import empirical, prior, sgm, thudi
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
 
 __all__ = ["empirical", "prior", "sgm", "thudi"]
+
+
+def __getattr__(name: str) -> ModuleType:
+    if name in __all__:
+        return importlib.import_module(f"harness.bounds.{name}")
+    raise AttributeError(f"module 'harness.bounds' has no attribute {name!r}")

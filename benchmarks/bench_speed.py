@@ -1,0 +1,109 @@
+"""End-to-end time of the quick preset (``harness evaluate undefended``, install excluded), its ratio to
+a fixed reference workload, and optionally the speed-up over an earlier commit.
+
+    python benchmarks/bench_speed.py [--runs 3] [--vs e62e2d2] [--set KEY=VALUE ...]
+
+Each run trains into a fresh temporary folder (nothing is resumed) and is timed from the command's
+start to its exit. The reference workload (one MLP of the quick preset's shape trained for 600 SGD
+steps on one thread, the same every release) says how fast this machine is: the ratio quick / reference
+compares machines; the speed-up compares commits on the same machine. ``--vs REV`` checks REV out in a
+temporary git worktree and times its ``harness evaluate undefended`` the same way, the two commands
+alternating run by run so that a drift in the machine's speed hits both. Prints medians, min and max.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def reference_seconds(repeats: int = 3) -> float:
+    """Median time of the reference workload: 600 SGD steps of a 64-256-256-10 MLP, batch 32, one thread."""
+    import torch
+
+    torch.set_num_threads(1)
+    times = []
+    for _ in range(repeats):
+        gen = torch.Generator().manual_seed(0)
+        net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 256),
+                                  torch.nn.ReLU(), torch.nn.Linear(256, 10))
+        opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+        x, y = torch.randn(600, 32, 64, generator=gen), torch.randint(0, 10, (600, 32), generator=gen)
+        t0 = time.perf_counter()
+        for i in range(600):
+            loss = torch.nn.functional.cross_entropy(net(x[i]), y[i])
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def time_quick(cwd: Path, sets: list[str]) -> float:
+    """Wall seconds of ``harness evaluate undefended`` run from the code at ``cwd``, into a fresh folder."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())",
+               "evaluate", "undefended", "--set", f"run.out={out}"]
+        for s in sets:
+            cmd += ["--set", s]
+        env = {**os.environ, "PYTHONPATH": str(cwd)}
+        t0 = time.perf_counter()
+        res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
+        dt = time.perf_counter() - t0
+        if res.returncode != 0:
+            raise SystemExit(f"{cwd}: harness evaluate failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+        return dt
+
+
+def summary(name: str, xs: list[float]) -> str:
+    return f"{name}: median {statistics.median(xs):.1f} s (min {min(xs):.1f}, max {max(xs):.1f}, {len(xs)} runs)"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--vs", default=None, help="an earlier commit to compare with (checked out in a git worktree)")
+    ap.add_argument("--set", action="append", default=[], help="extra --set KEY=VALUE for both commands")
+    args = ap.parse_args()
+    ref = reference_seconds()
+    print(f"reference workload: {ref:.2f} s", flush=True)
+    other = None
+    if args.vs:
+        other = Path(tempfile.mkdtemp(prefix="bench-speed-")) / "wt"
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(other), args.vs],
+                       check=True, capture_output=True)
+    now, then = [], []
+    try:
+        for i in range(args.runs):
+            now.append(time_quick(REPO, args.set))
+            print(f"run {i + 1}: this checkout {now[-1]:.1f} s", end="", flush=True)
+            if other is not None:
+                then.append(time_quick(other, args.set))
+                print(f", {args.vs} {then[-1]:.1f} s", end="")
+            print(flush=True)
+    finally:
+        if other is not None:
+            subprocess.run(["git", "-C", str(REPO), "worktree", "remove", "--force", str(other)], capture_output=True)
+    med = statistics.median(now)
+    print(summary("quick preset, this checkout", now))
+    print(f"ratio to the reference workload: {med / ref:.1f}")
+    out = {"reference_seconds": ref, "quick_seconds": now, "quick_median": med, "ratio_to_reference": med / ref,
+           "cpu_count": os.cpu_count()}
+    if then:
+        print(summary(f"quick preset, {args.vs}", then))
+        print(f"speed-up over {args.vs}: {statistics.median(then) / med:.2f}x")
+        out.update({"baseline": args.vs, "baseline_seconds": then, "speedup": statistics.median(then) / med})
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()

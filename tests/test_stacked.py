@@ -1,0 +1,121 @@
+"""Stacked training (defenses/stacked.py): G models in one batched loop equal one-at-a-time training."""
+
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+
+from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.stacked import stackable, train_stacked
+from defenses.training import init_network, train_classifier
+from harness.config import TrainConfig
+from harness.data import DataConfig, load_dataset
+from harness.runner import AUTO_GROUP_SIZE, TrainGroup, TrainJob, group_size, make_defense, make_groups
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset(DataConfig(name="digits", test_size=497), seed=0)
+
+
+def _subset(data, start: int, n: int, augment: bool = False) -> LabeledImages:
+    return LabeledImages(x=data.x_train[start : start + n], y=data.y_train[start : start + n],
+                         num_classes=data.num_classes, mean=data.mean, std=data.std, augment=data.augment)
+
+
+def _compare(data, sizes: list[int], cfg: TrainConfig, tol: float) -> None:
+    trains = [_subset(data, 37 * g, n) for g, n in enumerate(sizes)]
+    ctxs = [FitContext(seed=100 + g, device="cpu", train=cfg) for g in range(len(sizes))]
+    nets = [init_network(t, c) for t, c in zip(trains, ctxs)]
+    stacked = train_stacked([copy.deepcopy(n) for n in nets], trains, ctxs)
+    alone = [train_classifier(copy.deepcopy(n), t, c) for n, t, c in zip(nets, trains, ctxs)]
+    x = Normalizer(data.mean, data.std, "cpu")(torch.from_numpy(data.x_test))
+    with torch.no_grad():
+        for a, b, n0 in zip(stacked, alone, nets):
+            za, zb = a(x), b(x)
+            moved = float((zb - n0(x)).abs().max())
+            assert moved > 0.1  # training changed the model (else the comparison proves nothing)
+            assert float((za - zb).abs().max()) < tol * max(1.0, float(zb.abs().max()))
+
+
+def test_stacked_equals_alone_same_sizes(digits):
+    cfg = TrainConfig(model="mlp", width=64, epochs=2, batch_size=32, lr=0.1, momentum=0.9,
+                      weight_decay=1e-4, schedule="cosine", augment=False)
+    _compare(digits, [256, 256, 256], cfg, 1e-4)
+
+
+def test_stacked_equals_alone_ragged_sizes_and_step_schedule(digits):
+    # 40 and 70 samples at batch 32: 2 and 3 steps per epoch, so the first model sits out the third
+    # step of every epoch (no momentum or weight decay then) and keeps its own schedule length
+    cfg = TrainConfig(model="mlp", width=64, epochs=3, batch_size=32, lr=0.05, momentum=0.9,
+                      weight_decay=5e-4, schedule="step", milestones=[0.5], gamma=0.1, augment=False)
+    _compare(digits, [40, 70, 65], cfg, 1e-4)
+
+
+def test_stacked_with_augmentation_draws_like_alone(digits):
+    cfg = TrainConfig(model="mlp", width=64, epochs=2, batch_size=32, lr=0.05, momentum=0.9,
+                      weight_decay=1e-4, schedule="constant", augment=True)
+    _compare(digits, [100, 90], cfg, 1e-4)
+
+
+def test_stacked_rejects_other_architectures(digits):
+    cfg = TrainConfig(model="mlp-bn", width=32, epochs=1)
+    train = _subset(digits, 0, 64)
+    ctx = FitContext(seed=0, device="cpu", train=cfg)
+    assert not stackable(cfg) and stackable(TrainConfig(model="mlp"))
+    with pytest.raises(ValueError, match="plain mlp"):
+        train_stacked([init_network(train, ctx)], [train], [ctx])
+
+
+def test_groups_keep_levels_apart_and_respect_size():
+    jobs = [TrainJob("r", "population", i) for i in (0, 1, 2, 5)] + [TrainJob("r", "sample-x", i) for i in (0, 1)]
+    groups = make_groups(jobs, 3)
+    assert groups == [TrainGroup("r", "population", (0, 1, 2)), TrainGroup("r", "population", (5,)),
+                      TrainGroup("r", "sample-x", (0, 1))]
+    assert make_groups(jobs, 1) == [TrainGroup("r", j.level, (j.index,)) for j in jobs]
+
+
+def test_auto_group_size_only_for_stackable_recipes():
+    from harness.config import validate_config
+
+    def cfg(defense: str, **train):
+        return validate_config({"preset": "quick", "defense": defense, "data": {"name": "digits"},
+                                "train": {"model": "mlp", **train}})
+
+    c = cfg("undefended")
+    assert group_size(c, make_defense(c)) == AUTO_GROUP_SIZE
+    c = cfg("undefended", model="mlp-bn")
+    assert group_size(c, make_defense(c)) == 1
+    c = cfg("relaxloss")
+    assert group_size(c, make_defense(c)) == 1  # its own loss: trained one at a time
+    from defenses.undefended import Undefended
+
+    class Wrapped(Undefended):  # overrides fit: its own fit must run, not the inherited fit_group
+        def fit(self, train, ctx):
+            return super().fit(train, ctx)
+
+    assert Undefended().can_group(c.train.model_copy(update={"model": "mlp"}))
+    assert not Wrapped().can_group(c.train.model_copy(update={"model": "mlp"}))
+    c = validate_config({"preset": "quick", "data": {"name": "digits"}, "run": {"group_size": 4}})
+    assert group_size(c, make_defense(c)) == 4
+
+
+def test_grouped_run_writes_every_model(tmp_path):
+    """A run trained in groups saves one signals file per model, with its own seed and test accuracy."""
+    from harness.config import build_config
+    from harness.executors import LocalExecutor
+    from harness.runner import prepare_run, train_all
+    from tests.conftest import tiny_overrides
+
+    cfg = build_config("quick", tiny_overrides(**{"run.out": str(tmp_path), "run.group_size": 4,
+                                                  "run.level": "population"}))
+    prep = prepare_run(cfg)
+    metas = train_all(prep, LocalExecutor(1))
+    assert sorted(m["model_index"] for m in metas) == list(range(cfg.audit.models))
+    assert len({m["seed"] for m in metas}) == cfg.audit.models
+    assert all(0.5 < m["test_accuracy"] <= 1.0 for m in metas)
+    assert prep.run.finished_models("population", cfg.audit.models) == list(range(cfg.audit.models))
+    assert np.isclose(sum(m["train_seconds"] for m in metas[:4]) / 4, metas[0]["train_seconds"])
