@@ -290,6 +290,8 @@ def attack(
 def report(
     run_dir: Path = typer.Argument(..., help="a run directory with results.json"),
     details: bool = typer.Option(False, help="list every attack variant"),
+    html: bool = typer.Option(False, "--html", help="also write RUN_DIR/report.html: the run's leaderboard page "
+                              "(ROC figures, attack table, config, provenance), self-contained"),
 ) -> None:
     """Re-print the tables of a finished run and re-export table.csv / attacks.csv."""
     from harness.report import attacks_frame, load_results, print_report, summary_frame
@@ -307,6 +309,31 @@ def report(
     summary_frame(results).to_csv(run_dir / "table.csv", index=False)
     attacks_frame(results).to_csv(run_dir / "attacks.csv", index=False)
     print_report(results, console, details=details)
+    if html:
+        from leaderboard.site import entry_html
+
+        try:
+            page = entry_html(results, {"source": "run"}, results_href="results.json", index_href=None)
+        except (KeyError, TypeError, IndexError, StopIteration) as e:
+            _fail(f"{path} lacks what the page needs ({type(e).__name__}: {e}); `harness attack {run_dir}` rewrites it")
+        (run_dir / "report.html").write_text(page)
+        console.print(f"page: {run_dir / 'report.html'}", highlight=False)
+
+
+@app.command()
+def submit(
+    run_dir: Path = typer.Argument(..., help="a finished run directory"),
+    out: Path = typer.Option(Path("entry.tar.gz"), "-o", "--out", help="the bundle to write"),
+) -> None:
+    """Bundle a finished run for the leaderboard: results, design, signals and their hashes."""
+    from leaderboard.submit import SubmissionError, make_bundle
+
+    try:
+        hashes = make_bundle(run_dir, out)
+    except SubmissionError as e:
+        _fail(str(e))
+    console.print(f"{out}: {len(hashes)} files with their SHA-256; add it with "
+                  f"`harness leaderboard add {out} --site SITE`", highlight=False)
 
 
 @app.command("list")
@@ -422,30 +449,12 @@ def audit_one_run_cmd(
 SHOWN_TAUS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
-@app.command()
-def leaderboard(
-    paths: list[Path] = typer.Argument(..., help="results.json files or folders holding run directories"),
-    out: Path = typer.Option(Path("site"), help="output folder for index.html and leaderboard.md"),
-) -> None:
-    """Build the static leaderboard page from results.json files."""
-    from leaderboard.build import build
-
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        _fail(f"not found: {', '.join(missing)}")
-    skipped: list[tuple[Path, str]] = []
-    entries = build(paths, out, skipped)
-    for path, reason in skipped:
-        err_console.print(f"[yellow]skipped:[/] {path}: {reason}", highlight=False, soft_wrap=True)
-    if not entries:
-        _fail("no usable results.json found under the given paths")
-    console.print(f"{len(entries)} entries -> {out / 'index.html'}, {out / 'leaderboard.md'}")
-
-
 def _register_subapps() -> None:
     from harness.bounds_cli import bound_app
+    from harness.leaderboard_cli import leaderboard_app
 
     app.add_typer(bound_app, name="bound", help="Provable MI bounds from DP parameters (no training).")
+    app.add_typer(leaderboard_app, name="leaderboard", help="The static leaderboard site: build, add, verify.")
 
 
 _register_subapps()

@@ -14,7 +14,7 @@ import numpy as np
 from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.config import ConfigError, ExperimentConfig
-from harness.metrics import AttackMetrics, evaluate_scores
+from harness.metrics import AttackMetrics, evaluate_scores, roc_on_grid
 from harness.registry import resolve
 from harness.runstore import RunDir, RunDirError
 
@@ -193,6 +193,7 @@ def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
         "balanced_accuracy": m.balanced_accuracy,
         "num_pos": m.num_pos,
         "num_neg": m.num_neg,
+        "roc_curve": roc_on_grid(m.roc),
     }
 
 
@@ -384,6 +385,8 @@ def evaluate_run(
         "harness_version": __version__,
         "trained_with_version": manifest.get("harness_version"),
         "fingerprint": manifest["fingerprint"],
+        "data_fingerprint": manifest.get("data_fingerprint"),
+        "created": manifest.get("created"),
         "headline_fpr": headline_fpr(cfg),
         "recipe_fields": _recipe_fields(defense),
         "config": cfg.model_dump(mode="json"),

@@ -77,6 +77,17 @@ def balanced_accuracy(roc: Roc) -> float:
     return float(((roc.tpr + 1.0 - roc.fpr) / 2.0).max())
 
 
+#: FPRs at which results.json records each attack's ROC (``roc_curve``): 0, then 10 points per
+#: decade from 1e-5 to 1 (enough for a log-log plot; the full curves are in RUN_DIR/roc/)
+ROC_GRID = (0.0, *(round(10 ** (k / 10), 10) for k in range(-50, 1)))
+
+
+def roc_on_grid(roc: Roc, grid: tuple[float, ...] = ROC_GRID) -> dict[str, list[float]]:
+    """The ROC as ``{"fpr": grid, "tpr": [TPR at FPR <= g for g in grid]}`` (:func:`tpr_at_fpr`'s
+    rule: a staircase sampled at the grid, never interpolated)."""
+    return {"fpr": [float(g) for g in grid], "tpr": [tpr_at_fpr(roc, g) for g in grid]}
+
+
 def resolvable(target: float, num_neg: int) -> bool:
     """Whether FPR ``target`` can be told apart from FPR 0 with ``num_neg`` negative guesses."""
     return target == 0.0 or target >= 1.0 / num_neg

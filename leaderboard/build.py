@@ -1,8 +1,9 @@
-"""Build the leaderboard from per-run ``results.json`` files (one entry per file, as RobustBench does).
+"""Leaderboard rows from per-run ``results.json`` files (one entry per file, as RobustBench does).
 
-Each entry shows the defense, its setting, test accuracy and the headline TPR at the headline FPR of
-both levels; entries are sorted by the sample-level figure (lower is more private). Output: a
-self-contained ``index.html`` and a ``leaderboard.md`` in the chosen folder.
+Each row holds the defense, its setting, test accuracy and the headline TPR at the headline FPR of
+both levels; rows are sorted by the sample-level figure (lower is more private). :func:`build`
+writes the plain one-table page and ``leaderboard.md``; the full site (per-entry pages, plots, the
+DP-SGD frontier) is :mod:`leaderboard.site`, which reads its rows from here.
 """
 
 from __future__ import annotations

@@ -264,7 +264,7 @@ def test_leaderboard_skips_and_names_a_broken_results_json(finished_run, tmp_pat
     (runs / "broken" / "results.json").write_text('{"population": {"attacks": [')
     (runs / "foreign").mkdir()
     (runs / "foreign" / "results.json").write_text('{"hello": 1}')
-    res = runner.invoke(app, ["leaderboard", str(runs), "--out", str(tmp_path / "site")])
+    res = runner.invoke(app, ["leaderboard", "build", str(runs), "--out", str(tmp_path / "site")])
     assert res.exit_code == 0, res.output
     assert "1 entries" in res.output
     skipped = [line for line in res.output.splitlines() if line.startswith("skipped:")]

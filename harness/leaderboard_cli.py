@@ -1,0 +1,84 @@
+"""``harness leaderboard``: the static leaderboard site (leaderboard/site.py) and its submissions.
+
+    leaderboard build RUNS... [--out site]        add the runs' results.json files to the site and rebuild it
+    leaderboard add ENTRY.tar.gz [--site site]    verify a submitted bundle (harness submit) and add it
+    leaderboard verify ENTRY_ID --rerun RUN_DIR   mark an entry verified by a re-run with an unseen seed
+
+User mistakes print one ``error:`` line and exit with code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+leaderboard_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                              help="The static leaderboard site: build it, add verified submissions.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def _fail(msg: str, code: int = 2) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _skipped(skipped: list[tuple[Path, str]]) -> None:
+    for path, reason in skipped:
+        err_console.print(f"[yellow]skipped:[/] {escape(str(path))}: {escape(reason)}", highlight=False, soft_wrap=True)
+
+
+@leaderboard_app.command()
+def build(
+    paths: list[Path] = typer.Argument(..., help="results.json files or folders holding run directories"),
+    out: Path = typer.Option(Path("site"), help="the site folder (created; entries already in it are kept)"),
+) -> None:
+    """Add the runs' results to the static site and rebuild its pages (index, one page per entry)."""
+    from leaderboard.site import build_site
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        _fail(f"not found: {', '.join(missing)}")
+    skipped: list[tuple[Path, str]] = []
+    rows = build_site(paths, out, skipped)
+    _skipped(skipped)
+    if not rows:
+        _fail("no usable results.json found under the given paths")
+    console.print(f"{len(rows)} entries -> {out / 'index.html'} (one page per entry under {out / 'entries'}), "
+                  f"{out / 'leaderboard.md'}", highlight=False)
+
+
+@leaderboard_app.command()
+def add(
+    bundle: Path = typer.Argument(..., help="a bundle written by `harness submit RUN_DIR -o entry.tar.gz`"),
+    site: Path = typer.Option(Path("site"), help="the site folder"),
+) -> None:
+    """Verify a submitted bundle (hashes, fingerprints, and the attacks re-run on its signals) and add it."""
+    from leaderboard.submit import SubmissionError, add_bundle
+
+    try:
+        eid = add_bundle(bundle, site)
+    except SubmissionError as e:
+        _fail(f"refused: {e}")
+    console.print(f"accepted: {eid} -> {site / 'entries' / eid} (unverified until `harness leaderboard verify`)",
+                  highlight=False)
+
+
+@leaderboard_app.command()
+def verify(
+    entry: str = typer.Argument(..., help="the entry's id (its folder under SITE/entries)"),
+    rerun: Path = typer.Option(..., "--rerun", help="the maintainer's run of the same defense and config with a "
+                               "seed the submitter never saw (`harness evaluate DEFENSE --seed SECRET`)"),
+    site: Path = typer.Option(Path("site"), help="the site folder"),
+) -> None:
+    """Mark an entry verified when a re-run with an unseen seed agrees with it (overlapping 95% CIs)."""
+    from leaderboard.submit import SubmissionError, verify_entry
+
+    try:
+        by = verify_entry(site, entry, rerun)
+    except SubmissionError as e:
+        _fail(f"not verified: {e}")
+    console.print(f"verified: {entry}: {by}", highlight=False)

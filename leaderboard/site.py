@@ -1,0 +1,336 @@
+"""The static leaderboard site: an index page and one page per entry, built from results.json files.
+
+Layout of a site folder (everything is regenerated from ``entries/`` by :func:`rebuild`):
+
+- ``entries/<entry_id>/results.json``: an entry's results (a run's, or a verified submission's);
+- ``entries/<entry_id>/entry.json`` (optional): ``source`` ("run" or "submission"), ``verified``,
+  ``verified_by``, ``submitted`` (see leaderboard/submit.py);
+- ``index.html``: one row per entry (sortable by any column, in the page itself), the
+  privacy-utility figure with the DP-SGD frontier (Aerni et al., Figure 7), and per entry the
+  utility-matched DP-SGD baseline: the DP-SGD sample-level TPR linearly interpolated at the entry's
+  accuracy between the two DP-SGD entries of the same dataset and preset that bracket it;
+- ``entries/<entry_id>/index.html``: the log-log ROC curves (population and every sample-level
+  canary, every attack's primary variant), the per-attack table, the config and the provenance,
+  with a link to the entry's results.json;
+- ``leaderboard.md``: the index table as Markdown.
+
+Pages load nothing from the network; every string from a results file is escaped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+from html import escape
+from pathlib import Path
+from typing import Any
+
+from leaderboard.build import _read_entry, to_markdown
+from leaderboard.plots import privacy_utility_svg, roc_svg
+
+CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;vertical-align:top}th{background:#f3f3f3;cursor:pointer}
+td.name,th.name{text-align:left;max-width:260px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.beats{color:#1a7f37}.loses{color:#b42318}.badge{background:#1a7f37;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}
+pre{background:#f7f7f7;padding:8px;overflow:auto;max-height:420px}.muted{color:#666;font-size:13px}
+.plots{display:flex;flex-wrap:wrap;gap:16px}"""
+
+SORT_JS = """document.querySelectorAll('table.sortable').forEach(function(t){
+t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
+var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows),asc=th.dataset.dir!=='asc';th.dataset.dir=asc?'asc':'desc';
+rows.sort(function(a,b){var x=a.cells[i].dataset.sort,y=b.cells[i].dataset.sort;var nx=parseFloat(x),ny=parseFloat(y);
+var c=(isNaN(nx)||isNaN(ny))?String(x).localeCompare(String(y)):nx-ny;return asc?c:-c;});
+rows.forEach(function(r){body.appendChild(r);});});});});"""
+
+COLUMNS = ("defense", "setting", "test acc", "population TPR", "sample TPR", "ratio", "canary", "attack",
+           "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models", "device-hours", "verified")
+
+
+def entry_id(results: dict[str, Any]) -> str:
+    """A stable, safe folder name: defense + preset + 12 characters of the run fingerprint (any other
+    character becomes '-'; an over-long name is cut and keeps a hash of the full one)."""
+    name = f"{results.get('defense', '')}-{results.get('preset', '')}".lower()
+    slug = re.sub(r"[^a-z0-9_]+", "-", name).strip("-")[:60] or "entry"
+    tag = hashlib.sha256(name.encode()).hexdigest()[:6]
+    return f"{slug}-{tag}-{str(results.get('fingerprint', ''))[:12]}"
+
+
+def _ci(level: dict[str, Any], k: str) -> tuple[float, float] | None:
+    ci = level["best"].get("tpr_ci", {}).get(k)
+    return (ci[0], ci[1]) if ci and all(isinstance(v, (int, float)) and v == v for v in ci) else None
+
+
+def _compute(results: dict[str, Any]) -> tuple[int, float | None, list[str]]:
+    levels = [lv for lv in ("population", "sample") if lv in results]
+    secs, devices = 0.0, set()
+    for lv in levels:
+        c = results[lv].get("compute") or {}
+        secs += float(c.get("train_seconds_total") or 0.0) + float(c.get("query_seconds_total") or 0.0)
+        devices.update(c.get("devices") or [])
+    return results["num_models"] * len(levels), (secs / 3600 if secs else None), sorted(devices)
+
+
+def is_dpsgd(results: dict[str, Any]) -> bool:
+    return str(results.get("defense", "")).startswith("dpsgd")
+
+
+def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> float | None:
+    """The DP-SGD TPR at accuracy ``acc``, linearly interpolated between the two frontier points
+    (accuracy, TPR) whose accuracies bracket it; None when no pair brackets it."""
+    pts = sorted(frontier)
+    for (a0, t0), (a1, t1) in zip(pts, pts[1:]):
+        if a0 <= acc <= a1:
+            return t0 if a1 == a0 else t0 + (t1 - t0) * (acc - a0) / (a1 - a0)
+    if len(pts) == 1 and pts[0][0] == acc:
+        return pts[0][1]
+    return None
+
+
+def _row(results: dict[str, Any], meta: dict[str, Any], eid: str, source: Path) -> dict[str, Any]:
+    base = _read_entry_dict(results, source)
+    k = repr(float(results.get("headline_fpr", 0.001)))
+    models, hours, devices = _compute(results)
+    pop, smp = base["population TPR"], base["sample TPR"]
+    ratio = smp / pop if isinstance(pop, float) and isinstance(smp, float) and pop > 0 else None
+    return {
+        **base,
+        "id": eid,
+        "setting": f"{results['dataset']}/{results['preset']}",
+        "population CI": _ci(results["population"], k) if "population" in results else None,
+        "sample CI": _ci(results["sample"], k) if "sample" in results else None,
+        "ratio": ratio,
+        "attack": base["sample attack"],
+        "models": models,
+        "device-hours": hours,
+        "devices": devices,
+        "verified": bool(meta.get("verified")),
+        "source_kind": meta.get("source", "run"),
+        "is_dpsgd": is_dpsgd(results),
+    }
+
+
+def _read_entry_dict(results: dict[str, Any], source: Path) -> dict[str, Any]:
+    from leaderboard.build import _entry
+
+    return _entry(results, source)
+
+
+def _pct(v: Any) -> str:
+    return f"{100 * v:.1f}%" if isinstance(v, float) else escape(str(v) if v is not None else "-")
+
+
+def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
+    """(display HTML, sort key) of one index cell; every string escaped."""
+    v = r.get(col)
+    if col == "defense":
+        name = str(r["defense"])
+        return (f'<a href="entries/{escape(r["id"], quote=True)}/index.html" title="{escape(name, quote=True)}">'
+                f'{escape(name)}</a>', name)
+    if col in ("population TPR", "sample TPR"):
+        ci = r["population CI" if col.startswith("pop") else "sample CI"]
+        txt = _pct(v) + (f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and isinstance(v, float) else "")
+        return txt, f"{v:.6f}" if isinstance(v, float) else "9"
+    if col == "test acc":
+        return _pct(v), f"{v:.6f}" if isinstance(v, float) else "-1"
+    if col == "ratio":
+        return (f"{v:.1f}x" if v is not None else "-"), f"{v:.6f}" if v is not None else "-1"
+    if col == "DP-SGD at same acc":
+        b = r.get("baseline")
+        if r["is_dpsgd"]:
+            return "(DP-SGD)", "-1"
+        if b is None:
+            return "no baseline", "-1"
+        beats = isinstance(r["sample TPR"], float) and r["sample TPR"] < b
+        cls, word = ("beats", "beats it") if beats else ("loses", "does not beat it")
+        return f'{100 * b:.1f}% <span class="{cls}">{word}</span>', f"{b:.6f}"
+    if col in ("DP ε", "empirical ε ≥"):
+        return (f"{v:.3g}" if isinstance(v, float) else "-"), f"{v:.6f}" if isinstance(v, float) else "-1"
+    if col == "device-hours":
+        dev = ", ".join(r["devices"])
+        return (f'{v:.3f} <span class="muted">{escape(dev)}</span>' if v is not None else "-"), f"{v or 0:.6f}"
+    if col == "models":
+        return str(int(v)), str(int(v))
+    if col == "verified":
+        return ('<span class="badge">verified</span>' if v else escape(r["source_kind"])), "1" if v else "0"
+    return escape(str(v) if v not in (None, "") else "-"), str(v or "")
+
+
+def index_html(rows: list[dict[str, Any]]) -> str:
+    frontiers: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        if r["is_dpsgd"] and isinstance(r["sample TPR"], float):
+            frontiers.setdefault(r["setting"], []).append((r["test acc"], r["sample TPR"]))
+    for r in rows:
+        r["baseline"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
+                         if not r["is_dpsgd"] else None)
+    points = [(f"{r['defense']} ({r['setting']})", r["test acc"], r["sample TPR"], r["is_dpsgd"])
+              for r in rows if isinstance(r["sample TPR"], float)]
+    figure = privacy_utility_svg(points, frontiers, "Privacy vs utility: sample-level TPR at 0.1% FPR "
+                                 "(lower is more private) against test accuracy")
+    head = "".join(f'<th class="{"name" if c == "defense" else ""}">{escape(c)}</th>' for c in COLUMNS)
+    body = []
+    for r in rows:
+        cells = []
+        for c in COLUMNS:
+            html, key = _cell(c, r)
+            cells.append(f'<td class="{"name" if c == "defense" else ""}" data-sort="{escape(key, quote=True)}">{html}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return _page("privacy-harness leaderboard", f"""<h1>privacy-harness leaderboard</h1>
+<p>TPR at 0.1% FPR of each entry's headline attack (the best primary variant of the defense's adaptive attacks)
+at the population level (audit samples as they are) and the sample level (the defense's canaries, built to mimic
+the most vulnerable samples), with 95% bootstrap CIs over victim models. Lower is more private. <b>DP-SGD at same
+acc</b>: the DP-SGD baselines' sample-level TPR interpolated at the entry's accuracy (same dataset and preset); a
+defense is only interesting if it beats it. Empirical ε ≥: one-run lower bound of the headline variant. Click a
+column header to sort.</p>
+<table class="sortable" id="board"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
+<div class="plots">{figure}</div>
+<p class="muted">{len(rows)} entries. Built by privacy-harness from results.json files; every number links to its
+entry's page and results.json.</p>""", script=True)
+
+
+def _attack_table(level_name: str, level: dict[str, Any], targets: list[str]) -> str:
+    head = "".join(f"<th>TPR@{100 * float(k):g}% FPR</th>" for k in targets)
+    rows = []
+    for a in level["attacks"]:
+        best = (a["name"], a["variant"]) == (level["best"]["name"], level["best"]["variant"])
+        tds = []
+        for k in targets:
+            v, ci = a["tpr_at_fpr"][k], a["tpr_ci"].get(k)
+            if not a["resolved"].get(k, True):
+                tds.append("<td>unresolved</td>")
+                continue
+            c = f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and ci[0] == ci[0] else ""
+            tds.append(f"<td>{100 * v:.1f}%{c}</td>")
+        rows.append(f'<tr><td class="name">{escape(level_name)}</td><td class="name">{escape(a["name"])}'
+                    f'{"*" if a.get("primary") else ""}{" (headline)" if best else ""}</td>'
+                    f'<td class="name">{escape(a["variant"])}</td><td>{escape(a.get("access", ""))}</td>'
+                    + "".join(tds) + f'<td>{a["auc"]:.3f}</td></tr>')
+    return f'<table><tr><th class="name">experiment</th><th class="name">attack</th><th class="name">variant</th><th>access</th>{head}<th>AUC</th></tr>{"".join(rows)}</table>'
+
+
+def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    out = [("population", results["population"])] if "population" in results else []
+    by = results.get("sample_by_canary") or ({results["sample"]["canary"]: results["sample"]} if "sample" in results else {})
+    return out + [(f"sample-{c}", r) for c, r in by.items()]
+
+
+def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str = "results.json",
+               index_href: str | None = "../../index.html") -> str:
+    """One entry's page: ROC figures, per-attack table, config and provenance."""
+    targets = [k for k in next(iter(_experiments(results)))[1]["attacks"][0]["tpr_at_fpr"]]
+    figures, tables = [], []
+    for name, level in _experiments(results):
+        curves = [(f"{a['name']}:{a['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"])
+                  for a in level["attacks"] if a.get("primary") and "roc_curve" in a]
+        if curves:
+            figures.append(roc_svg(curves, f"{name} (canary: {level['canary']}), primary variants"))
+        tables.append(_attack_table(name, level, targets))
+    headline = [(name, lv) for name, lv in _experiments(results)]
+    hl_curves = [(f"{name}: {lv['best']['name']}:{lv['best']['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"])
+                 for name, lv in headline for a in lv["attacks"]
+                 if (a["name"], a["variant"]) == (lv["best"]["name"], lv["best"]["variant"]) and "roc_curve" in a]
+    if hl_curves:
+        figures.insert(0, roc_svg(hl_curves, "Headline attack: population vs each canary"))
+    if not figures:
+        figures.append('<p class="muted">This results.json predates ROC curves in results.json (harness 0.2.0 '
+                       'before roc_curve): re-run `harness attack RUN_DIR` to add them.</p>')
+    models, hours, devices = _compute(results)
+    prov = {
+        "harness version": results.get("harness_version"),
+        "trained with version": results.get("trained_with_version"),
+        "run fingerprint": results.get("fingerprint"),
+        "data fingerprint": results.get("data_fingerprint"),
+        "seed": results.get("seed"),
+        "created": results.get("created"),
+        "devices": ", ".join(devices),
+        "models": models,
+        "device-hours": f"{hours:.3f}" if hours is not None else None,
+        "source": meta.get("source", "run"),
+        "verified": ("yes, " + str(meta.get("verified_by"))) if meta.get("verified") else "no",
+    }
+    prov_rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="name" style="white-space:normal">'
+                        f'{escape(str(v) if v is not None else "-")}</td></tr>' for k, v in prov.items())
+    notes = "".join(f"<li>{escape(str(n))}</li>" for n in results.get("notes", []))
+    back = f'<p><a href="{escape(index_href, quote=True)}">← leaderboard</a></p>' if index_href else ""
+    title = f"{results['defense']} ({results['dataset']}/{results['preset']})"
+    return _page(f"privacy-harness: {title}", f"""{back}<h1 class="name" title="{escape(title, quote=True)}"
+style="max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{escape(title)}</h1>
+<p><a href="{escape(results_href, quote=True)}" download>download results.json</a></p>
+{f'<ul>{notes}</ul>' if notes else ''}
+<div class="plots">{''.join(figures)}</div>
+<h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's headline; 95% CIs from a bootstrap
+over victim models; "unresolved": the FPR is below 1 / (number of negative guesses).</p>{''.join(tables)}
+<h2>Provenance</h2><table>{prov_rows}</table>
+<h2>Config</h2><pre>{escape(json.dumps(results.get("config", {}), indent=2, sort_keys=True))}</pre>""")
+
+
+def _page(title: str, body: str, script: bool = False) -> str:
+    js = f"<script>{SORT_JS}</script>" if script else ""
+    return (f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)}</title>'
+            f"<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'; "
+            f"script-src 'unsafe-inline'; img-src data:\">"
+            f"<style>{CSS}</style></head><body>{body}{js}</body></html>\n")
+
+
+def _entries(site: Path) -> list[tuple[str, Path, dict[str, Any]]]:
+    out = []
+    for d in sorted((site / "entries").glob("*/")):
+        f = d / "results.json"
+        if not f.is_file():
+            continue
+        meta_file = d / "entry.json"
+        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {"source": "run", "verified": False}
+        out.append((d.name, f, meta))
+    return out
+
+
+def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
+    """Regenerate index.html, leaderboard.md and every entry page from ``site/entries/*``."""
+    rows = []
+    for eid, f, meta in _entries(site):
+        try:
+            _read_entry(f)  # the same checks as `harness leaderboard` has always made
+            results = json.loads(f.read_text())
+            rows.append(_row(results, meta, eid, f))
+            (f.parent / "index.html").write_text(entry_html(results, meta))
+        except (ValueError, KeyError, TypeError, IndexError, StopIteration) as e:
+            if skipped is not None:
+                skipped.append((f, str(e) or type(e).__name__))
+    rows.sort(key=lambda r: (0, r["sample TPR"]) if isinstance(r["sample TPR"], float) else (1, 0.0))
+    site.mkdir(parents=True, exist_ok=True)
+    (site / "index.html").write_text(index_html(rows))
+    (site / "leaderboard.md").write_text(to_markdown(rows))
+    return rows
+
+
+def add_results(site: Path, results_file: Path, meta: dict[str, Any] | None = None) -> str:
+    """Copy one results.json into ``site/entries/<entry_id>/`` (replacing an older copy); its id."""
+    results = json.loads(results_file.read_text())
+    eid = entry_id(results)
+    d = site / "entries" / eid
+    d.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(results_file, d / "results.json")
+    if meta is not None:
+        (d / "entry.json").write_text(json.dumps(meta, indent=2))
+    return eid
+
+
+def build_site(paths: list[Path], out: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
+    """Add every readable results.json under ``paths`` to the site at ``out`` and rebuild it."""
+    files: list[Path] = []
+    for p in paths:
+        files += sorted(p.rglob("results.json")) if p.is_dir() else [p]
+    own = (out / "entries").resolve()
+    for f in files:
+        if own in f.resolve().parents:  # the site's own copies
+            continue
+        try:
+            _read_entry(f)
+        except ValueError as e:
+            if skipped is not None:
+                skipped.append((f, str(e)))
+            continue
+        add_results(out, f)
+    return rebuild(out, skipped)
