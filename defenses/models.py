@@ -216,7 +216,38 @@ class WideResNetGN(nn.Module):
         return self.head(global_avg_pool(h))
 
 
-MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn")
+class AirbenchNet(nn.Module):
+    """The network of Keller Jordan's cifar10-airbench (airbench94), built here from its published
+    description: a 2x2 convolution to 24 channels ("whitening" width 2 * C * 2^2) and GELU, three
+    conv groups (widths ``w``, 4w, 4w; each conv3x3 -> max-pool 2 -> BatchNorm -> GELU -> conv3x3 ->
+    BatchNorm -> GELU, convs without bias), max-pool 3, a bias-free linear head scaled by 1/9.
+    Difference from airbench: its whitening layer is initialized from the training images' patch
+    covariance and frozen; here it is an ordinary trainable convolution (a model is built without
+    data). 32x32 inputs (the pooling chain ends at 1x1)."""
+
+    def __init__(self, in_channels: int, num_classes: int, width: int = 64) -> None:
+        super().__init__()
+        whiten = 2 * in_channels * 4
+        widths = (width, 4 * width, 4 * width)
+
+        def group(cin: int, cout: int) -> nn.Sequential:
+            return nn.Sequential(
+                nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.MaxPool2d(2), nn.BatchNorm2d(cout), nn.GELU(),
+                nn.Conv2d(cout, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.GELU(),
+            )
+
+        self.body = nn.Sequential(
+            nn.Conv2d(in_channels, whiten, 2, padding=0), nn.GELU(),
+            group(whiten, widths[0]), group(widths[0], widths[1]), group(widths[1], widths[2]),
+            nn.MaxPool2d(3), nn.Flatten(),
+        )
+        self.head = nn.Linear(widths[2], num_classes, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.body(x)) / 9.0
+
+
+MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench")
 #: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
 BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4")
 
@@ -256,4 +287,8 @@ def _build(kind: str, image_shape: tuple[int, ...], num_classes: int, width: int
         return WideResNet(c, num_classes, depth=16, widen=4)
     if kind == "wrn16-4-gn":
         return WideResNetGN(c, num_classes, depth=16, widen=4)
+    if kind == "airbench":
+        if tuple(image_shape[1:]) != (32, 32):
+            raise ValueError(f"the airbench network needs 32x32 images, got {image_shape[1]}x{image_shape[2]}")
+        return AirbenchNet(c, num_classes, width)
     raise ValueError(f"unknown model {kind!r}")

@@ -228,7 +228,13 @@ def evaluate(
                                   "and stay unsaved (delete the run directory to retrain them with it).")
         t1 = time.perf_counter()
         if jobs:
-            console.print(f"Training {len(jobs)} models with {executor.description}.")
+            from harness.runner import group_size, make_defense
+
+            defense_obj = make_defense(cfg)
+            g = group_size(cfg, defense_obj)
+            stacked = " (stacked: one batched loop per group)" if defense_obj.can_group(cfg.train) else ""
+            grouping = f" in groups of {g}{stacked}" if g > 1 else ""
+            console.print(f"Training {len(jobs)} models{grouping} with {executor.description}.")
             with Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                 TimeRemainingColumn(), console=console,

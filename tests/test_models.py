@@ -37,3 +37,20 @@ def test_mlp_bn_trains_on_a_one_sample_batch_and_rebuilds_from_its_state():
     copy = rebuild_model(net.harness_arch, net.state_dict())
     x = torch.randn(3, 1, 8, 8)
     assert torch.equal(copy(x), net.eval()(x))
+
+
+def test_airbench_network_shape_size_and_input_check():
+    import pytest
+    import torch
+
+    from defenses.models import build_model
+
+    net = build_model("airbench", (3, 32, 32), 10, 64)
+    # whiten 3->24 (2x2, bias), groups 24->64, 64->256, 256->256 (3x3 convs, no bias, 2 BN each), head 256->10
+    convs = 3 * 24 * 4 + 24 + 9 * (24 * 64 + 64 * 64 + 64 * 256 + 256 * 256 + 256 * 256 + 256 * 256)
+    bns = 2 * (64 + 64 + 256 + 256 + 256 + 256)  # weight and bias per BatchNorm channel
+    assert sum(p.numel() for p in net.parameters()) == convs + bns + 256 * 10
+    out = net(torch.randn(4, 3, 32, 32))
+    assert out.shape == (4, 10)
+    with pytest.raises(ValueError, match="32x32"):
+        build_model("airbench", (1, 8, 8), 10, 64)
