@@ -249,7 +249,7 @@ class AirbenchNet(nn.Module):
 
 MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench")
 #: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
-BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4")
+BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4", "airbench")
 
 
 def build_model(kind: str, image_shape: tuple[int, int, int], num_classes: int, width: int) -> nn.Module:

@@ -2,6 +2,7 @@
 
     leaderboard build RUNS... [--out site]        add the runs' results.json files to the site and rebuild it
     leaderboard add ENTRY.tar.gz [--site site]    verify a submitted bundle (harness submit) and add it
+                                                  (--trust-plugin: a file-plugin defense, its source read)
     leaderboard verify ENTRY_ID --rerun RUN_DIR   mark an entry verified by a re-run with an unseen seed
 
 User mistakes print one ``error:`` line and exit with code 2.
@@ -55,12 +56,14 @@ def build(
 def add(
     bundle: Path = typer.Argument(..., help="a bundle written by `harness submit RUN_DIR -o entry.tar.gz`"),
     site: Path = typer.Option(Path("site"), help="the site folder"),
+    trust_plugin: bool = typer.Option(False, "--trust-plugin", help="allow a file-plugin defense: re-running its "
+                                      "attacks imports the bundle's defense_source/*.py (read it first)"),
 ) -> None:
     """Verify a submitted bundle (hashes, fingerprints, and the attacks re-run on its signals) and add it."""
     from leaderboard.submit import SubmissionError, add_bundle
 
     try:
-        eid = add_bundle(bundle, site)
+        eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
     except SubmissionError as e:
         _fail(f"refused: {e}")
     console.print(f"accepted: {eid} -> {site / 'entries' / eid} (unverified until `harness leaderboard verify`)",

@@ -111,9 +111,14 @@ def _fmt(col: str, v: Any) -> str:
     return str(v)
 
 
+def _md(text: str) -> str:
+    """A Markdown table cell: HTML escaped (renderers pass raw HTML through), pipes and newlines neutralised."""
+    return html.escape(" ".join(text.split()), quote=True).replace("|", "&#124;")
+
+
 def to_markdown(entries: list[dict[str, Any]]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_fmt(c, e[c]) for c in COLUMNS) + " |" for e in entries]
+    lines += ["| " + " | ".join(_md(_fmt(c, e[c])) for c in COLUMNS) + " |" for e in entries]
     return "\n".join(lines) + "\n"
 
 

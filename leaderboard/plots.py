@@ -33,10 +33,17 @@ def _label(text: str, limit: int = 48) -> str:
     return escape(text if len(text) <= limit else text[: limit - 1] + "…", quote=True)
 
 
+def _points(fpr: Sequence[float], tpr: Sequence[float], left: float, right: float, top: float, bottom: float) -> str:
+    return " ".join(f"{_log_pos(f, LOG_MIN, 1.0, left, right):.1f},{_log_pos(t, LOG_MIN, 1.0, bottom, top):.1f}"
+                    for f, t in zip(fpr, tpr))
+
+
 def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], title: str,
-            width: int = 520, height: int = 420) -> str:
-    """Log-log ROC curves: ``curves`` are (label, fpr, tpr) with FPR/TPR in [0, 1]; points at 0 are
-    drawn on the 1e-5 edge."""
+            width: int = 520, height: int = 420,
+            minor: Sequence[tuple[str, Sequence[float], Sequence[float], int]] = ()) -> str:
+    """Log-log ROC curves: ``curves`` are (label, fpr, tpr) with FPR/TPR in [0, 1], one legend line
+    each; points at 0 are drawn on the 1e-5 edge. ``minor`` curves (label, fpr, tpr, index of the
+    curve whose colour they share) are drawn thin and faint, named in their tooltip only."""
     left, right, top, bottom = 60, width - 190, 30, height - 45
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot roc" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_label(title, 200)}">',
@@ -55,10 +62,13 @@ def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], titl
                  'false positive rate</text>')
     parts.append(f'<text x="14" y="{(top + bottom) / 2}" text-anchor="middle" font-size="11" '
                  f'transform="rotate(-90 14 {(top + bottom) / 2})">true positive rate</text>')
+    for label, fpr, tpr, i in minor:
+        parts.append(f'<polyline class="curve minor" fill="none" stroke="{PALETTE[i % len(PALETTE)]}" '
+                     f'stroke-width="0.8" stroke-opacity="0.4" points="{_points(fpr, tpr, left, right, top, bottom)}">'
+                     f'<title>{escape(label, quote=True)}</title></polyline>')
     for i, (label, fpr, tpr) in enumerate(curves):
         color = PALETTE[i % len(PALETTE)]
-        pts = " ".join(f"{_log_pos(f, LOG_MIN, 1.0, left, right):.1f},{_log_pos(t, LOG_MIN, 1.0, bottom, top):.1f}"
-                       for f, t in zip(fpr, tpr))
+        pts = _points(fpr, tpr, left, right, top, bottom)
         parts.append(f'<polyline class="curve" fill="none" stroke="{color}" stroke-width="1.6" points="{pts}">'
                      f'<title>{escape(label, quote=True)}</title></polyline>')
         ly = top + 12 + 15 * i
@@ -66,17 +76,21 @@ def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], titl
                      'stroke-width="2"/>')
         parts.append(f'<text x="{right + 32}" y="{ly}" font-size="10"><title>{escape(label, quote=True)}</title>'
                      f'{_label(label, 28)}</text>')
+    if minor:
+        ly = top + 12 + 15 * len(curves)
+        parts.append(f'<text x="{right + 10}" y="{ly}" font-size="10" fill="#666">thin: {len(minor)} other '
+                     'variants</text>')
     parts.append("</svg>")
     return "".join(parts)
 
 
 def privacy_utility_svg(points: Sequence[tuple[str, float, float, bool]],
                         frontiers: dict[str, Sequence[tuple[float, float]]], title: str,
-                        width: int = 640, height: int = 440) -> str:
+                        width: int = 760, height: int = 440) -> str:
     """Test accuracy (x) vs sample-level TPR@0.1% FPR (y, log): ``points`` are (label, accuracy, TPR,
     is_dp); ``frontiers`` maps a setting (dataset/preset) to its DP-SGD (accuracy, TPR) points, joined
     in order of accuracy. TPRs below 1e-3 are drawn on the 1e-3 edge."""
-    left, right, top, bottom = 60, width - 20, 30, height - 45
+    left, right, top, bottom = 60, width - 150, 36, height - 45  # labels may run into the right margin
     ylo = 1e-3
     accs = [p[1] for p in points] or [0.0, 1.0]
     xlo = max(0.0, math.floor(min(accs) * 20) / 20 - 0.05)
@@ -113,7 +127,12 @@ def privacy_utility_svg(points: Sequence[tuple[str, float, float, bool]],
         parts.append(f'<g>{shape}<title>{escape(label, quote=True)}: accuracy {100 * acc:.1f}%, '
                      f'TPR {100 * tpr:.1f}%</title><text x="{x + 7:.1f}" y="{y - 6:.1f}" font-size="10">'
                      f'{_label(label, 24)}</text></g>')
-    parts.append(f'<text x="{right - 5}" y="{top + 14}" text-anchor="end" font-size="10">■ DP-SGD (dashed: '
-                 'frontier)  ● other defenses</text>')
+    ly = bottom - 50  # the legend, in the right margin below the labels of the most vulnerable entries
+    parts.append(f'<rect x="{right + 12}" y="{ly - 8}" width="8" height="8" fill="#555"/>'
+                 f'<text x="{right + 26}" y="{ly}" font-size="10">DP-SGD</text>'
+                 f'<line x1="{right + 10}" y1="{ly + 11}" x2="{right + 22}" y2="{ly + 11}" stroke="#555" '
+                 f'stroke-dasharray="4 2"/><text x="{right + 26}" y="{ly + 15}" font-size="10">DP-SGD frontier</text>'
+                 f'<circle cx="{right + 16}" cy="{ly + 26}" r="4" fill="#d62728"/>'
+                 f'<text x="{right + 26}" y="{ly + 30}" font-size="10">other defenses</text>')
     parts.append("</svg>")
     return "".join(parts)

@@ -10,7 +10,7 @@ Layout of a site folder (everything is regenerated from ``entries/`` by :func:`r
   utility-matched DP-SGD baseline: the DP-SGD sample-level TPR linearly interpolated at the entry's
   accuracy between the two DP-SGD entries of the same dataset and preset that bracket it;
 - ``entries/<entry_id>/index.html``: the log-log ROC curves (population and every sample-level
-  canary, every attack's primary variant), the per-attack table, the config and the provenance,
+  canary, every attack variant), the per-attack table, the config and the provenance,
   with a link to the entry's results.json;
 - ``leaderboard.md``: the index table as Markdown.
 
@@ -34,6 +34,7 @@ CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{bord
 td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;vertical-align:top}th{background:#f3f3f3;cursor:pointer}
 td.name,th.name{text-align:left;max-width:260px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .beats{color:#1a7f37}.loses{color:#b42318}.badge{background:#1a7f37;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}
+td.wrap{text-align:left;max-width:640px;word-break:break-all}
 pre{background:#f7f7f7;padding:8px;overflow:auto;max-height:420px}.muted{color:#666;font-size:13px}
 .plots{display:flex;flex-wrap:wrap;gap:16px}"""
 
@@ -167,8 +168,8 @@ def index_html(rows: list[dict[str, Any]]) -> str:
                          if not r["is_dpsgd"] else None)
     points = [(f"{r['defense']} ({r['setting']})", r["test acc"], r["sample TPR"], r["is_dpsgd"])
               for r in rows if isinstance(r["sample TPR"], float)]
-    figure = privacy_utility_svg(points, frontiers, "Privacy vs utility: sample-level TPR at 0.1% FPR "
-                                 "(lower is more private) against test accuracy")
+    figure = privacy_utility_svg(points, frontiers, "Privacy vs utility (sample-level TPR at 0.1% FPR: "
+                                 "lower is more private)")
     head = "".join(f'<th class="{"name" if c == "defense" else ""}">{escape(c)}</th>' for c in COLUMNS)
     body = []
     for r in rows:
@@ -203,9 +204,11 @@ def _attack_table(level_name: str, level: dict[str, Any], targets: list[str]) ->
                 continue
             c = f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and ci[0] == ci[0] else ""
             tds.append(f"<td>{100 * v:.1f}%{c}</td>")
-        rows.append(f'<tr><td class="name">{escape(level_name)}</td><td class="name">{escape(a["name"])}'
-                    f'{"*" if a.get("primary") else ""}{" (headline)" if best else ""}</td>'
-                    f'<td class="name">{escape(a["variant"])}</td><td>{escape(a.get("access", ""))}</td>'
+        rows.append(f'<tr><td class="name">{escape(level_name)}</td>'
+                    f'<td class="name" title="{escape(a["name"], quote=True)}">'
+                    f'{escape(a["name"])}{"*" if a.get("primary") else ""}{" (headline)" if best else ""}</td>'
+                    f'<td class="name" title="{escape(a["variant"], quote=True)}">{escape(a["variant"])}</td>'
+                    f'<td>{escape(a.get("access", ""))}</td>'
                     + "".join(tds) + f'<td>{a["auc"]:.3f}</td></tr>')
     return f'<table><tr><th class="name">experiment</th><th class="name">attack</th><th class="name">variant</th><th>access</th>{head}<th>AUC</th></tr>{"".join(rows)}</table>'
 
@@ -222,10 +225,14 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
     targets = [k for k in next(iter(_experiments(results)))[1]["attacks"][0]["tpr_at_fpr"]]
     figures, tables = [], []
     for name, level in _experiments(results):
-        curves = [(f"{a['name']}:{a['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"])
-                  for a in level["attacks"] if a.get("primary") and "roc_curve" in a]
-        if curves:
-            figures.append(roc_svg(curves, f"{name} (canary: {level['canary']}), primary variants"))
+        primary = [a for a in level["attacks"] if a.get("primary") and "roc_curve" in a]
+        curves = [(f"{a['name']}:{a['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"]) for a in primary]
+        # every other variant, thin, in the colour of its attack's primary variant
+        colour = {a["name"]: i for i, a in enumerate(primary)}
+        minor = [(f"{a['name']}:{a['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"], colour.get(a["name"], 7))
+                 for a in level["attacks"] if not a.get("primary") and "roc_curve" in a]
+        if curves or minor:
+            figures.append(roc_svg(curves, f"{name} (canary: {level['canary']}), every variant", minor=minor))
         tables.append(_attack_table(name, level, targets))
     headline = [(name, lv) for name, lv in _experiments(results)]
     hl_curves = [(f"{name}: {lv['best']['name']}:{lv['best']['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"])
@@ -250,7 +257,7 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "source": meta.get("source", "run"),
         "verified": ("yes, " + str(meta.get("verified_by"))) if meta.get("verified") else "no",
     }
-    prov_rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="name" style="white-space:normal">'
+    prov_rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="wrap">'
                         f'{escape(str(v) if v is not None else "-")}</td></tr>' for k, v in prov.items())
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in results.get("notes", []))
     back = f'<p><a href="{escape(index_href, quote=True)}">← leaderboard</a></p>' if index_href else ""
@@ -274,23 +281,32 @@ def _page(title: str, body: str, script: bool = False) -> str:
             f"<style>{CSS}</style></head><body>{body}{js}</body></html>\n")
 
 
-def _entries(site: Path) -> list[tuple[str, Path, dict[str, Any]]]:
-    out = []
-    for d in sorted((site / "entries").glob("*/")):
-        f = d / "results.json"
-        if not f.is_file():
-            continue
-        meta_file = d / "entry.json"
-        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {"source": "run", "verified": False}
-        out.append((d.name, f, meta))
-    return out
+def _meta(d: Path) -> dict[str, Any]:
+    """An entry's entry.json (ValueError if it is unreadable or not an object); a plain run without one."""
+    f = d / "entry.json"
+    if not f.is_file():
+        return {"source": "run", "verified": False}
+    try:
+        meta = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"entry.json: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
+    if not isinstance(meta, dict):
+        raise ValueError("entry.json: not a JSON object")
+    return meta
+
+
+def _entries(site: Path) -> list[tuple[str, Path]]:
+    """(entry id, its results.json) of every entry folder under ``site/entries``."""
+    return [(d.name, d / "results.json") for d in sorted((site / "entries").glob("*/"))
+            if (d / "results.json").is_file()]
 
 
 def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
     """Regenerate index.html, leaderboard.md and every entry page from ``site/entries/*``."""
     rows = []
-    for eid, f, meta in _entries(site):
+    for eid, f in _entries(site):
         try:
+            meta = _meta(f.parent)
             _read_entry(f)  # the same checks as `harness leaderboard` has always made
             results = json.loads(f.read_text())
             rows.append(_row(results, meta, eid, f))

@@ -9,20 +9,28 @@ defense its source file (``defense_source/``). Saved models, ROC CSVs and progre
 ``harness leaderboard add entry.tar.gz --site site/`` (:func:`verify_bundle`) refuses a bundle, with
 one line saying why, unless:
 
-1. it extracts safely (regular files only, no absolute or ``..`` paths, under the size limit);
+1. it extracts safely (regular files only, no absolute or ``..`` paths, under the size and member
+   limits; tarfile's ``data`` filter on top);
 2. every file is listed in ``hashes.json`` with its hash, and every listed file is there;
-3. results.json has the keys of docs/results-json.md and the manifest's run fingerprint; the
-   dataset's fingerprint equals the manifest's; each level's design re-hashes to the level
-   fingerprint in the manifest, and each model's signals file carries that fingerprint and its
-   own model index, for all S models;
+3. results.json has the keys of docs/results-json.md and the manifest's run fingerprint, and its
+   config is config.json's; the run fingerprint re-computed from config.json, data.npz and the
+   defense's source equals the manifest's (when the bundle was trained with this harness version,
+   the only case in which it can be re-computed); the dataset's fingerprint equals the manifest's;
+   each level's design re-hashes to the level fingerprint in the manifest, and each model's
+   signals file carries that fingerprint and its own model index, for all S models;
 4. the attacks, re-run on the submitted signals with the submitted config (the code path of
-   ``harness attack``), give every submitted number again: each attack variant's TPR at every FPR,
-   its CI and AUC, and each level's headline.
+   ``harness attack``, whose bootstrap is seeded), give every submitted number again, to
+   :data:`TOLERANCE`: each attack variant's TPR at every FPR, its CI and AUC in every experiment,
+   each level's headline, and every other key of results.json except ``timings`` and
+   ``harness_version``.
+
+A file-plugin defense is imported (its code runs) to re-run the attacks, so such a bundle is only
+accepted with ``trust_plugin`` (``--trust-plugin``), after reading its ``defense_source/``.
 
 An accepted entry is written to ``site/entries/<entry_id>/`` (leaderboard/site.py) as unverified.
 :func:`verify_entry` marks it verified when the board's maintainer re-ran the same defense and
-config with a seed the submitter never saw (``harness evaluate DEFENSE --seed SECRET``) and the two
-runs' 95% CIs of the sample-level headline TPR overlap.
+config with a fresh seed the submitter never saw (``harness evaluate DEFENSE --seed SECRET``) and
+the two runs' 95% CIs of the sample-level headline TPR overlap.
 """
 
 from __future__ import annotations
@@ -34,14 +42,17 @@ import json
 import math
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 from typing import Any
 
 BUNDLE_LIMIT = 8 * 2**30  # bytes, all members together
+MAX_MEMBERS = 200_000  # files and folders in a bundle
 REQUIRED_KEYS = ("defense", "preset", "dataset", "num_models", "audit_size", "seed", "harness_version",
                  "fingerprint", "headline_fpr", "config")
 LEVEL_KEYS = ("canary", "test_accuracy", "attacks", "best", "num_guesses")
-TOLERANCE = 1e-9
+TOLERANCE = 1e-9  # re-computed numbers are bit-identical on one machine; this absorbs float rounding elsewhere
+UNCHECKED_KEYS = ("timings", "harness_version")  # results.json keys the signals cannot reproduce
 
 
 class SubmissionError(Exception):
@@ -60,13 +71,28 @@ def sha256_file(path: Path) -> str:
     return h.hexdigest()
 
 
+def _is_plugin(defense: Any) -> bool:
+    from harness.registry import is_file_reference
+
+    return is_file_reference(str(defense))
+
+
 def _bundle_files(run_dir: Path, results: dict[str, Any]) -> list[str]:
-    from harness.runstore import DamagedFileError, RunDir
+    from harness.runstore import DamagedFileError, RunDir, RunDirError
 
     run = RunDir(run_dir)
     files = ["results.json", "manifest.json", "config.json", "data.npz"]
     s = int(results["num_models"])
-    for level in run.levels():
+    try:
+        if run.load_manifest().get("fingerprint") != results["fingerprint"]:
+            raise SubmissionError(f"{run_dir / 'results.json'} belongs to another run than {run_dir / 'manifest.json'}; "
+                                  f"`harness attack {run_dir}` rewrites it")
+        levels = run.levels()
+    except DamagedFileError as e:
+        raise SubmissionError(f"{e.path} is damaged: {e.reason}") from None
+    except RunDirError as e:
+        raise SubmissionError(str(e)) from None
+    for level in levels:
         try:
             run.load_level(level)
         except DamagedFileError as e:
@@ -89,12 +115,17 @@ def _bundle_files(run_dir: Path, results: dict[str, Any]) -> list[str]:
 
 
 def make_bundle(run_dir: Path, out: Path) -> dict[str, str]:
-    """Write the submission bundle of a finished run to ``out`` (tar.gz); return its hash list."""
+    """Write the submission bundle of a finished run to ``out`` (tar.gz); return its hash list.
+
+    Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model or a
+    damaged file, or a file plugin whose source is not found or changed since the run."""
     path = run_dir / "results.json"
     if not path.is_file():
         raise SubmissionError(f"{path} does not exist: finish the run (and `harness attack {run_dir}`) first")
     try:
         results = json.loads(path.read_text())
+        if not isinstance(results, dict):
+            raise ValueError("not a JSON object")
         missing = [k for k in REQUIRED_KEYS if k not in results]
         if missing:
             raise ValueError(f"lacks {', '.join(missing)}")
@@ -103,48 +134,79 @@ def make_bundle(run_dir: Path, out: Path) -> dict[str, str]:
     files = _bundle_files(run_dir, results)
     hashes = {f: sha256_file(run_dir / f) for f in files}
     extra: dict[str, bytes] = {}
-    if ".py:" in str(results["defense"]):  # a file plugin: its source travels with the numbers
-        src = Path(str(results["defense"]).rsplit(":", 1)[0])
+    if _is_plugin(results["defense"]):  # a file plugin: its source travels with the numbers
+        src = Path(str(results["defense"]).rsplit(":", 1)[0]).expanduser()
         if not src.is_file():
             raise SubmissionError(f"the defense's source file {src} is not found (run `harness submit` from the "
                                   "folder the run was started in)")
+        _check_plugin_source(run_dir, results)
         name = f"defense_source/{src.name}"
         extra[name] = src.read_bytes()
         hashes[name] = hashlib.sha256(extra[name]).hexdigest()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(out, "w:gz") as tar:
-        for f in files:
-            tar.add(run_dir / f, arcname=f, recursive=False)
-        for name, data in {**extra, "hashes.json": json.dumps(hashes, indent=1, sort_keys=True).encode()}.items():
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with tarfile.open(out, "w:gz") as tar:
+            for f in files:
+                tar.add(run_dir / f, arcname=f, recursive=False)
+            for name, data in {**extra, "hashes.json": json.dumps(hashes, indent=1, sort_keys=True).encode()}.items():
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+    except OSError as e:
+        out.unlink(missing_ok=True)
+        raise SubmissionError(f"cannot write {out}: {e.strerror or e}") from None
     return hashes
 
 
+def _check_plugin_source(run_dir: Path, results: dict[str, Any]) -> None:
+    """The plugin file as it is now must be the one the run trained with (same run fingerprint)."""
+    from harness import __version__
+    from harness.runstore import RunDir
+
+    run = RunDir(run_dir)
+    if run.load_manifest().get("harness_version") != __version__:
+        return  # trained by another version: the fingerprint cannot be re-computed here
+    try:
+        fp = run_fingerprint_of(run.load_config(), run.load_data())
+    except ValueError as e:  # the plugin no longer imports, or a damaged file
+        raise SubmissionError(" ".join(str(e).split())) from None
+    if fp != results["fingerprint"]:
+        raise SubmissionError(f"the defense's source file {str(results['defense']).rsplit(':', 1)[0]} changed since "
+                              "the run trained with it (the run fingerprint differs); re-run the evaluation")
+
+
 def _safe_extract(bundle: Path, dest: Path) -> None:
+    """Extract ``bundle`` into ``dest``, refusing anything but regular files and folders below it.
+    Headers are checked one by one, so a limit stops the scan before the rest is decompressed."""
     try:
         tar = tarfile.open(bundle, "r:*")
     except (tarfile.TarError, OSError) as e:
         raise SubmissionError(f"{bundle} is not a readable tar archive ({str(e).splitlines()[0]})") from None
     with tar:
         total = 0
-        members = tar.getmembers()
-        for m in members:
-            p = Path(m.name)
-            if p.is_absolute() or ".." in p.parts or not m.name:
-                raise SubmissionError(f"unsafe path in bundle: {m.name!r}")
-            if not (m.isfile() or m.isdir()):
-                raise SubmissionError(f"bundle member {m.name!r} is not a regular file")
-            total += m.size
-            if total > BUNDLE_LIMIT:
-                raise SubmissionError(f"bundle is larger than {BUNDLE_LIMIT // 2**30} GiB unpacked")
+        members: list[tarfile.TarInfo] = []
+        try:
+            for m in tar:
+                p = Path(m.name)
+                if p.is_absolute() or ".." in p.parts or not m.name or p == Path("."):
+                    raise SubmissionError(f"unsafe path in bundle: {m.name!r}")
+                if not (m.isfile() or m.isdir()):
+                    kind = "a symlink" if m.issym() else "a hard link" if m.islnk() else "not a regular file"
+                    raise SubmissionError(f"bundle member {m.name!r} is {kind}")
+                total += m.size
+                if total > BUNDLE_LIMIT:
+                    raise SubmissionError(f"bundle is larger than {BUNDLE_LIMIT // 2**30} GiB unpacked")
+                members.append(m)
+                if len(members) > MAX_MEMBERS:
+                    raise SubmissionError(f"bundle has more than {MAX_MEMBERS} members")
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            raise SubmissionError(f"{bundle} is a damaged tar archive ({type(e).__name__}: {e})") from None
         try:
             tar.extractall(dest, members=members, filter="data")
         except TypeError:  # Python without extraction filters: the checks above stand in for it
             tar.extractall(dest, members=members)
-        except (tarfile.TarError, OSError) as e:
-            raise SubmissionError(f"bundle could not be extracted ({e})") from None
+        except (tarfile.TarError, OSError, EOFError, zlib.error) as e:
+            raise SubmissionError(f"bundle could not be extracted ({type(e).__name__}: {e})") from None
 
 
 def _check_hashes(root: Path) -> None:
@@ -153,10 +215,11 @@ def _check_hashes(root: Path) -> None:
         raise SubmissionError("bundle has no hashes.json")
     try:
         hashes = json.loads(f.read_text())
-        assert isinstance(hashes, dict)
-    except Exception:
-        raise SubmissionError("hashes.json is not a JSON object") from None
-    present = {str(p.relative_to(root)) for p in root.rglob("*") if p.is_file()} - {"hashes.json"}
+        if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+            raise ValueError
+    except (OSError, UnicodeDecodeError, ValueError):
+        raise SubmissionError("hashes.json is not a JSON object of path -> SHA-256") from None
+    present = {p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()} - {"hashes.json"}
     unlisted = sorted(present - set(hashes))
     if unlisted:
         raise SubmissionError(f"{unlisted[0]} is in the bundle but not in hashes.json")
@@ -167,17 +230,72 @@ def _check_hashes(root: Path) -> None:
             raise SubmissionError(f"{name} hash mismatch: the file differs from the one hashes.json lists")
 
 
-def _check_fingerprints(root: Path, results: dict[str, Any]) -> None:
-    from harness.runstore import RunDir
-
+def _read_results(root: Path) -> dict[str, Any]:
+    """results.json with the keys of docs/results-json.md, whose config is config.json's."""
+    try:
+        results = json.loads((root / "results.json").read_text())
+        cfg = json.loads((root / "config.json").read_text())
+        if not isinstance(results, dict):
+            raise ValueError("results.json is not a JSON object")
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SubmissionError(f"results.json or config.json is unreadable ({e})") from None
     missing = [k for k in REQUIRED_KEYS if k not in results]
     levels_present = [lv for lv in ("population", "sample") if lv in results]
     if missing or not levels_present:
         raise SubmissionError(f"results.json lacks {', '.join(missing) or 'population/sample results'}")
     for lv in levels_present:
-        absent = [k for k in LEVEL_KEYS if k not in results[lv]]
+        absent = [k for k in LEVEL_KEYS if not isinstance(results[lv], dict) or k not in results[lv]]
         if absent:
             raise SubmissionError(f"results.json {lv} lacks {', '.join(absent)}")
+    if cfg != results["config"]:
+        raise SubmissionError("config.json differs from the config in results.json")
+    if not isinstance(cfg, dict) or cfg.get("defense") != results["defense"]:
+        raise SubmissionError(f"results.json names the defense {results['defense']!r} but its config "
+                              f"{cfg.get('defense') if isinstance(cfg, dict) else None!r}")
+    return results
+
+
+def _point_plugin_at_bundle(root: Path, bundle: Path, defense: str, trust_plugin: bool) -> str:
+    """Re-point a file-plugin defense in config.json at its bundled source, if the caller trusts it;
+    return the new reference."""
+    plugin = sorted((root / "defense_source").glob("*.py"))
+    if not plugin:
+        raise SubmissionError("a file-plugin defense needs its source file in the bundle (defense_source/)")
+    rel = plugin[0].relative_to(root).as_posix()
+    if not trust_plugin:
+        raise SubmissionError(f"the defense is a file plugin: re-running its attacks imports (runs) {rel} from the "
+                              f"bundle; read it (`tar -xOzf {bundle} {rel}`) and pass --trust-plugin")
+    cfg_path = root / "config.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["defense"] = f"{plugin[0]}:{defense.rsplit(':', 1)[1]}"
+    cfg_path.write_text(json.dumps(cfg))
+    return str(cfg["defense"])
+
+
+def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> str:
+    """:func:`harness.runner.run_fingerprint` of ``cfg``; for a file plugin, with its code read from
+    ``plugin_copy`` (``path.py:ClassName`` of the bundled source) while the config keeps the path
+    the run was started with, which the fingerprint also hashes. Tested equal to the runner's."""
+    from harness import __version__
+    from harness.registry import resolve, source_fingerprint
+    from harness.runner import run_fingerprint
+    from harness.runstore import sha256_json
+
+    if plugin_copy is None:
+        return run_fingerprint(cfg, data)
+    config = cfg.model_determining()
+    for name in getattr(resolve("defenses", plugin_copy), "plumbing_params", ()):
+        config["defense_params"].pop(name, None)
+    return sha256_json({"config": config, "data": data.fingerprint(), "harness_version": __version__,
+                        "defense_source": source_fingerprint(plugin_copy)})
+
+
+def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | None) -> None:
+    """Run fingerprint (re-computed where possible), data, designs and every model's signals."""
+    from harness import __version__
+    from harness.config import validate_config
+    from harness.runstore import RunDir
+
     run = RunDir(root)
     manifest = run.load_manifest()
     if manifest.get("fingerprint") != results["fingerprint"]:
@@ -185,6 +303,11 @@ def _check_fingerprints(root: Path, results: dict[str, Any]) -> None:
     data = run.load_data()
     if manifest.get("data_fingerprint") not in (None, data.fingerprint()):
         raise SubmissionError("data.npz does not match the manifest's data fingerprint")
+    if manifest.get("harness_version") == __version__:  # else the fingerprint hashes another version's code
+        fp = run_fingerprint_of(validate_config(results["config"]), data, plugin_copy)
+        if fp != manifest["fingerprint"]:
+            raise SubmissionError(f"the run fingerprint re-computed from config.json, data.npz and the defense "
+                                  f"({fp[:12]}) differs from the manifest's ({str(manifest['fingerprint'])[:12]})")
     s = int(results["num_models"])
     for level in run.levels():
         ld = run.load_level(level)
@@ -197,28 +320,85 @@ def _check_fingerprints(root: Path, results: dict[str, Any]) -> None:
 
 
 def _close(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
         return abs(a - b) <= TOLERANCE
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_close(a[k], b[k]) for k in a)
     return a == b
 
 
-def _fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else json.dumps(v)
+def _fmt(v: Any, digits: int = 4) -> str:
+    text = f"{v:.{digits}g}" if isinstance(v, float) else json.dumps(v)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _differ(claimed: Any, recomputed: Any) -> str:
+    """'is A in results.json but B re-computed from the signals', with enough digits to tell A from B."""
+    for digits in (4, 8, 17):
+        a, b = _fmt(claimed, digits), _fmt(recomputed, digits)
+        if a != b:
+            break
+    return f"is {a} in results.json but {b} re-computed from the signals"
+
+
+def _is_number(key: str) -> bool:
+    try:
+        float(key)
+    except ValueError:
+        return False
+    return True
+
+
+def _first_difference(claimed: Any, recomputed: Any, path: str) -> str | None:
+    """The first place where two JSON values differ (beyond :data:`TOLERANCE`), as one line."""
+    if isinstance(claimed, dict) and isinstance(recomputed, dict):
+        for k in claimed:
+            if k not in recomputed:
+                return f"{path}.{k} is in results.json but the re-run does not write it"
+        for k in recomputed:
+            if k not in claimed:
+                return f"{path}.{k} is missing from results.json"
+        for k in claimed:
+            problem = _first_difference(claimed[k], recomputed[k], f"{path}[{k}]" if _is_number(k) else f"{path}.{k}")
+            if problem:
+                return problem
+        return None
+    if isinstance(claimed, list) and isinstance(recomputed, list) and len(claimed) == len(recomputed):
+        for i, (a, b) in enumerate(zip(claimed, recomputed)):
+            label = f"{a['name']}:{a['variant']}" if isinstance(a, dict) and {"name", "variant"} <= a.keys() else i
+            problem = _first_difference(a, b, f"{path}[{label}]")
+            if problem:
+                return problem
+        return None
+    return None if _close(claimed, recomputed) else f"{path} {_differ(claimed, recomputed)}"
+
+
+def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, level object) for the population level, the sample headline and every canary."""
+    out = [(lv, results[lv]) for lv in ("population", "sample") if isinstance(results.get(lv), dict)]
+    by_canary = results.get("sample_by_canary")
+    if isinstance(by_canary, dict):
+        out += [(f"sample-{c}", r) for c, r in by_canary.items() if isinstance(r, dict)]
+    return out
 
 
 def compare_numbers(claimed: dict[str, Any], recomputed: dict[str, Any]) -> str | None:
-    """The first submitted number the re-run does not reproduce, as one line; None if all match."""
-    for lv in ("population", "sample"):
-        if (lv in claimed) != (lv in recomputed):
-            return f"{lv}: present in only one of results.json and the re-run"
-        if lv not in claimed:
-            continue
-        got = {(a["name"], a["variant"]): a for a in recomputed[lv]["attacks"]}
-        for a in claimed[lv]["attacks"]:
+    """The first submitted number the re-run does not reproduce, as one line; None if all match.
+
+    Attack variants are compared first (each TPR, CI and AUC, named by experiment, attack and FPR),
+    then each level's headline and test accuracy, then every other key except :data:`UNCHECKED_KEYS`."""
+    mine = dict(_experiments(recomputed))
+    for lv, level in _experiments(claimed):
+        if lv not in mine:
+            return f"{lv}: present in results.json but not in the re-run"
+        got = {(a["name"], a["variant"]): a for a in mine[lv]["attacks"]}
+        for a in level["attacks"]:
             key = (a["name"], a["variant"])
             label = f"{lv}/{a['name']}:{a['variant']}"
             if key not in got:
@@ -227,25 +407,34 @@ def compare_numbers(claimed: dict[str, Any], recomputed: dict[str, Any]) -> str 
             for field in ("tpr_at_fpr", "tpr_ci"):
                 for k, v in a[field].items():
                     if not _close(v, r[field].get(k)):
-                        return f"{label} {field}[{k}] is {_fmt(v)} in results.json but {_fmt(r[field].get(k))} re-computed from the signals"
+                        return f"{label} {field}[{k}] {_differ(v, r[field].get(k))}"
             if not _close(a["auc"], r["auc"]):
-                return f"{label} auc is {_fmt(a['auc'])} in results.json but {_fmt(r['auc'])} re-computed from the signals"
-        if len(got) != len(claimed[lv]["attacks"]):
+                return f"{label} auc {_differ(a['auc'], r['auc'])}"
+        if len(got) != len(level["attacks"]):
             return f"{lv}: the re-run has attack variants results.json does not list"
-        cb, rb = claimed[lv]["best"], recomputed[lv]["best"]
+        cb, rb = level["best"], mine[lv]["best"]
         for field in ("name", "variant", "tpr_at_fpr", "tpr_ci"):
-            if not _close(cb.get(field), rb.get(field)):
-                return f"{lv} headline {field} is {_fmt(cb.get(field))} in results.json but {_fmt(rb.get(field))} re-computed"
-        if not _close(claimed[lv]["test_accuracy"]["mean"], recomputed[lv]["test_accuracy"]["mean"]):
+            problem = _first_difference(cb.get(field), rb.get(field), f"{lv} headline {field}")
+            if problem:
+                return problem
+        if not _close(level["test_accuracy"]["mean"], mine[lv]["test_accuracy"]["mean"]):
             return f"{lv} test accuracy differs from the models' own records"
-    return None
+    for lv in mine:
+        if lv not in dict(_experiments(claimed)):
+            return f"{lv}: present in the re-run but not in results.json"
+    rest = {k: v for k, v in claimed.items() if k not in UNCHECKED_KEYS}
+    again = {k: v for k, v in recomputed.items() if k not in UNCHECKED_KEYS}
+    problem = _first_difference(rest, again, "results")
+    return problem.removeprefix("results.") if problem else None
 
 
-def verify_bundle(bundle: Path) -> tuple[dict[str, Any], str]:
+def verify_bundle(bundle: Path, trust_plugin: bool = False) -> tuple[dict[str, Any], str]:
     """Check ``bundle`` (module docstring); return (its results, the bundle's SHA-256) or raise
-    :class:`SubmissionError` with the one-line reason."""
+    :class:`SubmissionError` with the one-line reason. ``trust_plugin`` allows importing a
+    file-plugin defense's bundled source."""
+    from harness import __version__
     from harness.evaluation import evaluate_run
-    from harness.runstore import DamagedFileError, RunDir, RunDirError
+    from harness.runstore import DamagedFileError, RunDir
 
     if not bundle.is_file():
         raise SubmissionError(f"{bundle} does not exist")
@@ -253,42 +442,51 @@ def verify_bundle(bundle: Path) -> tuple[dict[str, Any], str]:
         root = Path(tmp)
         _safe_extract(bundle, root)
         _check_hashes(root)
+        results = _read_results(root)
+        defense = str(results["defense"])
         try:
-            results = json.loads((root / "results.json").read_text())
-            if not isinstance(results, dict):
-                raise ValueError("not a JSON object")
-        except (OSError, ValueError) as e:
-            raise SubmissionError(f"results.json is unreadable ({e})") from None
+            plugin_copy = _point_plugin_at_bundle(root, bundle, defense, trust_plugin) if _is_plugin(defense) else None
+            _check_fingerprints(root, results, plugin_copy)
+        except DamagedFileError as e:
+            raise SubmissionError(f"{_rel(e.path, root)} in the bundle is unreadable ({e.reason})") from None
+        except (ValueError, KeyError, TypeError) as e:  # ConfigError, RunDirError, a plugin that fails to load
+            raise SubmissionError(f"the bundle's run cannot be read ({_one_line(e, root)})") from None
         try:
-            _check_fingerprints(root, results)
-            run = RunDir(root)
-            cfg_path = root / "config.json"
-            cfg = json.loads(cfg_path.read_text())
-            if cfg != results["config"]:
-                raise SubmissionError("config.json differs from the config in results.json")
-            plugin = sorted((root / "defense_source").glob("*.py"))
-            if ".py:" in str(cfg.get("defense", "")):  # re-point a file plugin at its bundled source
-                if not plugin:
-                    raise SubmissionError("a file-plugin defense needs its source file in the bundle")
-                cfg["defense"] = f"{plugin[0]}:{str(cfg['defense']).rsplit(':', 1)[1]}"
-                cfg_path.write_text(json.dumps(cfg))
-            recomputed, _ = evaluate_run(run)
-        except SubmissionError:
-            raise
-        except (DamagedFileError, RunDirError, KeyError, ValueError, TypeError) as e:
-            raise SubmissionError(f"the bundle's run cannot be read ({type(e).__name__}: "
-                                  f"{str(e).splitlines()[0] if str(e) else ''})") from None
+            recomputed, _ = evaluate_run(RunDir(root))
+        except Exception as e:  # whatever the submitted files make the attacks raise refuses the bundle
+            raise SubmissionError(f"re-running the attacks failed ({_one_line(e, root)})") from None
+        recomputed["defense"] = defense  # the plugin's path as submitted, not the temporary copy's
+        recomputed["config"]["defense"] = defense
+    try:
         problem = compare_numbers(results, recomputed)
-        if problem:
-            raise SubmissionError(problem)
-        return results, sha256_file(bundle)
+    except (KeyError, TypeError, AttributeError) as e:
+        raise SubmissionError(f"results.json is malformed ({type(e).__name__}: {e})") from None
+    if problem:
+        if results.get("harness_version") != __version__:
+            problem += f" (results.json was written by harness {results.get('harness_version')}, this is {__version__})"
+        raise SubmissionError(problem)
+    return results, sha256_file(bundle)
 
 
-def add_bundle(bundle: Path, site: Path) -> str:
-    """Verify ``bundle`` and add it to ``site`` as an unverified submission; return its entry id."""
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
+def _one_line(e: BaseException, root: Path) -> str:
+    """``Type: message``, on one line, with the temporary folder's path left out."""
+    text = str(e).replace(str(root) + "/", "").replace(str(root), "the bundle")
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
+    """Verify ``bundle`` and add it to ``site`` as an unverified submission; return its entry id.
+    Nothing in ``site`` changes when the bundle is refused."""
     from leaderboard.site import add_results, rebuild
 
-    results, digest = verify_bundle(bundle)
+    results, digest = verify_bundle(bundle, trust_plugin)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "results.json"
         f.write_text(json.dumps(results, indent=2))
@@ -313,34 +511,59 @@ def _comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
     return c
 
 
+def seed_tag(seed: Any) -> str:
+    """What ``verified_by`` records of the maintainer's seed: 12 hex digits of its SHA-256."""
+    return hashlib.sha256(str(seed).encode()).hexdigest()[:12]
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        obj = json.loads(path.read_text())
+        if not isinstance(obj, dict):
+            raise ValueError("not a JSON object")
+        return obj
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise SubmissionError(f"{what} {path} is unreadable ({e})") from None
+
+
 def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     """Mark ``entry`` verified by the maintainer's re-run at ``rerun`` (module docstring); return the
-    verified_by line, or raise :class:`SubmissionError`."""
+    verified_by line, or raise :class:`SubmissionError`.
+
+    The re-run must have the entry's defense, preset, dataset, S and C, the same config apart from
+    the seed, ``run.*`` and the data path, a seed other than the entry's and than any seed that
+    verified another entry of the site, and a sample-level headline TPR (at the headline FPR) whose
+    95% CI overlaps the entry's."""
     from leaderboard.site import rebuild
 
     d = site / "entries" / entry
-    if not (d / "results.json").is_file():
+    if not entry or Path(entry).name != entry or not (d / "results.json").is_file():
         raise SubmissionError(f"no entry {entry!r} in {site / 'entries'}")
     f = rerun / "results.json" if rerun.is_dir() else rerun
     if not f.is_file():
         raise SubmissionError(f"{f} does not exist: finish the re-run first")
-    mine, theirs = json.loads((d / "results.json").read_text()), json.loads(f.read_text())
-    for key in ("defense", "preset", "dataset", "num_models", "audit_size"):
+    mine, theirs = _read_json(d / "results.json", "the entry's"), _read_json(f, "the re-run's")
+    for key in ("defense", "preset", "dataset", "num_models", "audit_size", "headline_fpr"):
         if mine.get(key) != theirs.get(key):
             raise SubmissionError(f"the re-run's {key} is {theirs.get(key)!r}, the entry's {mine.get(key)!r}")
-    if _comparable_config(mine["config"]) != _comparable_config(theirs["config"]):
+    if ("sample" in mine) != ("sample" in theirs):
+        raise SubmissionError("the re-run and the entry do not both have a sample level")
+    if _comparable_config(mine.get("config", {})) != _comparable_config(theirs.get("config", {})):
         raise SubmissionError("the re-run's config differs from the entry's beyond the seed and run settings")
     if mine["seed"] == theirs["seed"]:
         raise SubmissionError("the re-run used the entry's own seed: verify with a seed the submitter never saw")
+    tag = seed_tag(theirs["seed"])
+    for other in sorted((site / "entries").glob("*/entry.json")):
+        if other.parent.name != entry and f"sha256 {tag}" in str(_read_json(other, "entry").get("verified_by")):
+            raise SubmissionError(f"this seed already verified {other.parent.name}: use a fresh secret seed per entry")
     (t1, ci1), (t2, ci2) = _headline(mine), _headline(theirs)
     if not (ci1[0] <= ci2[1] and ci2[0] <= ci1[1]):
         raise SubmissionError(f"the re-run's headline TPR {100 * t2:.1f}% [{100 * ci2[0]:.1f}, {100 * ci2[1]:.1f}] and the "
                               f"entry's {100 * t1:.1f}% [{100 * ci1[0]:.1f}, {100 * ci1[1]:.1f}] have disjoint 95% CIs")
-    seed_tag = hashlib.sha256(str(theirs["seed"]).encode()).hexdigest()[:12]
-    by = (f"re-run with an unseen seed (sha256 {seed_tag}): headline TPR {100 * t2:.1f}% "
+    by = (f"re-run with an unseen seed (sha256 {tag}): headline TPR {100 * t2:.1f}% "
           f"[{100 * ci2[0]:.1f}, {100 * ci2[1]:.1f}]")
     meta_file = d / "entry.json"
-    meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {"source": "run"}
+    meta = _read_json(meta_file, "entry") if meta_file.is_file() else {"source": "run"}
     meta.update({"verified": True, "verified_by": by})
     meta_file.write_text(json.dumps(meta, indent=2))
     rebuild(site)

@@ -7,7 +7,6 @@ import json
 import os
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -84,10 +83,19 @@ def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
 
 
 def test_hostile_names_render_as_text_everywhere(site):
-    for f in [site / "index.html", *site.glob("entries/*/index.html")]:
+    outputs = [site / "index.html", site / "leaderboard.md", *site.glob("entries/*/index.html")]
+    assert len(outputs) == 2 + 6
+    for f in outputs:
         text = f.read_text()
-        assert "<script>alert(1)</script>" not in text, f
-        assert "<script>alert" not in text
+        assert "<script>alert" not in text, f  # neither as markup nor inside the sort script's data
+        assert "</script>\"'&" not in text, f  # quotes and ampersands escaped too (attributes intact)
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;&quot;&#x27;&amp;" in (site / "index.html").read_text()
+    # the long name is cut visually (CSS) with the full, escaped text in a title attribute
+    assert re.search(r'title="&lt;script&gt;alert\(1\)&lt;/script&gt;&quot;&#x27;&amp;x{500}"',
+                     (site / "index.html").read_text())
+    assert "text-overflow:ellipsis" in (site / "index.html").read_text()
+    md_rows = [ln for ln in (site / "leaderboard.md").read_text().splitlines() if ln.startswith("| ")]
+    assert {ln.count(" | ") for ln in md_rows} == {md_rows[0].count(" | ")}  # no cell broke the table
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in (site / "index.html").read_text()
     ids = [p.name for p in (site / "entries").iterdir()]
     assert all(re.fullmatch(r"[a-z0-9_-]+", i) and len(i) < 100 for i in ids)
@@ -97,16 +105,21 @@ def test_entry_page_has_roc_figures_tables_provenance_and_its_results(site, resu
     eid = entry_id(_variant(results, "undefended", 0.95, 0.9, f"{0:064x}"))
     d = site / "entries" / eid
     page = (d / "index.html").read_text()
-    # one headline figure (population vs the canary) + one per experiment, one polyline per primary variant
+    # one headline figure (population vs the canary) + one per experiment with a polyline per attack
+    # variant (primary ones in the legend, the others thin)
     svgs = page.count("<svg")
     assert svgs == 1 + 2
     primaries = sum(a["primary"] for lv in ("population", "sample") for a in results[lv]["attacks"])
-    assert page.count('class="curve"') == 2 + primaries
+    variants = sum(len(results[lv]["attacks"]) for lv in ("population", "sample"))
+    assert page.count('<polyline class="curve"') == 2 + primaries
+    assert page.count('<polyline class="curve minor"') == variants - primaries > 0
+    assert all(p.count(",") > 10 for p in re.findall(r'<polyline class="curve[^"]*"[^>]* points="([^"]*)"', page))
     for key in ("run fingerprint", "data fingerprint", "harness version", "seed", "created"):
         assert key in page
     assert results["data_fingerprint"] and results["data_fingerprint"] in page
     assert 'href="results.json" download' in page
-    assert json.loads((d / "results.json").read_text())["sample"]["test_accuracy"]["mean"] == 0.95
+    # the downloadable copy is the submitted file, byte for byte
+    assert (d / "results.json").read_bytes() == (site.parent / "in" / "run0" / "results.json").read_bytes()
 
 
 def test_unresolved_tpr_is_shown_as_text(results, tmp_path):
@@ -118,6 +131,30 @@ def test_unresolved_tpr_is_shown_as_text(results, tmp_path):
     rows = rebuild(tmp_path)
     assert rows[0]["population TPR"] == "unresolved"
     assert "unresolved" in (tmp_path / "index.html").read_text()
+
+
+def test_build_without_a_usable_entry_is_one_error_line(tmp_path):
+    (tmp_path / "runs" / "broken").mkdir(parents=True)
+    (tmp_path / "runs" / "broken" / "results.json").write_text("{not json")
+    res = runner.invoke(app, ["leaderboard", "build", str(tmp_path / "runs"), "--out", str(tmp_path / "site")])
+    assert res.exit_code == 2, res.output
+    assert "skipped:" in res.output and "error:" in res.output and "no usable" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_rebuild_skips_an_entry_with_a_damaged_entry_json(results, tmp_path):
+    for i, meta in enumerate(["{oops", json.dumps({"source": "submission", "verified": True, "verified_by": "x",
+                                                   "submitted": "2026-01-01"})]):
+        r = _variant(results, f"d{i}", 0.9, 0.1, f"{i:064x}")
+        d = tmp_path / "entries" / entry_id(r)
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps(r))
+        (d / "entry.json").write_text(meta)
+    skipped: list = []
+    rows = rebuild(tmp_path, skipped)
+    assert [r["defense"] for r in rows] == ["d1"] and rows[0]["verified"]
+    assert len(skipped) == 1 and "entry.json" in skipped[0][1]
+    assert 'class="badge">verified<' in (tmp_path / "index.html").read_text()
 
 
 def test_roc_curve_in_results_follows_the_tpr_at_fpr_rule(results):
@@ -141,7 +178,9 @@ def test_report_html_writes_the_entry_page_for_one_run(tmp_path):
 
 
 def _chromium() -> str | None:
-    for name in (os.environ.get("CHROMIUM", ""), "chromium", "chromium-browser", "google-chrome"):
+    """A Chromium binary: $PLAYWRIGHT_CHROMIUM, $CHROMIUM, Debian's /usr/bin/chromium, or one on PATH."""
+    for name in (os.environ.get("PLAYWRIGHT_CHROMIUM", ""), os.environ.get("CHROMIUM", ""), "/usr/bin/chromium",
+                 "chromium", "chromium-browser", "google-chrome"):
         if name and shutil.which(name):
             return shutil.which(name)
     return None
@@ -150,7 +189,8 @@ def _chromium() -> str | None:
 def test_site_renders_in_headless_chromium_without_errors(site):
     browser = _chromium()
     if browser is None:
-        pytest.skip("no Chromium found (install Debian's `chromium` or set CHROMIUM=/path/to/chrome)")
+        pytest.skip("no Chromium binary found (install Debian's `chromium`, or set PLAYWRIGHT_CHROMIUM or "
+                    "CHROMIUM to one)")
     pytest.importorskip("playwright", reason="the browser extra is not installed (pip install -e '.[browser]')")
     from leaderboard.browser import render
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 import shutil
@@ -12,7 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from leaderboard.submit import sha256_file
+from harness.runstore import RunDir
+from leaderboard.submit import run_fingerprint_of, sha256_file
 
 runner = CliRunner()
 ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
@@ -56,11 +58,30 @@ def _add(bundle: Path, site: Path):
     return runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(site)])
 
 
-def _refusal(res) -> str:
+def _refusal(res, prefix: str = "error: refused:") -> str:
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: refused:"), res.output
+    assert len(lines) == 1 and lines[0].startswith(prefix), res.output
+    assert "Traceback" not in res.output
     return lines[0]
+
+
+def _rehash(files: dict, *names: str) -> None:
+    """Update hashes.json for ``names``, so that only the later checks can catch the edit."""
+    h = json.loads(files["hashes.json"])
+    for name in names:
+        h[name] = hashlib.sha256(files[name]).hexdigest()
+    files["hashes.json"] = json.dumps(h).encode()
+
+
+def _edit_results(edit):
+    """A bundle edit applying ``edit(results)`` to results.json, with its hash updated."""
+    def apply(files):
+        r = json.loads(files["results.json"])
+        edit(r)
+        files["results.json"] = json.dumps(r).encode()
+        _rehash(files, "results.json")
+    return apply
 
 
 def test_untouched_bundle_is_accepted_and_listed(bundle, tmp_path):
@@ -145,16 +166,144 @@ def test_submit_refuses_an_unfinished_run(run_dir, tmp_path):
     assert not (tmp_path / "x.tar.gz").exists()
 
 
-@pytest.mark.slow
-def test_verify_needs_an_unseen_seed_and_agreeing_numbers(bundle, run_dir, tmp_path):
+def test_submit_refuses_a_run_without_results_or_with_a_damaged_signals_file(run_dir, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    damaged = copy / "sample-mislabeled" / "signals" / "model_0003.npz"
+    damaged.write_bytes(damaged.read_bytes()[:100])
+    line = _refusal(runner.invoke(app, ["submit", str(copy), "-o", str(tmp_path / "x.tar.gz")]), "error:")
+    assert "model_0003.npz is damaged" in line
+    (copy / "results.json").unlink()
+    line = _refusal(runner.invoke(app, ["submit", str(copy), "-o", str(tmp_path / "x.tar.gz")]), "error:")
+    assert "results.json does not exist" in line
+    assert not (tmp_path / "x.tar.gz").exists()
+
+
+def test_harness_attack_reproduces_results_bit_for_bit(run_dir, tmp_path):
+    """The ground for accepting only exact re-computations: the bootstrap is seeded."""
+    copy = tmp_path / "run"
+    shutil.copytree(run_dir, copy)
+    before = json.loads((copy / "results.json").read_text())
+    assert runner.invoke(app, ["attack", str(copy)]).exit_code == 0
+    after = json.loads((copy / "results.json").read_text())
+    for r in (before, after):
+        r.pop("timings")
+    assert json.dumps(before, sort_keys=True) == json.dumps(after, sort_keys=True)  # NaN == NaN as text
+
+
+@pytest.mark.parametrize("edit, expected", [
+    (lambda r: r.update(seed=5), "seed is 5 in results.json but 0 re-computed from the signals"),
+    (lambda r: r["population"]["test_accuracy"]["per_model"].__setitem__(2, 0.99),
+     "population.test_accuracy.per_model[2] is 0.99 in results.json but"),
+    (lambda r: r["sample"]["attacks"][1]["tpr_ci"]["0.01"].__setitem__(0, 0.0) if
+     r["sample"]["attacks"][1]["tpr_ci"]["0.01"][0] != 0.0 else
+     r["sample"]["attacks"][1]["tpr_ci"]["0.01"].__setitem__(0, 0.5), "tpr_ci[0.01] is ["),
+    (lambda r: r.update(my_claim="best defense"), "my_claim is in results.json but the re-run does not write it"),
+])
+def test_any_edited_number_or_key_is_refused(bundle, tmp_path, edit, expected):
+    line = _refusal(_add(_rewrite(bundle, tmp_path / "bad.tar.gz", _edit_results(edit)), tmp_path / "site"))
+    assert expected in line
+    assert not (tmp_path / "site").exists()
+
+
+def test_edited_config_is_refused_by_the_run_fingerprint(bundle, tmp_path):
+    def edit(files):  # claim 20 epochs in both copies of the config
+        for name in ("config.json", "results.json"):
+            obj = json.loads(files[name])
+            (obj if name == "config.json" else obj["config"])["train"]["epochs"] = 20
+            files[name] = json.dumps(obj).encode()
+        _rehash(files, "config.json", "results.json")
+
+    line = _refusal(_add(_rewrite(bundle, tmp_path / "bad.tar.gz", edit), tmp_path / "site"))
+    assert "the run fingerprint re-computed from config.json" in line
+
+
+def test_unlisted_files_and_links_are_refused(bundle, tmp_path):
+    def extra(files):
+        files["notes.txt"] = b"hello"
+
+    line = _refusal(_add(_rewrite(bundle, tmp_path / "x.tar.gz", extra), tmp_path / "site"))
+    assert "notes.txt is in the bundle but not in hashes.json" in line
+    link = tmp_path / "link.tar.gz"
+    with tarfile.open(link, "w:gz") as tar:
+        info = tarfile.TarInfo("results.json")
+        info.type, info.linkname = tarfile.SYMTYPE, "/etc/passwd"
+        tar.addfile(info)
+    assert "'results.json' is a symlink" in _refusal(_add(link, tmp_path / "site"))
+
+
+def _fake_rerun(run_dir: Path, dst: Path, seed: int, ci: list | None = None) -> Path:
+    """The results.json of a maintainer's re-run with another seed (only its results are read)."""
+    r = json.loads((run_dir / "results.json").read_text())
+    r["seed"] = r["config"]["seed"] = seed
+    if ci is not None:
+        r["sample"]["best"]["tpr_ci"]["0.001"] = ci
+    dst.mkdir()
+    (dst / "results.json").write_text(json.dumps(r))
+    return dst
+
+
+def test_verify_refuses_the_entry_own_seed_disjoint_cis_and_a_reused_seed(bundle, run_dir, tmp_path):
     site = tmp_path / "site"
     assert _add(bundle, site).exit_code == 0
     (entry,) = (site / "entries").iterdir()
-    res = runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", str(run_dir), "--site", str(site)])
-    assert res.exit_code == 2 and "the entry's own seed" in res.output
+
+    def verify(name: str, rerun: Path):
+        return runner.invoke(app, ["leaderboard", "verify", name, "--rerun", str(rerun), "--site", str(site)])
+
+    line = _refusal(verify(entry.name, run_dir), "error: not verified:")
+    assert "the entry's own seed" in line
+    lo, hi = json.loads((entry / "results.json").read_text())["sample"]["best"]["tpr_ci"]["0.001"]
+    far = [hi + 0.01, hi + 0.02] if hi < 0.9 else [lo - 0.02, lo - 0.01]
+    line = _refusal(verify(entry.name, _fake_rerun(run_dir, tmp_path / "far", 8, far)), "error: not verified:")
+    assert "disjoint 95% CIs" in line
+    assert json.loads((entry / "entry.json").read_text())["verified"] is False
+    res = verify(entry.name, _fake_rerun(run_dir, tmp_path / "ok", 12345))
+    assert res.exit_code == 0, res.output
+    meta = json.loads((entry / "entry.json").read_text())
+    assert meta["verified"] is True and "12345" not in meta["verified_by"]
+    shutil.copytree(entry, site / "entries" / "another")  # a second entry may not reuse that seed
+    (site / "entries" / "another" / "entry.json").write_text(json.dumps({"source": "submission", "verified": False}))
+    line = _refusal(verify("another", tmp_path / "ok"), "error: not verified:")
+    assert f"this seed already verified {entry.name}" in line
+
+
+def test_verify_marks_an_entry_verified_by_a_real_rerun(bundle, tmp_path):
+    site = tmp_path / "site"
+    assert _add(bundle, site).exit_code == 0
+    (entry,) = (site / "entries").iterdir()
     other = _run(tmp_path / "rerun", "--seed", "7")
     res = runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", str(other), "--site", str(site)])
     assert res.exit_code == 0, res.output
     meta = json.loads((entry / "entry.json").read_text())
     assert meta["verified"] is True and "7" not in meta["verified_by"].split("sha256")[0]
     assert "verified" in (site / "index.html").read_text()
+
+
+def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeypatch):
+    from test_plugins import PLUGIN
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "memo.py").write_text(PLUGIN)
+    res = runner.invoke(app, ["evaluate", "memo.py:MemorizeDefense", "--out", "runs", "--models", "6",
+                              "--audit-size", "20", "--set", "attack.bootstrap=20", "--workers", "1"])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    run = RunDir(run_dir)
+    copy = tmp_path / "elsewhere.py"
+    shutil.copy(tmp_path / "memo.py", copy)  # the fingerprint reads the code from a copy, keeps the path
+    assert run_fingerprint_of(run.load_config(), run.load_data(), f"{copy}:MemorizeDefense") == \
+        run_fingerprint_of(run.load_config(), run.load_data())
+    assert runner.invoke(app, ["submit", str(run_dir), "-o", "entry.tar.gz"]).exit_code == 0
+    with tarfile.open("entry.tar.gz") as tar:
+        assert tar.extractfile("defense_source/memo.py").read().decode() == PLUGIN
+        assert "defense_source/memo.py" in json.loads(tar.extractfile("hashes.json").read())
+    line = _refusal(_add(Path("entry.tar.gz"), tmp_path / "site"))
+    assert "--trust-plugin" in line and not (tmp_path / "site").exists()
+    res = runner.invoke(app, ["leaderboard", "add", "entry.tar.gz", "--site", "site", "--trust-plugin"])
+    assert res.exit_code == 0, res.output
+    (entry,) = (tmp_path / "site" / "entries").iterdir()
+    assert json.loads((entry / "results.json").read_text())["defense"] == "memo.py:MemorizeDefense"
+    (tmp_path / "memo.py").write_text(PLUGIN + "\n# changed\n")
+    line = _refusal(runner.invoke(app, ["submit", str(run_dir), "-o", "again.tar.gz"]), "error:")
+    assert "changed since the run trained with it" in line
