@@ -124,7 +124,8 @@ class AttackConfig(_Strict):
 
 
 class SlurmConfig(_Strict):
-    """``--executor slurm`` (submitit): one Slurm array task per group of ``models_per_job`` models."""
+    """``--executor slurm`` (submitit): one Slurm array task per ``models_per_job`` training jobs (each a
+    group of ``run.group_size`` models)."""
 
     cluster: Literal["slurm", "local", "debug"] = Field(
         default="slurm", description="slurm; or submitit's local (subprocesses) / debug (in-process) modes for tests")
@@ -134,7 +135,7 @@ class SlurmConfig(_Strict):
     cpus_per_task: int = Field(default=2, ge=1, description="also the torch threads of each job")
     mem_gb: float = Field(default=16.0, gt=0)
     array_parallelism: int = Field(default=64, ge=1, description="array tasks running at once")
-    models_per_job: int = Field(default=1, ge=1, description="models trained one after the other in one task")
+    models_per_job: int = Field(default=1, ge=1, description="training jobs (groups of run.group_size models) run one after the other in one task")
     sbatch: dict[str, Any] = Field(default_factory=dict, description="extra sbatch options, e.g. {account: x}")
     folder: str | None = Field(default=None, description="submitit's logs; default <run dir>/slurm_logs")
 

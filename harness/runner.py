@@ -400,9 +400,10 @@ class _JobSetup:
 
 
 def train_one(job: TrainJob) -> dict:
-    """Train, query and save one model; return its metadata. Runs in a worker process."""
-    setup = _JobSetup(job.run_dir, job.level, job.index)
-    return _train_single(setup, job.index)
+    """Train, query and save one model; return its metadata. Runs in a worker process. A model of
+    a stackable recipe trains through the same stacked loop as in a group (bit-identical whatever
+    the group's size), so a resumed run reproduces an uninterrupted one."""
+    return train_group(TrainGroup(job.run_dir, job.level, (job.index,)))[0]
 
 
 def _train_single(setup: _JobSetup, index: int) -> dict:
@@ -416,12 +417,12 @@ def _train_single(setup: _JobSetup, index: int) -> dict:
 def train_group(group: TrainGroup) -> list[dict]:
     """Train, query and save the models of ``group``; return their metadata in index order.
 
-    Stacked when the group has several models and the defense can group the run's recipe
+    Stacked (even a group of one) when the defense can group the run's recipe
     (:meth:`~defenses.base.Defense.can_group`; its ``fit_group`` may still return None); every
     model's train_seconds is then the group's time / G.
     """
     setup = _JobSetup(group.run_dir, group.level, group.indices[0])
-    if len(group.indices) > 1 and setup.defense.can_group(setup.cfg.train):
+    if setup.defense.can_group(setup.cfg.train):
         trains = [training_set(setup.data, setup.ld, i) for i in group.indices]
         ctxs = [setup.context(i) for i in group.indices]
         t0 = time.perf_counter()

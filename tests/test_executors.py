@@ -26,7 +26,7 @@ ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.
         "attack.bootstrap=20", "--level", "population"]
 SAME_THREADS = {"local": ["--workers", "1"],  # one worker: all 2 cores' threads, as each remote task below
                 "slurm": ["--executor", "slurm", "--set", "run.slurm.cluster=local", "--set", "run.slurm.cpus_per_task=2",
-                          "--set", "run.slurm.models_per_job=3"],
+                          "--set", "run.slurm.models_per_job=1", "--set", "run.group_size=3"],
                 "ray": ["--executor", "ray", "--set", "run.ray.num_cpus=2"]}
 needs = {k: pytest.mark.skipif(importlib.util.find_spec(m) is None, reason=f"{m} is not installed (pip install -e \".[{k}]\")")
          for k, m in (("slurm", "submitit"), ("ray", "ray"))}

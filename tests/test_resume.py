@@ -116,7 +116,8 @@ def _harness(*args: str) -> list[str]:
 
 @pytest.mark.slow
 def test_killed_run_resumes_with_no_lost_model_and_the_same_numbers(tmp_path):
-    common = ["evaluate", "undefended", "--workers", "2", *ARGS, "--models", "8"]
+    # groups of 2: signals files appear a few at a time, so the run can be killed part-way
+    common = ["evaluate", "undefended", "--workers", "2", *ARGS, "--models", "8", "--set", "run.group_size=2"]
     subprocess.run(_harness(*common, "--out", str(tmp_path / "ref")), check=True, capture_output=True, timeout=600)
     (ref_dir,) = (tmp_path / "ref").iterdir()
     reference = json.loads((ref_dir / "results.json").read_text())
