@@ -123,7 +123,7 @@ def train_stacked(nets: list[MLP], trains: list[LabeledImages], ctxs: list[FitCo
                 m = mask.to(device)
                 loss = ((ce * m).sum(1) / counts.clamp(min=1).to(device)).sum()
             grads = torch.autograd.grad(loss, tensors)
-            if full and uniform:
+            if uniform:  # every model at the same step
                 lrs = torch.full((g_models,), lr_of(0), dtype=torch.float32, device=device)
             else:
                 lrs = torch.tensor([lr_of(g) for g in range(g_models)], dtype=torch.float32, device=device)

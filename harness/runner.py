@@ -445,7 +445,7 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
 
 
 #: models per stacked job when run.group_size is 0: on 2 CPU cores the quick preset's MLP takes
-#: 0.62 s per model stacked by 16, 0.66 by 8, 0.68 by 32, against 1.66 s alone (benchmarks/bench_speed.py)
+#: 0.64 s per model stacked by 16 or 32, 0.65 by 8, against 1.50 s alone (benchmarks/bench_stacked.py)
 AUTO_GROUP_SIZE = 16
 
 

@@ -65,18 +65,29 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
     }
 
 
-def _read_entry(f: Path) -> dict[str, Any]:
-    """One results.json as a leaderboard row; ValueError (with the reason) if it cannot be one."""
+def read_json_object(f: Path) -> dict[str, Any]:
+    """A JSON file holding an object; ValueError (one line: what is wrong) otherwise."""
     try:
-        results = json.loads(f.read_text())
+        obj = json.loads(f.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    if not isinstance(results, dict):
+    if not isinstance(obj, dict):
         raise ValueError("not a JSON object")
+    return obj
+
+
+def read_results(f: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(results, leaderboard row) of one results.json; ValueError (with the reason) if it cannot be one."""
+    results = read_json_object(f)
     try:
-        return _entry(results, f)
+        return results, _entry(results, f)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:
         raise ValueError(f"not a results.json of this harness ({type(e).__name__}: {e})") from None
+
+
+def _read_entry(f: Path) -> dict[str, Any]:
+    """One results.json as a leaderboard row; ValueError (with the reason) if it cannot be one."""
+    return read_results(f)[1]
 
 
 def collect(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:

@@ -27,7 +27,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from leaderboard.build import _read_entry, to_markdown
+from leaderboard.build import read_json_object, read_results, to_markdown
 from leaderboard.plots import privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -89,8 +89,8 @@ def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> float |
     return None
 
 
-def _row(results: dict[str, Any], meta: dict[str, Any], eid: str, source: Path) -> dict[str, Any]:
-    base = _read_entry_dict(results, source)
+def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], eid: str) -> dict[str, Any]:
+    """The index row of an entry: its leaderboard.build row ``base`` plus CIs, compute and status."""
     k = repr(float(results.get("headline_fpr", 0.001)))
     models, hours, devices = _compute(results)
     pop, smp = base["population TPR"], base["sample TPR"]
@@ -110,12 +110,6 @@ def _row(results: dict[str, Any], meta: dict[str, Any], eid: str, source: Path) 
         "source_kind": meta.get("source", "run"),
         "is_dpsgd": is_dpsgd(results),
     }
-
-
-def _read_entry_dict(results: dict[str, Any], source: Path) -> dict[str, Any]:
-    from leaderboard.build import _entry
-
-    return _entry(results, source)
 
 
 def _pct(v: Any) -> str:
@@ -287,12 +281,9 @@ def _meta(d: Path) -> dict[str, Any]:
     if not f.is_file():
         return {"source": "run", "verified": False}
     try:
-        meta = json.loads(f.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"entry.json: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
-    if not isinstance(meta, dict):
-        raise ValueError("entry.json: not a JSON object")
-    return meta
+        return read_json_object(f)
+    except ValueError as e:
+        raise ValueError(f"entry.json: {e}") from None
 
 
 def _entries(site: Path) -> list[tuple[str, Path]]:
@@ -307,9 +298,8 @@ def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[d
     for eid, f in _entries(site):
         try:
             meta = _meta(f.parent)
-            _read_entry(f)  # the same checks as `harness leaderboard` has always made
-            results = json.loads(f.read_text())
-            rows.append(_row(results, meta, eid, f))
+            results, base = read_results(f)
+            rows.append(_row(results, base, meta, eid))
             (f.parent / "index.html").write_text(entry_html(results, meta))
         except (ValueError, KeyError, TypeError, IndexError, StopIteration) as e:
             if skipped is not None:
@@ -343,7 +333,7 @@ def build_site(paths: list[Path], out: Path, skipped: list[tuple[Path, str]] | N
         if own in f.resolve().parents:  # the site's own copies
             continue
         try:
-            _read_entry(f)
+            read_results(f)
         except ValueError as e:
             if skipped is not None:
                 skipped.append((f, str(e)))

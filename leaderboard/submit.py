@@ -517,12 +517,11 @@ def seed_tag(seed: Any) -> str:
 
 
 def _read_json(path: Path, what: str) -> dict[str, Any]:
+    from leaderboard.build import read_json_object
+
     try:
-        obj = json.loads(path.read_text())
-        if not isinstance(obj, dict):
-            raise ValueError("not a JSON object")
-        return obj
-    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return read_json_object(path)
+    except ValueError as e:
         raise SubmissionError(f"{what} {path} is unreadable ({e})") from None
 
 
