@@ -1,45 +1,93 @@
-"""Build the leaderboard site from run directories and screenshot its index page in headless Chromium.
+"""Build the leaderboard site from run directories, open every page in headless Chromium, screenshot the index.
 
     python benchmarks/screenshot_leaderboard.py RUNS... [--out site] [--png docs/leaderboard.png]
-        [--chromium /usr/bin/chromium]
+    python benchmarks/screenshot_leaderboard.py --evaluate all [--preset quick] [--runs-root runs/leaderboard]
+        [--data-dir PATH] [--workers 2] [--out site] [--png docs/leaderboard.png] [--chromium /usr/bin/chromium]
+
+With ``--evaluate all`` (or a comma-separated list of defenses) it first runs ``harness evaluate
+DEFENSE --preset PRESET`` for every built-in defense (``harness list``; finished runs resume at no
+cost), timing each, and builds the site from those runs plus any RUNS given.
 
 Needs the ``browser`` extra (``pip install -e ".[browser]"``) and a Chromium binary (Debian's
-``chromium``). Prints the number of entries, the table rows and plots Chromium rendered, and any
-console error or network request (there must be none).
+``chromium``). Prints the number of entries, the table rows and plots Chromium rendered on the
+index, and for every entry page its plots and console errors; any console error or network
+request fails the run, as does an index without one row per run or without its privacy-utility
+figure, or an entry page without its ROC figure.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
+from harness.registry import available
 from leaderboard.browser import render
 from leaderboard.site import build_site
 
 
+def evaluate(defense: str, args: argparse.Namespace) -> Path:
+    """Run (or resume) ``harness evaluate DEFENSE`` at the preset; return its run directory."""
+    out = args.runs_root / args.preset / defense
+    cmd = [sys.executable, "-m", "harness.cli", "evaluate", defense, "--preset", args.preset, "--out", str(out),
+           "--workers", str(args.workers)]
+    if args.data_dir:
+        cmd += ["--data-dir", args.data_dir]
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    (run_dir,) = [p for p in out.iterdir() if (p / "results.json").is_file()]
+    print(f"evaluated {defense}: {time.perf_counter() - t0:.0f} s -> {run_dir}", flush=True)
+    return run_dir
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("runs", nargs="+", type=Path)
+    ap.add_argument("runs", nargs="*", type=Path)
+    ap.add_argument("--evaluate", default="", help="'all' built-in defenses or a comma-separated list")
+    ap.add_argument("--preset", default="quick")
+    ap.add_argument("--runs-root", type=Path, default=Path("runs/leaderboard"))
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("site"))
     ap.add_argument("--png", type=Path, default=Path("docs/leaderboard.png"))
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     args = ap.parse_args()
     if not args.chromium:
         sys.exit("no Chromium found: install Debian's chromium or pass --chromium PATH")
+    defenses = available("defenses") if args.evaluate == "all" else [d for d in args.evaluate.split(",") if d]
+    unknown = sorted(set(defenses) - set(available("defenses")))
+    if unknown:
+        sys.exit(f"unknown defenses: {', '.join(unknown)} (see `harness list`)")
+    runs = list(args.runs) + [evaluate(d, args) for d in defenses]
+    if not runs:
+        sys.exit("no runs: give RUNS or --evaluate")
     skipped: list[tuple[Path, str]] = []
-    rows = build_site(args.runs, args.out, skipped)
+    rows = build_site(runs, args.out, skipped)
     for path, why in skipped:
         print(f"skipped {path}: {why}")
+    failures: list[str] = []
     report = render(args.chromium, args.out / "index.html", args.png)
-    print(f"{len(rows)} entries; Chromium shows {report.table_rows} table rows and {report.svg_boxes} plots; "
-          f"console errors: {report.console_errors or 'none'}; screenshot: {args.png}")
-    entry = next((args.out / "entries").glob("*/index.html"))
-    er = render(args.chromium, entry, None)
-    print(f"entry page {entry.parent.name}: {er.svg_boxes} plots; console errors: {er.console_errors or 'none'}")
-    if report.console_errors or er.console_errors:
-        sys.exit(1)
+    print(f"{len(runs)} runs, {len(rows)} entries; index: Chromium shows {report.table_rows} table rows and "
+          f"{report.svg_boxes} plots; console errors: {report.console_errors or 'none'}; screenshot: {args.png}")
+    if report.table_rows != len(runs) or len(rows) != len(runs):
+        failures.append(f"index shows {report.table_rows} rows for {len(runs)} runs")
+    if report.svg_boxes < 1:
+        failures.append("index shows no privacy-utility figure")
+    failures += [f"index: {e}" for e in report.console_errors]
+    for entry in sorted((args.out / "entries").glob("*/index.html")):
+        er = render(args.chromium, entry, None)
+        print(f"  entry {entry.parent.name}: {er.svg_boxes} plots; console errors: {er.console_errors or 'none'}")
+        if er.svg_boxes < 1:
+            failures.append(f"entry {entry.parent.name} shows no ROC figure")
+        failures += [f"entry {entry.parent.name}: {e}" for e in er.console_errors]
+    if failures:
+        sys.exit("FAILED: " + "; ".join(failures))
+    print("all pages render with their figures, no console errors and no network requests")
 
 
 if __name__ == "__main__":

@@ -51,6 +51,11 @@ class AuditConfig(_Strict):
     population_samples: int = Field(
         default=1000, ge=0, description="test images every model is also queried on (RMIA's population samples z)"
     )
+    signal_dtype: Literal["float32", "float16"] = Field(
+        default="float32",
+        description="storage of each model's saved signals: float16 halves the disk and the attack phase's memory "
+        "(relative rounding 2^-11; docs/protocol.md, Signals at scale)",
+    )
 
     @field_validator("canary_params", mode="before")
     @classmethod

@@ -79,17 +79,33 @@ class LevelSignals:
 
 
 def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals:
-    """Stack every model's signals; refuse if any model of the level is unfinished."""
-    per_model = [run.read_signals(level, s) for s in range(num_models)]
-    missing = [s for s, m in enumerate(per_model) if m is None]
+    """Stack every model's signals (the signals all models hold) in their stored dtype; refuse if any
+    model of the level is unfinished. Each model's file is read into a preallocated (S, ...) array
+    and dropped, so the peak memory is the stacked signals plus one model's, not twice the stack."""
+    signals: dict[str, np.ndarray] = {}
+    metas: list[dict[str, Any]] = []
+    missing: list[int] = []
+    for s in range(num_models):
+        m = run.read_signals(level, s)
+        if m is None:
+            missing.append(s)
+            continue
+        if not metas:
+            signals = {n: np.empty((num_models, *a.shape), a.dtype) for n, a in sorted(m.arrays.items())}
+        for n in [n for n in signals if n not in m.arrays]:  # a signal some model lacks is not attackable
+            del signals[n]
+        for n, out in signals.items():
+            if m.arrays[n].shape != out.shape[1:]:
+                raise RunDirError(f"{level} level: model {s}'s {n!r} signal has shape {m.arrays[n].shape}, the "
+                                  f"level's first model's {out.shape[1:]}; the run directory mixes runs")
+            out[s] = m.arrays[n]
+        metas.append(m.meta)
     if missing:
         raise RunDirError(
             f"{level} level: {len(missing)} of {num_models} models have no finished signals "
             f"(e.g. model {missing[0]}); re-run `harness evaluate` with the same arguments to finish training"
         )
-    names = set.intersection(*(set(m.arrays) for m in per_model))  # type: ignore[union-attr]
-    signals = {n: np.stack([m.arrays[n] for m in per_model]) for n in sorted(names)}  # type: ignore[union-attr]
-    return LevelSignals(signals=signals, metas=[m.meta for m in per_model])  # type: ignore[union-attr]
+    return LevelSignals(signals=signals, metas=metas)
 
 
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)

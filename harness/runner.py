@@ -275,11 +275,11 @@ def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense
                     population_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
     """The signals one model saves: every signal the run's attacks need (:mod:`harness.signals`),
     on the audit samples ``x`` and, for population signals, on ``population_x``."""
-    from harness.signals import compute_signals, signal_seed
+    from harness.signals import compute_signals, signal_seed, stored
 
     names, table = run_signals(cfg, defense)
     pop = population_x if population_x is not None else x[:0]
-    return compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed))
+    return stored(compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed)), cfg.audit.signal_dtype)
 
 
 @dataclass(frozen=True)

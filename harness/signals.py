@@ -201,6 +201,27 @@ def compute_signals(names: list[str], table: dict[str, Signal], served: ServedMo
     return out
 
 
+def stored(arrays: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
+    """The signals as saved: every floating-point array cast to ``dtype`` (``audit.signal_dtype``).
+
+    float16 keeps 11 significant bits (relative rounding at most 2^-11, absolute 2^-6 for values in
+    [16, 32)) and halves the disk and the attack phase's memory; attacks compute in float64 chunk by
+    chunk. A value beyond float16's range (|v| > 65504) is refused, never stored as infinity."""
+    out: dict[str, np.ndarray] = {}
+    for name, a in arrays.items():
+        if not np.issubdtype(a.dtype, np.floating) or a.dtype == np.dtype(dtype):
+            out[name] = a
+            continue
+        if dtype == "float16":
+            finite = a[np.isfinite(a)]
+            big = float(np.abs(finite).max()) if finite.size else 0.0
+            if big > float(np.finfo(np.float16).max):
+                raise ConfigError(f"signal {name!r} holds {big:.4g}, beyond float16's range (65504): "
+                                  "run with --set audit.signal_dtype=float32")
+        out[name] = a.astype(dtype)
+    return out
+
+
 def signal_seed(seed: int) -> int:
     """The seed of a run's signal draws: a function of the run's seed only (every model, every level)."""
     return int(np.random.SeedSequence([seed, 0x516]).generate_state(1)[0])
