@@ -16,8 +16,6 @@ the saved signals (no retraining) to print:
 from __future__ import annotations
 
 import argparse
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -29,15 +27,11 @@ from attacks.scores import logit_score
 from harness.evaluation import load_level_signals
 from harness.metrics import auc, roc_curve, tpr_at_fpr
 from harness.runstore import RunDir
+from harness_cli import evaluate_into
 
 
 def evaluate(out: Path, *extra: str) -> RunDir:
-    cmd = [sys.executable, "-m", "harness.cli", "evaluate", "undefended", "--out", str(out), "--workers", "2", *extra]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
-    (run_dir,) = [p for p in out.iterdir() if (p / "results.json").is_file()]
-    return RunDir(run_dir)
+    return RunDir(evaluate_into(out, "undefended", "--workers", "2", *extra)[0])
 
 
 def level_input(run: RunDir, level: str) -> AttackInput:

@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
+
+from harness_cli import evaluate_into
 
 from harness.evaluation import run_label_privacy, run_privacy
 
@@ -31,16 +30,8 @@ DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-
 
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
     out = Path(args.out) / (defense + ("-" + "-".join(e.strip("-") for e in extra) if extra else ""))
-    cmd = [sys.executable, "-m", "harness.cli", "evaluate", defense, "--preset", args.preset, "--out", str(out),
-           "--workers", str(args.workers), *extra]
-    if args.data_dir:
-        cmd += ["--data-dir", args.data_dir]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    wall = time.perf_counter() - t0
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    (run_dir,) = [p for p in out.iterdir() if (p / "results.json").is_file()]
+    data = ["--data-dir", args.data_dir] if args.data_dir else []
+    run_dir, wall = evaluate_into(out, defense, "--preset", args.preset, "--workers", str(args.workers), *extra, *data)
     return json.loads((run_dir / "results.json").read_text()), wall
 
 

@@ -29,14 +29,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import torch
+from harness_cli import evaluate_into
 
 PAPER_TRAIN_IMAGES = 25_000  # about half of CIFAR-10's 50 000 training images per model (membership 1/2)
 
@@ -77,14 +76,8 @@ def bench_epoch(data_dir: Path, device: str, epochs: int) -> dict[str, Any]:
 
 def _evaluate(args: list[str]) -> tuple[dict[str, Any], float]:
     with tempfile.TemporaryDirectory() as out:
-        cmd = [sys.executable, "-m", "harness.cli", "evaluate", *args, "--out", out]
-        t0 = time.perf_counter()
-        res = subprocess.run(cmd, capture_output=True, text=True)
-        wall = time.perf_counter() - t0
-        if res.returncode != 0:
-            raise SystemExit(f"{' '.join(cmd)} failed:\n{res.stdout[-3000:]}{res.stderr[-3000:]}")
-        (results_file,) = Path(out).glob("*/results.json")
-        return json.loads(results_file.read_text()), wall
+        run_dir, wall = evaluate_into(Path(out), *args)
+        return json.loads((run_dir / "results.json").read_text()), wall
 
 
 def _levels(results: dict[str, Any]) -> dict[str, Any]:

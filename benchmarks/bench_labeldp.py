@@ -16,25 +16,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from bench_defenses import headline, one_run_eps, pct, run
+from harness_cli import run_cli
 
 
 def audit(defense: str, eps: float, args: argparse.Namespace) -> tuple[dict, float]:
     out = Path(args.out) / f"{defense}-eps{eps:g}-one-run"
-    cmd = [sys.executable, "-m", "harness.cli", "audit-one-run", defense, "--preset", args.preset, "--canaries",
-           str(args.canaries), "--set", f"defense_params.epsilon={eps}", "--out", str(out), "--json"]
-    if args.data_dir:
-        cmd += ["--data-dir", args.data_dir]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1]), time.perf_counter() - t0
+    data = ["--data-dir", args.data_dir] if args.data_dir else []
+    stdout, wall = run_cli("audit-one-run", defense, "--preset", args.preset, "--canaries", str(args.canaries),
+                           "--set", f"defense_params.epsilon={eps}", "--out", str(out), "--json", *data)
+    return json.loads(stdout.strip().splitlines()[-1]), wall
 
 
 def nominal_eps(level: dict) -> float:

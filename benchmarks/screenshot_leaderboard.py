@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import time
 from pathlib import Path
+
+from harness_cli import evaluate_into
 
 from harness.registry import available
 from leaderboard.browser import render
@@ -31,17 +31,10 @@ from leaderboard.site import build_site
 
 def evaluate(defense: str, args: argparse.Namespace) -> Path:
     """Run (or resume) ``harness evaluate DEFENSE`` at the preset; return its run directory."""
-    out = args.runs_root / args.preset / defense
-    cmd = [sys.executable, "-m", "harness.cli", "evaluate", defense, "--preset", args.preset, "--out", str(out),
-           "--workers", str(args.workers)]
-    if args.data_dir:
-        cmd += ["--data-dir", args.data_dir]
-    t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        sys.exit(f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-    (run_dir,) = [p for p in out.iterdir() if (p / "results.json").is_file()]
-    print(f"evaluated {defense}: {time.perf_counter() - t0:.0f} s -> {run_dir}", flush=True)
+    extra = ["--data-dir", args.data_dir] if args.data_dir else []
+    run_dir, wall = evaluate_into(args.runs_root / args.preset / defense, defense, "--preset", args.preset,
+                                  "--workers", str(args.workers), *extra)
+    print(f"evaluated {defense}: {wall:.0f} s -> {run_dir}", flush=True)
     return run_dir
 
 
