@@ -140,6 +140,9 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
         beats = isinstance(r["sample TPR"], float) and r["sample TPR"] < b
         cls, word = ("beats", "beats it") if beats else ("loses", "does not beat it")
         return f'{100 * b:.1f}% <span class="{cls}">{word}</span>', f"{b:.6f}"
+    if col == "DP ε" and not isinstance(v, float) and isinstance(r.get("label ε"), float):
+        # label-DP (ALIBI / AGIBI): a guarantee for the labels only, never shown as an example-level epsilon
+        return (f'label {r["label ε"]:.3g} <span class="muted">(labels only)</span>', f'{r["label ε"]:.6f}')
     if col in ("DP ε", "empirical ε ≥"):
         return (f"{v:.3g}" if isinstance(v, float) else "-"), f"{v:.6f}" if isinstance(v, float) else "-1"
     if col == "device-hours":

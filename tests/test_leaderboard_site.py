@@ -50,7 +50,10 @@ def site(results, tmp_path) -> Path:
                                           ("relaxloss", 0.97, 0.05), (HOSTILE, 0.935, 0.5)]):
         d = files / f"run{i}"
         d.mkdir(parents=True)
-        (d / "results.json").write_text(json.dumps(_variant(results, name, acc, tpr, f"{i:064x}")))
+        r = _variant(results, name, acc, tpr, f"{i:064x}")
+        if name == "relaxloss":  # stands in for a label-DP entry (ALIBI's record)
+            r["sample"]["label_privacy"] = {"label_epsilon": 8.0, "delta": 0.0}
+        (d / "results.json").write_text(json.dumps(r))
     out = tmp_path / "site"
     res = runner.invoke(app, ["leaderboard", "build", str(files), "--out", str(out)])
     assert res.exit_code == 0, res.output
@@ -80,6 +83,9 @@ def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     md = (site / "leaderboard.md").read_text()
     assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == 7
+    label_row = next(r for r in page.split("<tr>") if ">relaxloss<" in r)  # carries a label-DP record
+    assert "label 8 " in label_row and "(labels only)" in label_row
+    assert page.count("(labels only)") == 1  # only the entry with a label-DP record
 
 
 def test_hostile_names_render_as_text_everywhere(site):
