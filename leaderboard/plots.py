@@ -84,6 +84,28 @@ def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], titl
     return "".join(parts)
 
 
+def _place_labels(points: Sequence[tuple[str, float, float, bool]], xy: Sequence[tuple[float, float]],
+                  line: float = 11.0, char: float = 5.6) -> list[tuple[float, float, str] | None]:
+    """Where each point's label goes: (x, baseline y, text), or None for a point whose label another
+    point at the same spot carries (their names joined with ", "). Labels start just above and right
+    of their point and move down a line at a time until they overlap no label placed before them
+    (placed from the top of the figure down), so every name stays legible."""
+    same: dict[tuple[int, int], list[int]] = {}
+    for i, (x, y) in enumerate(xy):
+        same.setdefault((round(x), round(y)), []).append(i)
+    out: list[tuple[float, float, str] | None] = [None] * len(points)
+    boxes: list[tuple[float, float, float]] = []  # (x0, x1, baseline y) of placed labels
+    for group in sorted(same.values(), key=lambda g: xy[g[0]][1]):
+        x, y = xy[group[0]]
+        words = ", ".join(dict.fromkeys(points[i][0] for i in group))
+        x0, x1, ty = x + 7, x + 7 + char * min(len(words), 32), y - 6
+        while any(x0 < b1 and b0 < x1 and abs(ty - by) < line for b0, b1, by in boxes):
+            ty += line
+        boxes.append((x0, x1, ty))
+        out[group[0]] = (x0, ty, words)
+    return out
+
+
 def privacy_utility_svg(points: Sequence[tuple[str, float, float, bool]],
                         frontiers: dict[str, Sequence[tuple[float, float]]], title: str,
                         width: int = 760, height: int = 440) -> str:
@@ -120,13 +142,18 @@ def privacy_utility_svg(points: Sequence[tuple[str, float, float, bool]],
         parts.append(f'<polyline class="frontier" fill="none" stroke="#555" stroke-width="1.5" '
                      f'stroke-dasharray="6 3" points="{xy}"><title>DP-SGD frontier: {escape(setting, quote=True)}'
                      '</title></polyline>')
-    for label, acc, tpr, is_dp in points:
-        x, y = _lin_pos(acc, xlo, xhi, left, right), _log_pos(tpr, ylo, 1.0, bottom, top)
+    xy = [(_lin_pos(acc, xlo, xhi, left, right), _log_pos(tpr, ylo, 1.0, bottom, top)) for _, acc, tpr, _ in points]
+    texts = _place_labels(points, xy)
+    for (label, acc, tpr, is_dp), (x, y), text in zip(points, xy, texts):
         shape = (f'<rect class="point dp" x="{x - 4:.1f}" y="{y - 4:.1f}" width="8" height="8" fill="#555"/>' if is_dp
                  else f'<circle class="point" cx="{x:.1f}" cy="{y:.1f}" r="5" fill="#d62728"/>')
+        if text is not None:
+            tx, ty, words = text
+            lead = (f'<line x1="{x:.1f}" y1="{y:.1f}" x2="{tx - 1:.1f}" y2="{ty - 3:.1f}" stroke="#bbb"/>'
+                    if abs(ty - (y - 6)) > 8 else "")
+            shape += f'{lead}<text x="{tx:.1f}" y="{ty:.1f}" font-size="10">{_label(words, 32)}</text>'
         parts.append(f'<g>{shape}<title>{escape(label, quote=True)}: accuracy {100 * acc:.1f}%, '
-                     f'TPR {100 * tpr:.1f}%</title><text x="{x + 7:.1f}" y="{y - 6:.1f}" font-size="10">'
-                     f'{_label(label, 24)}</text></g>')
+                     f'TPR {100 * tpr:.1f}%</title></g>')
     ly = bottom - 50  # the legend, in the right margin below the labels of the most vulnerable entries
     parts.append(f'<rect x="{right + 12}" y="{ly - 8}" width="8" height="8" fill="#555"/>'
                  f'<text x="{right + 26}" y="{ly}" font-size="10">DP-SGD</text>'

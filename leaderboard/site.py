@@ -163,10 +163,12 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     for r in rows:
         r["baseline"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
                          if not r["is_dpsgd"] else None)
-    points = [(f"{r['defense']} ({r['setting']})", r["test acc"], r["sample TPR"], r["is_dpsgd"])
-              for r in rows if isinstance(r["sample TPR"], float)]
-    figure = privacy_utility_svg(points, frontiers, "Privacy vs utility (sample-level TPR at 0.1% FPR: "
-                                 "lower is more private)")
+    settings = sorted({r["setting"] for r in rows})
+    one = len(settings) == 1  # then the title names the setting and the labels only the defenses
+    points = [(str(r["defense"]) if one else f"{r['defense']} ({r['setting']})", r["test acc"], r["sample TPR"],
+               r["is_dpsgd"]) for r in rows if isinstance(r["sample TPR"], float)]
+    figure = privacy_utility_svg(points, frontiers, f"Privacy vs utility{', ' + settings[0] if one else ''} "
+                                 "(sample-level TPR at 0.1% FPR: lower is more private)")
     head = "".join(f'<th class="{"name" if c == "defense" else ""}">{escape(c)}</th>' for c in COLUMNS)
     body = []
     for r in rows:

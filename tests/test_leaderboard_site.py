@@ -210,3 +210,19 @@ def test_site_renders_in_headless_chromium_without_errors(site):
     page = next(site.glob("entries/*/index.html"))
     entry = render(browser, page, None)
     assert entry.console_errors == [] and entry.svg_boxes >= 2
+
+
+def test_privacy_utility_labels_merge_identical_points_and_never_overlap():
+    from leaderboard.plots import _place_labels
+
+    points = [("alibi", 0.9, 0.3, False), ("alibi-high", 0.9, 0.3, False), ("dfkd", 0.901, 0.31, False),
+              ("selena", 0.902, 0.29, False), ("hamp", 0.5, 0.01, False)]
+    xy = [(100.0, 50.0), (100.0, 50.0), (101.0, 52.0), (102.0, 49.0), (10.0, 300.0)]
+    placed = _place_labels(points, xy)
+    assert placed[1] is None and placed[0] is not None and placed[0][2] == "alibi, alibi-high"
+    boxes = [(x, x + 5.6 * min(len(t), 32), y) for x, y, t in filter(None, placed)]
+    assert len(boxes) == 4
+    for i, (a0, a1, ay) in enumerate(boxes):
+        for b0, b1, by in boxes[i + 1:]:
+            assert not (a0 < b1 and b0 < a1 and abs(ay - by) < 11), (boxes, i)
+    assert placed[4] == (17.0, 294.0, "hamp")  # a lone label sits just above and right of its point
