@@ -48,7 +48,7 @@ def test_gaussian_posterior_is_bayes_rule():
     o = np.array([0.3, -0.4, 1.2, 0.1])
     prior = np.array([0.1, 0.2, 0.3, 0.4])
     brute = _brute_posterior(o, prior, lambda x, e: -((x - e) ** 2).sum() / (2 * 0.8**2))
-    got = gaussian_posterior(torch.tensor([o]), torch.log(torch.from_numpy(prior[None])), 0.8)[0].numpy()
+    got = gaussian_posterior(torch.from_numpy(o[None]), torch.log(torch.from_numpy(prior[None])), 0.8)[0].numpy()
     np.testing.assert_allclose(got, brute, rtol=1e-10)
 
 
