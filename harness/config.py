@@ -215,6 +215,8 @@ class ExperimentConfig(_Strict):
         d.pop("preset")
         d["data"].pop("path")
         d["data"].pop("download")
+        if d["audit"]["signal_dtype"] == "float32":  # the default keeps the fingerprints runs had before the field
+            d["audit"].pop("signal_dtype")
         return d
 
 

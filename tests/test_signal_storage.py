@@ -77,3 +77,11 @@ def test_float16_signals_halve_the_files_and_keep_the_attack(tmp_path):
     for a, b in zip(full["sample"]["attacks"], half["sample"]["attacks"]):
         assert (a["name"], a["variant"]) == (b["name"], b["variant"])
         assert abs(a["auc"] - b["auc"]) < 0.01, (a["name"], a["variant"], a["auc"], b["auc"])
+
+
+def test_default_storage_keeps_earlier_fingerprints_and_float16_changes_it():
+    from harness.config import build_config
+
+    assert "signal_dtype" not in build_config("quick").model_determining()["audit"]  # runs made before the field resume
+    half = build_config("quick", {"audit.signal_dtype": "float16"}).model_determining()
+    assert half["audit"]["signal_dtype"] == "float16"
