@@ -7,7 +7,9 @@ Runs ``harness evaluate DEFENSE`` (resuming finished runs) for each defense, plu
 mislabeled canaries for comparison with its duplicates canaries, then prints a Markdown table:
 population-level vs sample-level TPR@0.1% FPR of the headline attacks, test accuracy, the DP
 epsilon (or label-DP epsilon) where the defense records one, the one-run empirical epsilon lower
-bound of the sample-level headline, RMIA's primary variant beside, and the wall time of each command. Headlines are the best
+bound of the sample-level headline, RMIA's primary variant beside, and each run's own time (the prepare,
+training and attack phases its results.json records from the invocations that trained it, so a resumed
+run still shows what training it took; interpreter start-up excluded). Headlines are the best
 primary variant of the defense's adaptive attacks with the selection-aware CI. The per-attack
 sample-level figures of HAMP (label-only vs LiRA on the defended outputs), SELENA with plain
 mislabeled canaries, DP-SGD's per-canary figures with uniform-noise canaries beside, and the SSL
@@ -31,8 +33,16 @@ DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
     out = Path(args.out) / (defense + ("-" + "-".join(e.strip("-") for e in extra) if extra else ""))
     data = ["--data-dir", args.data_dir] if args.data_dir else []
-    run_dir, wall = evaluate_into(out, defense, "--preset", args.preset, "--workers", str(args.workers), *extra, *data)
-    return json.loads((run_dir / "results.json").read_text()), wall
+    run_dir, _ = evaluate_into(out, defense, "--preset", args.preset, "--workers", str(args.workers), *extra, *data)
+    results = json.loads((run_dir / "results.json").read_text())
+    return results, run_seconds(results)
+
+
+def run_seconds(results: dict) -> float:
+    """The run's own time: preparing and training (summed over the invocations that trained it) and
+    its latest attack phase, from results.json's ``timings``."""
+    t = results["timings"]
+    return t.get("prepare_seconds", 0.0) + t.get("train_wall_seconds", 0.0) + t.get("attack_seconds", 0.0)
 
 
 def pct(v: float | None) -> str:

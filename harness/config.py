@@ -54,7 +54,7 @@ class AuditConfig(_Strict):
     signal_dtype: Literal["float32", "float16"] = Field(
         default="float32",
         description="storage of each model's saved signals: float16 halves the disk and the attack phase's memory "
-        "(relative rounding 2^-11; docs/protocol.md, Signals at scale)",
+        "(relative rounding 2^-11; docs/protocol.md, Signals)",
     )
 
     @field_validator("canary_params", mode="before")

@@ -205,8 +205,9 @@ def stored(arrays: dict[str, np.ndarray], dtype: str) -> dict[str, np.ndarray]:
     """The signals as saved: every floating-point array cast to ``dtype`` (``audit.signal_dtype``).
 
     float16 keeps 11 significant bits (relative rounding at most 2^-11; for values in [16, 32) the
-    spacing is 2^-6, so the error at most 2^-7) and halves the disk and the attack phase's memory; attacks compute in float64 chunk by
-    chunk. A value beyond float16's range (|v| > 65504) is refused, never stored as infinity."""
+    spacing is 2^-6, so the error at most 2^-7) and halves the disk and the attack phase's memory;
+    attacks compute in float64 chunk by chunk. A value beyond float16's range (|v| > 65504) is
+    refused, never stored as infinity."""
     out: dict[str, np.ndarray] = {}
     for name, a in arrays.items():
         if not np.issubdtype(a.dtype, np.floating) or a.dtype == np.dtype(dtype):
