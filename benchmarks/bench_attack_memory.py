@@ -8,8 +8,8 @@ of S models x C audit samples x A query views x K classes, scored in chunks of a
 Prints the signals' size, the process's peak resident memory before and after the attack (Linux
 ``ru_maxrss``), and the attack's wall time. ``--chunk`` larger than ``--samples`` scores in one pass
 (the memory the chunks save). ``--dtype`` is the stored signals' dtype (``audit.signal_dtype``).
-``--from-disk`` takes the path of a real run: each model's signals are written to its own .npz file
-(one model in memory at a time, as the training jobs do), then stacked by the harness's loader
+``--from-disk`` writes each model's signals to its own .npz file in a temporary folder (one model in
+memory at a time, as the training jobs do), then stacks them with the harness's loader
 (:func:`harness.evaluation.load_level_signals`) before the attack, and the load time is printed.
 """
 
