@@ -1,12 +1,28 @@
 """Do the SSL encoders memorize their training images at CPU scale? (docs/defenses.md, SSL)
 
     python benchmarks/bench_ssl_memorization.py [--rows all|digits|NAME,...] [--data-dir ../shared/data/cifar10-subset]
+    python benchmarks/bench_ssl_memorization.py --canaries [--models 8] [--rows all|NAME,...]
+    python benchmarks/bench_ssl_memorization.py --audit 40 [--out runs/bench-ssl-audit]
 
-For each setting, pre-train one SSL encoder (``defenses.ssl``) on the first n training images, then
-score n training images and n held-out images by the white-box contrastive signal (the mean over
-views and repetitions of the Fisher-transformed similarity of two SSL views,
+Default table: for each setting, pre-train one SSL encoder (``defenses.ssl``) on the first n
+training images, then score n training images and n held-out images by the white-box contrastive
+signal (the mean over views and repetitions of the Fisher-transformed similarity of two SSL views,
 ``harness.signals.contrastive_similarity``) and print the AUC of training vs held-out (0.5: no
 memorization visible to the attack), the final pre-training loss and the probe's test accuracy.
+
+``--canaries``: the audit's own question on the quick preset's data. C of the digits training
+images become OOD canaries (the quick preset's bundled photo patches, original labels), each a
+member of exactly half of S SimCLR encoders (MLP 256, 100 epochs, batch 256 unless the row says
+otherwise; probe 1 epoch, unused); every other image is always a member. Per canary, each model's
+white-box signal (mean over 9 views x 6 repetitions) is standardized over the S models; the table
+prints the pooled AUC of those z-scores, members vs non-members (0.5: the encoder's view
+similarity does not depend on membership), and the median over canaries of the member mean minus
+the non-member mean in units of the non-members' standard deviation.
+
+``--audit C``: the whole audit at that setting, ``harness evaluate ssl-simclr --level sample
+--canary ood --audit-size C --set defense_params.crop_scale=[0.5,1.0]`` (quick preset, 32 models),
+and each attack's primary variant: AUC and TPR@1% FPR, white-box contrastive vs the black-box
+attacks on the probe.
 """
 
 from __future__ import annotations
@@ -60,14 +76,90 @@ def measure(dataset: str, n: int, cls: type, params: dict, data_dir: str) -> str
             f"{100 * acc:.1f}% | {fit_s:.0f} s |")
 
 
+# name -> (number of canaries C, SimCLR parameters beyond the quick preset's)
+CANARY_ROWS: dict[str, tuple[int, dict]] = {
+    "c200": (200, {}),
+    "c200-crop0.5-t0.1-e300": (200, {"crop_scale": [0.5, 1.0], "temperature": 0.1, "epochs": 300}),
+    "c40": (40, {}),
+    "c40-crop0.5": (40, {"crop_scale": [0.5, 1.0]}),
+    "c40-crop0.5-t0.1": (40, {"crop_scale": [0.5, 1.0], "temperature": 0.1}),
+}
+
+
+def measure_canaries(num_canaries: int, extra: dict, models: int) -> str:
+    from canaries.base import CanaryContext
+    from canaries.ood import OutOfDistribution
+
+    data = load_dataset(DataConfig(name="digits", test_size=497), 0)
+    rng = np.random.default_rng(0)
+    pos = rng.permutation(len(data.y_train))[:num_canaries]
+    can = OutOfDistribution(source="photos").apply(
+        data.x_train[pos], data.y_train[pos],
+        CanaryContext(num_classes=data.num_classes, rng=np.random.default_rng(1), pool_indices=pos))
+    x, y = data.x_train.copy(), data.y_train.copy()
+    x[pos], y[pos] = can.x, can.y
+    member = np.argsort(rng.uniform(size=(models, num_canaries)), axis=0) < models // 2  # exactly half
+    always = np.setdiff1d(np.arange(len(y)), pos)
+    params = {"encoder": "mlp", "width": 256, "epochs": 100, "batch_size": 256, "probe_epochs": 1, **extra}
+    t0 = time.perf_counter()
+    sig = np.zeros((models, num_canaries))
+    for s in range(models):
+        keep = np.concatenate([always, pos[member[s]]])
+        train = LabeledImages(x[keep], y[keep], data.num_classes, data.mean, data.std, data.augment)
+        served = SimCLR(**params).fit(train, FitContext(seed=100 + s, device="cpu", train=TrainConfig()))
+        sig[s] = contrastive_similarity(served.features, can.x, data.augment, 7,
+                                        augment=served.view_augmentation()).mean(axis=(1, 2))
+    z = (sig - sig.mean(0)) / (sig.std(0) + 1e-12)
+    auc = roc_auc_score(member.ravel(), z.ravel())
+    gap = [(sig[member[:, c], c].mean() - sig[~member[:, c], c].mean()) / (sig[~member[:, c], c].std() + 1e-12)
+           for c in range(num_canaries)]
+    return (f"| {num_canaries} | {extra or 'quick preset'} | {auc:.3f} | {np.median(gap):.2f} | "
+            f"{(time.perf_counter() - t0) / models:.0f} s |")
+
+
+def audit_row(num_canaries: int, out: str) -> None:
+    import csv
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from harness_cli import evaluate_into
+
+    run_dir, wall = evaluate_into(Path(out) / f"c{num_canaries}", "ssl-simclr", "--level", "sample", "--canary", "ood",
+                                  "--audit-size", str(num_canaries), "--set", "defense_params.crop_scale=[0.5,1.0]")
+    print(f"{run_dir} ({wall:.0f} s)")
+    print("| attack | access | primary variant | AUC | TPR@1% FPR |")
+    print("|---|---|---|---|---|")
+    with open(run_dir / "attacks.csv") as f:
+        for r in csv.DictReader(f):
+            if r["primary"] == "True":
+                print(f"| {r['attack']} | {r['access']} | {r['variant']} | {float(r['auc']):.3f} | "
+                      f"{100 * float(r['tpr@0.01']):.1f}% |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rows", default="all", help="all, digits, or comma-separated names: " + ", ".join(ROWS))
     ap.add_argument("--data-dir", default="../shared/data/cifar10-subset")
+    ap.add_argument("--canaries", action="store_true", help="membership of OOD canaries over S encoders")
+    ap.add_argument("--models", type=int, default=8, help="--canaries: S encoders (even)")
+    ap.add_argument("--audit", type=int, default=None, metavar="C", help="run the sample-level audit with C canaries")
+    ap.add_argument("--out", default="runs/bench-ssl-audit", help="--audit: parent folder of the run")
     args = ap.parse_args()
+    if args.audit is not None:
+        audit_row(args.audit, args.out)
+        return
+    torch.set_num_threads(1)
+    if args.canaries:
+        names = list(CANARY_ROWS) if args.rows == "all" else args.rows.split(",")
+        print(f"| canaries C | SimCLR setting | z-score AUC, members vs not (S = {args.models}) | median member gap "
+              "(non-member SDs) | fit + signal per model |")
+        print("|---|---|---|---|---|")
+        for name in names:
+            print(measure_canaries(*CANARY_ROWS[name], args.models), flush=True)
+        return
     names = (list(ROWS) if args.rows == "all" else [r for r in ROWS if r.startswith("digits")] if args.rows == "digits"
              else args.rows.split(","))
-    torch.set_num_threads(1)
     print("| data | images | defense and parameters | AUC train vs held-out | final loss | probe test acc | fit |")
     print("|---|---|---|---|---|---|---|")
     for name in names:
