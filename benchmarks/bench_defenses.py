@@ -12,7 +12,8 @@ training and attack phases its results.json records from the invocations that tr
 run still shows what training it took; interpreter start-up excluded). Headlines are the best
 primary variant of the defense's adaptive attacks with the selection-aware CI. The per-attack
 sample-level figures of HAMP (label-only vs LiRA on the defended outputs), SELENA with plain
-mislabeled canaries, DP-SGD's per-canary figures with uniform-noise canaries beside, and the SSL
+mislabeled canaries, DP-SGD's per-canary figures with uniform-noise canaries beside (and those of
+``subsample``, which this script runs as ``--inner dpsgd-medium --rate 0.5``), and the SSL
 defenses' white-box vs black-box attacks at 0.1% and 1% FPR follow.
 """
 
@@ -26,6 +27,8 @@ from harness_cli import evaluate_into
 
 from harness.evaluation import run_label_privacy, run_privacy
 
+# ``--defenses subsample`` wraps DP-SGD (medium) and trains each model on a random half of the data
+SUBSAMPLE = ("--inner", "dpsgd-medium", "--rate", "0.5")
 DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh", "ssl-simclr",
             "ssl-moco", "dfkd", "alibi"]
 
@@ -83,13 +86,13 @@ def main() -> None:
     args = ap.parse_args()
     rows, notes = [], []
     for d in args.defenses.split(","):
-        r, wall = run(d, args)
+        r, wall = run(d, args, *(SUBSAMPLE if d == "subsample" else ()))
         pop, smp = r.get("population"), r.get("sample")
         eps = (run_privacy(r) or {}).get("epsilon")
         label_eps = (run_label_privacy(r) or {}).get("label_epsilon")
         eps_cell = f"{eps:.3g}" if eps is not None else f"label {label_eps:.3g}" if label_eps is not None else "-"
         rows.append(
-            f"| {d} | {headline(pop)} | {headline(smp)} "
+            f"| {d + (' ' + ' '.join(SUBSAMPLE) if d == 'subsample' else '')} | {headline(pop)} | {headline(smp)} "
             f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}, "
             f"{smp['best'].get('access', 'black-box')}) | "
             f"{primary_tpr(pop, 'rmia')} / {primary_tpr(smp, 'rmia')} | "
@@ -111,6 +114,10 @@ def main() -> None:
                                          + ", ".join(f"{c} {primary_tpr(v, name, fpr)}"
                                                      for c, v in r["sample_by_canary"].items())
                                          for name in ("contrastive", "contrastive-blackbox", "lira", "rmia")))
+        if d == "subsample":
+            notes.append(f"subsample {' '.join(SUBSAMPLE)} sample level, TPR@0.1% by canary: "
+                         + ", ".join(f"{c} {pct(v['best']['tpr_at_fpr']['0.001'])}"
+                                     for c, v in r["sample_by_canary"].items()))
         if d.startswith("dpsgd"):
             by = r["sample_by_canary"]
             u, wall_u = run(d, args, "--level", "sample", "--canary", "uniform")

@@ -8,6 +8,14 @@ the training set (members), 100 are removed (non-members). For the teacher and t
 print the test accuracy, the fraction of member / non-member canaries predicted as their canary
 label, and the median log-probability of the canary label on members and on non-members (a large
 gap is what LiRA finds), plus the fit time on one thread.
+
+    python benchmarks/bench_dfkd.py --reuse [--out runs/bench-dfkd-reuse]
+
+``--reuse``: the quick preset's ``harness evaluate dfkd`` twice, in OUT/trained (it trains its own
+teachers) and in OUT/reuse after ``harness evaluate undefended --set train.model=mlp-bn
+--save-models`` there (it reuses those 64 models as teachers); prints each run's recorded time
+(prepare + training + attacks, from results.json) and whether every saved signal file holds the
+same arrays. Finished runs resume at no cost.
 """
 
 from __future__ import annotations
@@ -15,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -33,13 +42,46 @@ def parse_setting(text: str) -> dict:
     return out
 
 
+def reuse(out: Path) -> None:
+    from bench_defenses import run_seconds
+    from harness_cli import evaluate_into, run_cli
+
+    trained, _ = evaluate_into(out / "trained", "dfkd")
+    for args in (("undefended", "--set", "train.model=mlp-bn", "--save-models"), ("dfkd",)):
+        run_cli("evaluate", *args, "--out", str(out / "reuse"))  # two runs in one folder: dfkd finds the teachers
+    teachers, reused = (next((out / "reuse").glob(f"{name}-*")) for name in ("undefended", "dfkd"))
+    seconds = [run_seconds(json.loads((d / "results.json").read_text())) for d in (trained, reused, teachers)]
+    files = sorted(f.relative_to(trained) for f in trained.glob("*/signals/*.npz"))
+    same = all(_same_arrays(trained / f, reused / f) for f in files)
+    origin = {_teacher(d / f) for d, f in ((trained, files[0]), (reused, files[0]))}
+    print(f"dfkd training its teachers: {seconds[0]:.0f} s; reusing the saved undefended models: {seconds[1]:.0f} s "
+          f"(the undefended mlp-bn run itself: {seconds[2]:.0f} s)")
+    print(f"{len(files)} signal files, all arrays identical: {same}; teachers: {sorted(origin)}")
+
+
+def _teacher(path: Path) -> str:
+    with np.load(path) as z:
+        return str(json.loads(str(z["meta"]))["defense_info"].get("teacher", "?"))
+
+
+def _same_arrays(a: Path, b: Path) -> bool:
+    with np.load(a) as x, np.load(b) as y:
+        keys = [k for k in x.files if k != "meta"]
+        return sorted(keys) == sorted(k for k in y.files if k != "meta") and all(np.array_equal(x[k], y[k]) for k in keys)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--settings", nargs="*", default=["rounds=40,synth_batch=64", "rounds=30,synth_batch=128",
                                                        "rounds=20,warmup=4,synth_batch=128"],
                     help="defense_params overrides of the quick preset's dfkd section, one setting each")
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--reuse", action="store_true", help="time harness evaluate dfkd with and without saved teachers")
+    ap.add_argument("--out", default="runs/bench-dfkd-reuse", help="--reuse: parent folder of the runs")
     args = ap.parse_args()
+    if args.reuse:
+        reuse(Path(args.out))
+        return
     torch.set_num_threads(args.threads)
 
     data = load_digits(497, 0)

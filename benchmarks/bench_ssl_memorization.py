@@ -119,11 +119,9 @@ def measure_canaries(num_canaries: int, extra: dict, models: int) -> str:
 
 def audit_row(num_canaries: int, out: str) -> None:
     import csv
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from harness_cli import evaluate_into
+    from harness_cli import evaluate_into  # beside this script
 
     run_dir, wall = evaluate_into(Path(out) / f"c{num_canaries}", "ssl-simclr", "--level", "sample", "--canary", "ood",
                                   "--audit-size", str(num_canaries), "--set", "defense_params.crop_scale=[0.5,1.0]")
@@ -146,6 +144,8 @@ def main() -> None:
     ap.add_argument("--audit", type=int, default=None, metavar="C", help="run the sample-level audit with C canaries")
     ap.add_argument("--out", default="runs/bench-ssl-audit", help="--audit: parent folder of the run")
     args = ap.parse_args()
+    if args.models < 4 or args.models % 2:
+        ap.error(f"--models must be an even number >= 4, got {args.models}")
     if args.audit is not None:
         audit_row(args.audit, args.out)
         return
