@@ -439,9 +439,14 @@ def audit_one_run_cmd(
     for i in shown:
         r = rows[i]
         ci = f"{r[rate.lower()]:.3f} [{r[rate.lower() + '_lo']:.3f}, {r[rate.lower() + '_hi']:.3f}]" if r["num_guesses"] else "-"
+        if r.get("interval") == "exact-canaries":
+            ci += " ‡"
         table.add_row(f"{r['tau']:.2f}" + (" (best)" if i == best else ""), str(r["num_guesses"]), ci,
                       f"{r['epsilon']:.2f}", f"{r['epsilon_lo']:.2f}")
     console.print(table)
+    if any(rows[i].get("interval") == "exact-canaries" for i in shown):
+        console.print("‡ every active canary at the same rate: the normal interval would have zero width (at a rate of 1, "
+                      "ε ≥ inf); the interval is exact over the canaries instead (docs/bounds.md).", highlight=False)
     other = "clopper-pearson" if game == "weighted" else "weighted"
     console.print(f"Empirical label-ε ≥ {g['best_epsilon_lo']:.2f} at the best of {len(rows)} taus (the paper's figure: "
                   f"tau chosen after the fact); {g['best_epsilon_lo_bonferroni']:.2f} with the Bonferroni correction "

@@ -139,6 +139,27 @@ def test_weighted_game_hand_computed():
     se = math.sqrt(s2 * 5) / 3
     assert r.acgr_lo == pytest.approx(max(0.0, 2 / 3 - 1.959964 * se), abs=1e-6)
     assert weighted_acgr_game(ct, ca, tau=0.9).num_guesses == 0
+    assert r.interval == "normal"
+
+
+def test_weighted_game_with_every_guess_right_gives_a_finite_exact_bound():
+    # 37 canaries, every one of their 296 guesses right: the rates have zero sample variance, so the
+    # normal interval would be [1, 1] and claim eps >= inf (the paper's code does). The interval is
+    # exact over the canaries instead: P(rate = 1) <= mean rate, Clopper-Pearson on 37 of 37.
+    ct = np.full(37, 0.995)
+    ca = np.full((37, 8), 0.001)
+    r = weighted_acgr_game(ct, ca, tau=0.99)
+    assert (r.acgr, r.interval) == (1.0, "exact-canaries")
+    assert r.acgr_lo == pytest.approx(0.025 ** (1 / 37)) and r.acgr_hi == 1.0
+    assert math.isfinite(r.epsilon_lo) and r.epsilon_lo == pytest.approx(math.log(r.acgr_lo / (1 - r.acgr_lo)))
+    assert weighted_acgr_game(ct, ca, tau=0.99, alpha=0.001).epsilon_lo < r.epsilon_lo  # Bonferroni is wider
+    # every canary wrong: the mirror image, no lower bound and a finite upper end
+    w = weighted_acgr_game(ca[:, 0], np.full((37, 8), 0.995), tau=0.99)
+    assert (w.acgr, w.acgr_lo, w.epsilon_lo) == (0.0, 0.0, 0.0)
+    assert w.acgr_hi == pytest.approx(1 - 0.025 ** (1 / 37))
+    # every canary at the same rate strictly inside (0, 1): no statement rather than a zero-width one
+    half = weighted_acgr_game(np.full(4, 0.9), np.array([[0.1, 0.95]] * 4), tau=0.5)
+    assert (half.acgr, half.acgr_lo, half.acgr_hi, half.interval) == (0.5, 0.0, 1.0, "exact-canaries")
 
 
 def _randomized_response_plugin(tmp_path):

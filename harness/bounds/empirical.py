@@ -264,9 +264,11 @@ class WeightedGameResult:
     """The label-flip game against all C - 2 alternatives at one ``tau`` (Malek et al. 2021, app. B).
 
     ``num_active`` canaries made at least one guess; ``num_guesses`` = sum of their m_i. ``acgr`` is
-    the m_i-weighted mean of the per-canary rates, [acgr_lo, acgr_hi] its normal 1 - alpha
-    interval (clipped to [0, 1]; [0, 1] with fewer than two active canaries), and the epsilons are
-    ln(p / (1 - p)) at those rates, floored at 0 (inf at a rate of 1).
+    the m_i-weighted mean of the per-canary rates, [acgr_lo, acgr_hi] its 1 - alpha interval
+    (clipped to [0, 1]; [0, 1] with fewer than two active canaries), and the epsilons are
+    ln(p / (1 - p)) at those rates, floored at 0 (inf at a rate of 1). ``interval`` says how it was
+    made: ``normal`` (the paper's) or ``exact-canaries`` where the rates have zero sample variance
+    (see :func:`weighted_acgr_game`).
     """
 
     tau: float
@@ -280,6 +282,7 @@ class WeightedGameResult:
     epsilon_lo: float
     epsilon_hi: float
     alpha: float
+    interval: str = "normal"
 
 
 def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, tau: float = 0.5,
@@ -292,6 +295,14 @@ def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, 
     ACGR = sum_i m_i ACGR_i / sum_i m_i; its variance uses the unbiased weighted variance with
     reliability weights, s^2 = sum_i m_i (ACGR_i - ACGR)^2 / (V1 - V2 / V1), and the standard error
     s sqrt(V2) / V1 (V1 = sum m_i, V2 = sum m_i^2); the interval is ACGR -/+ z_(1 - alpha/2) SE.
+
+    Where every active canary has the same rate (s = 0, e.g. all guesses right at a high tau) the
+    normal interval has zero width, and at a rate of 1 it would claim an infinite lower bound. The
+    interval is then exact over the canaries instead (``interval="exact-canaries"``): a rate lies
+    in [0, 1], so P(ACGR_i = 1) <= E[ACGR_i] <= 1 - P(ACGR_i = 0), and the Clopper-Pearson bounds
+    on those two probabilities (k of the n active canaries at rate 1, resp. 0) give
+    [lo(k_1, n), 1 - lo(k_0, n)]; both bounds are on the canaries' mean rate, the quantity the
+    normal interval estimates. (The paper's code reports the zero-width interval; docs/bounds.md.)
     """
     if not (0.5 <= tau <= 0.99):
         raise ValueError(f"tau must be in [0.5, 0.99], got {tau}")
@@ -315,8 +326,13 @@ def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, 
     v1, v2 = w.sum(), (w**2).sum()
     mean = float((w * rate).sum() / v1)
     denom = v1 - v2 / v1
+    interval = "normal"
     if n_act < 2 or denom <= 0:
         lo, hi = 0.0, 1.0
+    elif np.all(rate == rate[0]):
+        interval = "exact-canaries"
+        lo = float(clopper_pearson(int((rate == 1).sum()), n_act, alpha)[0])
+        hi = 1.0 - float(clopper_pearson(int((rate == 0).sum()), n_act, alpha)[0])
     else:
         from scipy.stats import norm
 
@@ -326,5 +342,5 @@ def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, 
     return WeightedGameResult(
         tau=float(tau), num_canaries=int(ct.size), num_active=n_act, num_guesses=n_guess, acgr=mean,
         acgr_lo=lo, acgr_hi=hi, epsilon=_logit_floor(mean), epsilon_lo=_logit_floor(lo),
-        epsilon_hi=_logit_floor(hi), alpha=float(alpha),
+        epsilon_hi=_logit_floor(hi), alpha=float(alpha), interval=interval,
     )
