@@ -52,11 +52,13 @@ def reuse(out: Path) -> None:
     teachers, reused = (next((out / "reuse").glob(f"{name}-*")) for name in ("undefended", "dfkd"))
     seconds = [run_seconds(json.loads((d / "results.json").read_text())) for d in (trained, reused, teachers)]
     files = sorted(f.relative_to(trained) for f in trained.glob("*/signals/*.npz"))
+    if not files:
+        raise SystemExit(f"no signal files under {trained}")
     same = all(_same_arrays(trained / f, reused / f) for f in files)
-    origin = {_teacher(d / f) for d, f in ((trained, files[0]), (reused, files[0]))}
     print(f"dfkd training its teachers: {seconds[0]:.0f} s; reusing the saved undefended models: {seconds[1]:.0f} s "
           f"(the undefended mlp-bn run itself: {seconds[2]:.0f} s)")
-    print(f"{len(files)} signal files, all arrays identical: {same}; teachers: {sorted(origin)}")
+    print(f"{len(files)} signal files, all arrays identical: {same}; teachers recorded: "
+          f"{_teacher(trained / files[0])!r} in the first run, {_teacher(reused / files[0])!r} in the second")
 
 
 def _teacher(path: Path) -> str:
