@@ -12,8 +12,8 @@ memorization visible to the attack), the final pre-training loss and the probe's
 
 ``--canaries``: the audit's own question on the quick preset's data. C of the digits training
 images become OOD canaries (the quick preset's bundled photo patches, original labels), each a
-member of exactly half of S SimCLR encoders (MLP 256, 100 epochs, batch 256 unless the row says
-otherwise; probe 1 epoch, unused); every other image is always a member. Per canary, each model's
+member of exactly half of S encoders (SimCLR or MoCo, MLP 256, 100 epochs, batch 256 unless the
+row says otherwise; probe 1 epoch, unused); every other image is always a member. Per canary, each model's
 white-box signal (mean over 9 views x 6 repetitions) is standardized over the S models; the table
 prints the pooled AUC of those z-scores, members vs non-members (0.5: the encoder's view
 similarity does not depend on membership), and the median over canaries of the member mean minus
@@ -76,17 +76,19 @@ def measure(dataset: str, n: int, cls: type, params: dict, data_dir: str) -> str
             f"{100 * acc:.1f}% | {fit_s:.0f} s |")
 
 
-# name -> (number of canaries C, SimCLR parameters beyond the quick preset's)
-CANARY_ROWS: dict[str, tuple[int, dict]] = {
-    "c200": (200, {}),
-    "c200-crop0.5-t0.1-e300": (200, {"crop_scale": [0.5, 1.0], "temperature": 0.1, "epochs": 300}),
-    "c40": (40, {}),
-    "c40-crop0.5": (40, {"crop_scale": [0.5, 1.0]}),
-    "c40-crop0.5-t0.1": (40, {"crop_scale": [0.5, 1.0], "temperature": 0.1}),
+# name -> (number of canaries C, defense, parameters beyond the quick preset's)
+CANARY_ROWS: dict[str, tuple[int, type, dict]] = {
+    "c200": (200, SimCLR, {}),
+    "c200-crop0.5-t0.1-e300": (200, SimCLR, {"crop_scale": [0.5, 1.0], "temperature": 0.1, "epochs": 300}),
+    "c40": (40, SimCLR, {}),
+    "c40-crop0.5": (40, SimCLR, {"crop_scale": [0.5, 1.0]}),
+    "c40-crop0.5-t0.1": (40, SimCLR, {"crop_scale": [0.5, 1.0], "temperature": 0.1}),
+    "moco-c200": (200, MoCo, {"queue_size": 1024}),
+    "moco-c40-crop0.5": (40, MoCo, {"queue_size": 1024, "crop_scale": [0.5, 1.0]}),
 }
 
 
-def measure_canaries(num_canaries: int, extra: dict, models: int) -> str:
+def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int) -> str:
     from canaries.base import CanaryContext
     from canaries.ood import OutOfDistribution
 
@@ -106,14 +108,14 @@ def measure_canaries(num_canaries: int, extra: dict, models: int) -> str:
     for s in range(models):
         keep = np.concatenate([always, pos[member[s]]])
         train = LabeledImages(x[keep], y[keep], data.num_classes, data.mean, data.std, data.augment)
-        served = SimCLR(**params).fit(train, FitContext(seed=100 + s, device="cpu", train=TrainConfig()))
+        served = cls(**params).fit(train, FitContext(seed=100 + s, device="cpu", train=TrainConfig()))
         sig[s] = contrastive_similarity(served.features, can.x, data.augment, 7,
                                         augment=served.view_augmentation()).mean(axis=(1, 2))
     z = (sig - sig.mean(0)) / (sig.std(0) + 1e-12)
     auc = roc_auc_score(member.ravel(), z.ravel())
     gap = [(sig[member[:, c], c].mean() - sig[~member[:, c], c].mean()) / (sig[~member[:, c], c].std() + 1e-12)
            for c in range(num_canaries)]
-    return (f"| {num_canaries} | {extra or 'quick preset'} | {auc:.3f} | {np.median(gap):.2f} | "
+    return (f"| {num_canaries} | {cls.name} {extra or '(quick preset)'} | {auc:.3f} | {np.median(gap):.2f} | "
             f"{(time.perf_counter() - t0) / models:.0f} s |")
 
 
@@ -152,7 +154,7 @@ def main() -> None:
     torch.set_num_threads(1)
     if args.canaries:
         names = list(CANARY_ROWS) if args.rows == "all" else args.rows.split(",")
-        print(f"| canaries C | SimCLR setting | z-score AUC, members vs not (S = {args.models}) | median member gap "
+        print(f"| canaries C | defense and setting | z-score AUC, members vs not (S = {args.models}) | median member gap "
               "(non-member SDs) | fit + signal per model |")
         print("|---|---|---|---|---|")
         for name in names:
