@@ -86,13 +86,14 @@ def main() -> None:
     args = ap.parse_args()
     rows, notes = [], []
     for d in args.defenses.split(","):
-        r, wall = run(d, args, *(SUBSAMPLE if d == "subsample" else ()))
+        extra = SUBSAMPLE if d == "subsample" else ()
+        r, wall = run(d, args, *extra)
         pop, smp = r.get("population"), r.get("sample")
         eps = (run_privacy(r) or {}).get("epsilon")
         label_eps = (run_label_privacy(r) or {}).get("label_epsilon")
         eps_cell = f"{eps:.3g}" if eps is not None else f"label {label_eps:.3g}" if label_eps is not None else "-"
         rows.append(
-            f"| {d + (' ' + ' '.join(SUBSAMPLE) if d == 'subsample' else '')} | {headline(pop)} | {headline(smp)} "
+            f"| {' '.join((d, *extra))} | {headline(pop)} | {headline(smp)} "
             f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}, "
             f"{smp['best'].get('access', 'black-box')}) | "
             f"{primary_tpr(pop, 'rmia')} / {primary_tpr(smp, 'rmia')} | "
@@ -114,8 +115,8 @@ def main() -> None:
                                          + ", ".join(f"{c} {primary_tpr(v, name, fpr)}"
                                                      for c, v in r["sample_by_canary"].items())
                                          for name in ("contrastive", "contrastive-blackbox", "lira", "rmia")))
-        if d == "subsample":
-            notes.append(f"subsample {' '.join(SUBSAMPLE)} sample level, TPR@0.1% by canary: "
+        if extra:
+            notes.append(f"{' '.join((d, *extra))} sample level, TPR@0.1% by canary: "
                          + ", ".join(f"{c} {pct(v['best']['tpr_at_fpr']['0.001'])}"
                                      for c, v in r["sample_by_canary"].items()))
         if d.startswith("dpsgd"):
