@@ -91,6 +91,7 @@ CANARY_ROWS: dict[str, tuple[int, type, dict]] = {
 def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int) -> str:
     from canaries.base import CanaryContext
     from canaries.ood import OutOfDistribution
+    from harness.design import balanced_membership
 
     data = load_dataset(DataConfig(name="digits", test_size=497), 0)
     rng = np.random.default_rng(0)
@@ -100,7 +101,7 @@ def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int) -> 
         CanaryContext(num_classes=data.num_classes, rng=np.random.default_rng(1), pool_indices=pos))
     x, y = data.x_train.copy(), data.y_train.copy()
     x[pos], y[pos] = can.x, can.y
-    member = np.argsort(rng.uniform(size=(models, num_canaries)), axis=0) < models // 2  # exactly half
+    member = balanced_membership(rng.uniform(size=(models, num_canaries)))  # each canary IN in exactly S/2 models
     always = np.setdiff1d(np.arange(len(y)), pos)
     params = {"encoder": "mlp", "width": 256, "epochs": 100, "batch_size": 256, "probe_epochs": 1, **extra}
     t0 = time.perf_counter()
