@@ -1,34 +1,46 @@
-"""The paper's setting on a GPU (issue 13): what a lent GPU session runs, one JSON line per figure.
+"""The paper's setting on a GPU (issues 13 and 10): what a lent GPU session runs, one JSON line per figure.
 
-    python benchmarks/bench_gpu.py epoch --data-dir ../shared/data/cifar10-subset [--device cuda]
+    python benchmarks/bench_gpu.py smoke --data-dir ../shared/data/cifar10-subset [--device cuda]
+    python benchmarks/bench_gpu.py epoch --data-dir ../shared/data/cifar10-subset [--epochs 2]
     python benchmarks/bench_gpu.py fast  --data-dir ../shared/data/cifar10-subset [--models 64]
     python benchmarks/bench_gpu.py hamp  --data-dir ../shared/data/cifar10-subset [--models 16] [--epochs 50]
     python benchmarks/bench_gpu.py ssl   --data-dir ../shared/data/cifar10-subset [--models 16] [--epochs 100]
     python benchmarks/bench_gpu.py all   --data-dir ... --out DIR        # epoch, fast, hamp, ssl; results under DIR
 
+- ``smoke``: every figure below at toy scale (the first 24 images of each training batch, 60 test
+  images, 6 models, one epoch, sample level) with the real networks: do the code paths run on this
+  device? About a minute on a GPU; run it first.
 - ``epoch``: one WRN16-4 model at the paper's recipe (``paper`` preset: batch 256, SGD 0.1, flips
-  and shifts) trained for ``--epochs`` (default 2) epochs on the training images found; prints the
-  seconds per epoch and per training image, and projects the paper's 2 x 64 models of 200 epochs
-  on the paper's ~25 000 training images per model.
+  and shifts, ``run.deterministic`` as ``harness evaluate`` sets it) trained for ``--epochs``
+  (default 2) epochs on the training images found; prints the seconds per epoch and per training
+  image, and projects the paper's 2 x 64 models of 200 epochs on ~25 000 training images per model.
 - ``fast``: ``harness evaluate undefended --preset fast`` end to end (both levels), its wall time,
   test accuracy and population / sample-level TPR@0.1% FPR (does the fast recipe keep the finding
   that mislabeled canaries are found at near 100%?).
-- ``hamp``: ``harness evaluate hamp`` with the WRN16-4 at the ``cifar10`` preset's HAMP recipe, both
-  levels, LiRA and the label-only attack: which is stronger at the sample level (the paper finds
-  label-only beats LiRA against HAMP's confidence masking).
-
+- ``hamp``: ``harness evaluate hamp`` with the WRN16-4 at the ``cifar10`` preset's HAMP recipe,
+  mislabeled canaries, LiRA and the label-only attack: which is stronger at the sample level (the
+  paper finds label-only beats LiRA against HAMP's confidence masking)?
 - ``ssl`` (issue 10): ``harness evaluate ssl-simclr`` with the ResNet-18 encoder (the ``cifar10``
   preset's SSL settings, ``encoder=resnet18``) pre-trained for ``--epochs`` (default 100, the paper
-  800), both levels: does the white-box contrastive attack beat LiRA on the OOD canaries?
+  800), both levels: does the white-box contrastive attack beat LiRA on the OOD canaries? ``--ood
+  auto`` (default) takes the paper's ImageNet canaries where the data folder holds
+  ``ood_imagenet_samples.pt``, else the bundled photo patches; the figure records ``ood_source``.
 
-Each prints the device (torch.cuda.get_device_name) with its figures. ``--device cpu`` with small
-``--models`` / ``--epochs`` runs the same code on a CPU (tests/test_bench_gpu.py does).
+``--set KEY=VALUE`` and ``--workers`` go to every ``harness evaluate`` run (``--set`` also to
+``epoch``'s config); ``--runs DIR`` keeps the runs (the same command again resumes its run). Each
+figure prints the device (torch.cuda.get_device_name). ``--device cpu`` with small ``--models`` /
+``--epochs`` runs the same code on a CPU: tests/test_bench_gpu.py does, at toy scale.
+benchmarks/gpu_prepare.sh and benchmarks/gpu_run.sh run this script on this project's lent GPU
+machines (README, "GPU").
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
+import pickle
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -46,13 +58,15 @@ def device_name(device: str) -> str:
     return device
 
 
-def bench_epoch(data_dir: Path, device: str, epochs: int) -> dict[str, Any]:
+def bench_epoch(data_dir: Path, device: str, epochs: int, overrides: list[str]) -> dict[str, Any]:
     from defenses.base import FitContext, LabeledImages
     from defenses.training import init_network, train_classifier
-    from harness.config import build_config
+    from harness.config import build_config, parse_set_options
     from harness.data import load_dataset
+    from harness.runner import configure_determinism
 
-    cfg = build_config("paper", {"data.path": str(data_dir), "train.epochs": epochs})
+    cfg = build_config("paper", {**parse_set_options(overrides), "data.path": str(data_dir), "train.epochs": epochs})
+    configure_determinism(device, cfg.run.deterministic)  # as harness evaluate trains (run.deterministic)
     data = load_dataset(cfg.data, cfg.seed)
     train = LabeledImages(x=data.x_train, y=data.y_train, num_classes=data.num_classes, mean=data.mean,
                           std=data.std, augment=data.augment)
@@ -71,84 +85,176 @@ def bench_epoch(data_dir: Path, device: str, epochs: int) -> dict[str, Any]:
     return {"figure": "wrn16-4 paper recipe", "device": device_name(device), "train_images": len(train),
             "epochs_timed": epochs, "seconds_per_epoch": secs, "seconds_per_image": per_image,
             "projected_hours_2x64_models_200_epochs_25k_images": projected / 3600,
-            "batch_size": cfg.train.batch_size}
+            "batch_size": cfg.train.batch_size, "deterministic": cfg.run.deterministic}
 
 
-def _evaluate(args: list[str]) -> tuple[dict[str, Any], float]:
-    with tempfile.TemporaryDirectory() as out:
-        run_dir, wall = evaluate_into(Path(out), *args)
+def _evaluate(args: list[str], runs: Path | None) -> tuple[dict[str, Any], float]:
+    """``harness evaluate ARGS`` into ``runs/<defense>-<hash of ARGS>`` (kept: the same command again
+    resumes its run, e.g. after a device call ran out of time), or into a temporary folder when
+    ``runs`` is None."""
+    if runs is not None:
+        out = runs / f"{args[0]}-{hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]}"
+        out.mkdir(parents=True, exist_ok=True)
+        run_dir, wall = evaluate_into(out, *args)
+        return json.loads((run_dir / "results.json").read_text()), wall
+    with tempfile.TemporaryDirectory() as tmp:
+        run_dir, wall = evaluate_into(Path(tmp), *args)
         return json.loads((run_dir / "results.json").read_text()), wall
 
 
+def _experiment(r: dict[str, Any], k: str) -> dict[str, Any]:
+    per_attack = {f"{a['name']}:{a['variant']}": a["tpr_at_fpr"][k] for a in r["attacks"] if a["primary"]}
+    return {"canary": r["canary"], "test_accuracy": r["test_accuracy"]["mean"],
+            "headline": f"{r['best']['name']}:{r['best']['variant']}", "tpr_at_0.1%": r["best"]["tpr_at_fpr"][k],
+            "tpr_ci": r["best"]["tpr_ci"][k], "primary_variants": per_attack}
+
+
 def _levels(results: dict[str, Any]) -> dict[str, Any]:
+    """``population`` and one ``sample-<canary>`` entry per sample-level canary: the headline, its
+    CI, the test accuracy and every primary variant's TPR at the headline FPR (0.1%)."""
     k = repr(float(results["headline_fpr"]))
     out = {}
-    for lv in ("population", "sample"):
-        if lv not in results:
-            continue
-        r = results[lv]
-        per_attack = {f"{a['name']}:{a['variant']}": a["tpr_at_fpr"][k] for a in r["attacks"] if a["primary"]}
-        out[lv] = {"canary": r["canary"], "test_accuracy": r["test_accuracy"]["mean"],
-                   "headline": f"{r['best']['name']}:{r['best']['variant']}", "tpr_at_0.1%": r["best"]["tpr_at_fpr"][k],
-                   "tpr_ci": r["best"]["tpr_ci"][k], "primary_variants": per_attack}
+    if "population" in results:
+        out["population"] = _experiment(results["population"], k)
+    if "sample" in results:
+        by_canary = results.get("sample_by_canary") or {results["sample"]["canary"]: results["sample"]}
+        for canary, r in by_canary.items():
+            out[f"sample-{canary}"] = _experiment(r, k)
     return out
 
 
-def bench_fast(data_dir: Path, device: str, models: int, epochs: int | None) -> dict[str, Any]:
+def _best_by_attack(level: dict[str, Any], names: tuple[str, ...]) -> dict[str, float | None]:
+    """The largest TPR among each attack's primary variants in one experiment of :func:`_levels`."""
+    s = level.get("primary_variants", {})
+    return {n: max((v for key, v in s.items() if key.startswith(n + ":")), default=None) for n in names}
+
+
+def bench_fast(data_dir: Path, device: str, models: int, epochs: int | None, extra: list[str],
+               runs: Path | None = None) -> dict[str, Any]:
     args = ["undefended", "--preset", "fast", "--data-dir", str(data_dir), "--device", device, "--models", str(models)]
     if epochs:
         args += ["--epochs", str(epochs)]
-    results, wall = _evaluate(args)
+    results, wall = _evaluate(args + extra, runs)
     return {"figure": "fast preset end to end", "device": device_name(device), "models_per_level": models,
             "wall_seconds": wall, "levels": _levels(results)}
 
 
-def bench_hamp(data_dir: Path, device: str, models: int, epochs: int) -> dict[str, Any]:
+def bench_hamp(data_dir: Path, device: str, models: int, epochs: int, extra: list[str],
+               runs: Path | None = None) -> dict[str, Any]:
     args = ["hamp", "--preset", "cifar10", "--data-dir", str(data_dir), "--device", device, "--models", str(models),
-            "--epochs", str(epochs), "--set", "train.model=wrn16-4"]
-    results, wall = _evaluate(args)
+            "--epochs", str(epochs), "--set", "train.model=wrn16-4", "--set", "audit.canary=mislabeled"]
+    results, wall = _evaluate(args + extra, runs)
     levels = _levels(results)
-    s = levels.get("sample", {}).get("primary_variants", {})
-    lira = max((v for k, v in s.items() if k.startswith("lira:")), default=None)
-    label_only = max((v for k, v in s.items() if k.startswith("label-only:")), default=None)
+    best = _best_by_attack(levels.get("sample-mislabeled", {}), ("lira", "label-only"))
+    lira, label_only = best["lira"], best["label-only"]
     return {"figure": "hamp wrn16-4 cifar10 subset", "device": device_name(device), "models_per_level": models,
             "epochs": epochs, "wall_seconds": wall, "levels": levels,
             "sample_lira": lira, "sample_label_only": label_only,
             "label_only_beats_lira": None if lira is None or label_only is None else label_only > lira}
 
 
-def bench_ssl(data_dir: Path, device: str, models: int, epochs: int) -> dict[str, Any]:
+def ood_source(data_dir: Path, wanted: str) -> str:
+    """``auto``: the paper's ImageNet canaries where ``ood_imagenet_samples.pt`` lies in the data folder,
+    else the bundled photo patches (the figure records which); otherwise ``wanted`` as given."""
+    if wanted != "auto":
+        return wanted
+    paper_file = data_dir / "ood_imagenet_samples.pt"
+    return str(paper_file) if paper_file.is_file() else "photos"
+
+
+def bench_ssl(data_dir: Path, device: str, models: int, epochs: int, extra: list[str],
+              ood: str = "auto", runs: Path | None = None) -> dict[str, Any]:
+    source = ood_source(data_dir, ood)
     args = ["ssl-simclr", "--preset", "cifar10", "--data-dir", str(data_dir), "--device", device, "--models",
-            str(models), "--set", "defense_params.encoder=resnet18", "--set", f"defense_params.epochs={epochs}"]
-    results, wall = _evaluate(args)
+            str(models), "--set", "defense_params.encoder=resnet18", "--set", f"defense_params.epochs={epochs}",
+            "--set", f"audit.canary_params.ood.source={source}"]
+    results, wall = _evaluate(args + extra, runs)
     levels = _levels(results)
-    s = levels.get("sample", {}).get("primary_variants", {})
-    best = {name: max((v for k, v in s.items() if k.startswith(name + ":")), default=None)
-            for name in ("lira", "contrastive")}
+    best = _best_by_attack(levels.get("sample-ood", {}), ("lira", "contrastive"))
     return {"figure": "ssl-simclr resnet18 cifar10 subset", "device": device_name(device), "models_per_level": models,
-            "pretrain_epochs": epochs, "wall_seconds": wall, "levels": levels, "sample_best_by_attack": best}
+            "pretrain_epochs": epochs, "ood_source": source, "wall_seconds": wall, "levels": levels,
+            "ood_best_by_attack": best,
+            "contrastive_beats_lira_on_ood": None if None in best.values() else best["contrastive"] > best["lira"]}
+
+
+def toy_cifar(src: Path, dst: Path, per_batch: int = 24, test: int = 60) -> Path:
+    """A CIFAR-10 folder in the official format with the first ``per_batch`` images of each training
+    batch under ``src`` and the first ``test`` test images (and ``src``'s OOD canary file, if any)."""
+    folder = src / "cifar-10-batches-py" if (src / "cifar-10-batches-py").is_dir() else src
+    (dst / "cifar-10-batches-py").mkdir(parents=True, exist_ok=True)
+    for name, n in [(f"data_batch_{i}", per_batch) for i in range(1, 6)] + [("test_batch", test)]:
+        with open(folder / name, "rb") as f:
+            d = pickle.load(f, encoding="latin1")
+        with open(dst / "cifar-10-batches-py" / name, "wb") as f:
+            pickle.dump({"data": d["data"][:n], "labels": d["labels"][:n]}, f)
+    if (src / "ood_imagenet_samples.pt").is_file():
+        shutil.copy(src / "ood_imagenet_samples.pt", dst)
+    return dst
+
+
+#: toy settings of ``smoke``: 6 models, 8 audit samples, one epoch, sample level only
+TOY = ["--set", "audit.size=8", "--set", "audit.population_samples=8", "--set", "attack.bootstrap=20",
+       "--set", "run.level=sample"]
+
+
+def bench_smoke(data_dir: Path, device: str) -> dict[str, Any]:
+    """Every figure at toy scale (120 training images, 6 models, one epoch) with the real networks
+    (WRN16-4, airbench, ResNet-18) on ``device``: do the code paths run there? About a minute on a GPU."""
+    with tempfile.TemporaryDirectory() as tmp:
+        toy = toy_cifar(data_dir, Path(tmp) / "toy")
+        figs = {"epoch": bench_epoch(toy, device, 1, []),
+                "fast": bench_fast(toy, device, 6, 1, TOY),
+                "hamp": bench_hamp(toy, device, 6, 1, TOY),
+                "ssl": bench_ssl(toy, device, 6, 1, TOY + ["--set", "defense_params.batch_size=32",
+                                                          "--set", "defense_params.probe_epochs=1"])}
+    return {"figure": "smoke: every figure at toy scale", "device": device_name(device),
+            "seconds": {k: v.get("wall_seconds", v.get("seconds_per_epoch")) for k, v in figs.items()},
+            "figures": figs}
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["epoch", "fast", "hamp", "ssl", "all"])
+    ap.add_argument("what", choices=["smoke", "epoch", "fast", "hamp", "ssl", "all"])
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--models", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=None, help="harness evaluate --workers (trainings sharing the GPU)")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="passed to every harness evaluate run (repeatable)")
+    ap.add_argument("--ood", default="auto",
+                    help="ssl's OOD canaries: auto (the data folder's ood_imagenet_samples.pt if there, else photos), "
+                         "photos, or a path")
+    ap.add_argument("--runs", type=Path, default=None,
+                    help="keep the evaluate runs under RUNS (the same command again resumes its run); default: a "
+                         "temporary folder, removed")
     ap.add_argument("--out", type=Path, default=None, help="also write each figure to OUT/<what>.json")
     args = ap.parse_args()
+    if args.what == "smoke":
+        given = [flag for flag, v in (("--models", args.models), ("--epochs", args.epochs), ("--set", args.overrides),
+                                      ("--workers", args.workers), ("--runs", args.runs)) if v]
+        if given:
+            ap.error(f"smoke runs fixed toy settings: {', '.join(given)} would not apply")
+    extra = [a for kv in args.overrides for a in ("--set", kv)]
+    if args.workers is not None:
+        if args.what == "epoch":
+            ap.error("--workers applies to the harness evaluate figures (fast, hamp, ssl), not to epoch's one model")
+        extra += ["--workers", str(args.workers)]
     jobs = ["epoch", "fast", "hamp", "ssl"] if args.what == "all" else [args.what]
     for what in jobs:
         t0 = time.perf_counter()
-        if what == "epoch":
-            fig = bench_epoch(args.data_dir, args.device, args.epochs or 2)
+        if what == "smoke":
+            fig = bench_smoke(args.data_dir, args.device)
+        elif what == "epoch":
+            fig = bench_epoch(args.data_dir, args.device, args.epochs or 2, args.overrides)
         elif what == "fast":
-            fig = bench_fast(args.data_dir, args.device, args.models or 64, args.epochs)
+            fig = bench_fast(args.data_dir, args.device, args.models or 64, args.epochs, extra, args.runs)
         elif what == "hamp":
-            fig = bench_hamp(args.data_dir, args.device, args.models or 16, args.epochs or 50)
+            fig = bench_hamp(args.data_dir, args.device, args.models or 16, args.epochs or 50, extra, args.runs)
         else:
-            fig = bench_ssl(args.data_dir, args.device, args.models or 16, args.epochs or 100)
+            fig = bench_ssl(args.data_dir, args.device, args.models or 16, args.epochs or 100, extra, args.ood,
+                            args.runs)
+        fig["extra_args"] = extra
         fig["bench_seconds"] = time.perf_counter() - t0
         line = json.dumps(fig)
         print(line, flush=True)

@@ -241,6 +241,10 @@ class Defense(ABC):
         """Raise ``ValueError`` before any training if the resolved config (``ExperimentConfig``)
         cannot work with this defense (e.g. DP-SGD with a BatchNorm model). Default: nothing."""
 
+    def check_train_size(self, smallest: int) -> None:
+        """Raise ``ValueError`` before any training if a model's training set of ``smallest``
+        samples (the smallest of the run's) is too small for this defense. Default: nothing."""
+
     @abstractmethod
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         """Train on ``train`` and return the served model."""

@@ -186,6 +186,11 @@ class SSLDefense(Defense):
         """Objective-specific state (MoCo's key networks and queue); none by default."""
         return {}
 
+    def check_train_size(self, smallest: int) -> None:
+        if smallest < self.params["batch_size"]:
+            raise ValueError(f"batch_size {self.params['batch_size']} is larger than the smallest model's training "
+                             f"set ({smallest} samples; pre-training batches drop the last partial one)")
+
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         p = self.params
         if len(train) < p["batch_size"]:

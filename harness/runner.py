@@ -207,6 +207,10 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
             f"audit.size {cfg.audit.size} is larger than the training pool ({len(data.y_train)} samples)"
         )
     designs = [build_level(cfg, data, name, canary) for name, canary in experiments(cfg, defense)]
+    try:
+        defense.check_train_size(min(smallest_training_set(ld, len(data.y_train)) for ld in designs))
+    except ValueError as e:
+        raise ConfigError(f"{cfg.defense}: {e}") from None
     fp = run_fingerprint(cfg, data)
     run = RunDir(run_dir or default_run_dir(cfg, fp))
     manifest = {
@@ -240,6 +244,12 @@ class TrainJob:
     run_dir: str
     level: str
     index: int
+
+
+def smallest_training_set(ld: LevelDesign, pool_size: int) -> int:
+    """The size of the smallest of the level's model training sets (:func:`training_set`)."""
+    always = len(ld.design.non_audit_indices(pool_size)) + len(ld.canaries.extra_y)
+    return always + int(ld.design.membership.sum(axis=1).min())
 
 
 def training_set(data: ImageDataset, ld: LevelDesign, index: int) -> LabeledImages:

@@ -306,3 +306,30 @@ def test_white_box_attack_refused_before_training_for_undefended(tmp_path):
                                    "--set", "attack.names=[lira,contrastive]"])
     assert res.exit_code != 0 and "white-box features" in res.output and "Traceback" not in res.output
     assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_batch_larger_than_a_training_set_refused_before_training(tmp_path):
+    """Digits at the quick preset: 1300 training images, 200 audited. The smallest model training set
+    (as training_set builds them) bounds the pre-training batch: one more is refused before
+    anything is written, with a ConfigError and no traceback; exactly that many passes the check."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+    from harness.config import build_config
+    from harness.runner import build_level, prepare_run, smallest_training_set, training_set
+
+    cfg = build_config("quick", {"defense": "ssl-simclr", "audit.models": 6, "run.out": str(tmp_path / "ok"),
+                                 "run.level": "population"})
+    prep = prepare_run(cfg)
+    ld = build_level(cfg, prep.data, "population", "none")
+    sizes = [len(training_set(prep.data, ld, s)) for s in range(6)]
+    smallest = smallest_training_set(ld, len(prep.data.y_train))
+    assert smallest == min(sizes) and 1100 < smallest < 1300
+
+    res = CliRunner().invoke(app, ["evaluate", "ssl-simclr", "--out", str(tmp_path / "refused"), "--models", "6",
+                                   "--level", "population", "--set", f"defense_params.batch_size={smallest + 1}"])
+    assert res.exit_code != 0 and "Traceback" not in res.output
+    assert f"batch_size {smallest + 1} is larger than the smallest model's training set ({smallest}" in res.output
+    assert not (tmp_path / "refused").exists() or not any((tmp_path / "refused").iterdir())
+    prepare_run(build_config("quick", {"defense": "ssl-simclr", "audit.models": 6, "run.out": str(tmp_path / "edge"),
+                                       "run.level": "population", "defense_params.batch_size": smallest}))

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (README, "GPU"; DEVELOPERS.md): install the wheels that
+# benchmarks/gpu_prepare.sh put in .gpu/, then run benchmarks/bench_gpu.py figures on the CIFAR-10
+# subset in .gpu/data, each result under $OUT. From the device tool:
+#   run(command="bash benchmarks/gpu_run.sh smoke epoch fast", carry=[".gpu"], timeout_s=600)
+# FIGURE is smoke (every figure at toy scale: do the code paths run on this device? about a minute),
+# epoch, fast, hamp or ssl. ARGS_<figure> adds arguments to one figure (ARGS_hamp="--models 8
+# --epochs 30 --workers 4"); LIMIT_<figure> stops it after that many seconds (default 500), so that
+# what finished still comes back. Runs are kept under /tmp/gpu-runs: the same figure again on the
+# same machine (a call within its warm period) resumes its run.
+# What comes back: $OUT/<figure>.json, the whole log in $OUT/log.txt, the device in $OUT/device.txt.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+: "${OUT:?set OUT to the folder whose files come back (the device tool sets it)}"
+[ $# -gt 0 ] || { echo "usage: bash benchmarks/gpu_run.sh FIGURE..." >&2; exit 2; }
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .gpu/whl/*.whl \
+    || { echo "wheel install failed: did benchmarks/gpu_prepare.sh run, and is .gpu carried?" >&2; exit 1; }
+export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
+  nproc
+  python3 -c "import torch, pydantic, harness; print('torch', torch.__version__, 'cuda', torch.version.cuda, \
+'device', torch.cuda.get_device_name(), 'pydantic', pydantic.VERSION, 'harness', harness.__version__)"
+} > "$OUT/device.txt" 2>&1
+cat "$OUT/device.txt"
+status=0
+for fig in "$@"; do
+    extra="ARGS_$fig"; limit="LIMIT_$fig"
+    runs=(--runs /tmp/gpu-runs)
+    [ "$fig" = smoke ] || [ "$fig" = epoch ] && runs=()
+    echo "=== $fig ${!extra:-} (limit ${!limit:-500} s) $(date +%T)" | tee -a "$OUT/log.txt"
+    # shellcheck disable=SC2086
+    timeout --signal=INT --kill-after=20 "${!limit:-500}" python3 benchmarks/bench_gpu.py "$fig" \
+        --data-dir .gpu/data/cifar10-subset --device cuda --out "$OUT" "${runs[@]}" ${!extra:-} 2>&1 | tee -a "$OUT/log.txt"
+    rc=${PIPESTATUS[0]}
+    echo "=== $fig exit $rc $(date +%T)" | tee -a "$OUT/log.txt"
+    [ "$rc" -eq 0 ] || status=$rc
+done
+exit $status
