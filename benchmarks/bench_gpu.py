@@ -70,6 +70,11 @@ def bench_epoch(data_dir: Path, device: str, epochs: int, overrides: list[str]) 
     data = load_dataset(cfg.data, cfg.seed)
     train = LabeledImages(x=data.x_train, y=data.y_train, num_classes=data.num_classes, mean=data.mean,
                           std=data.std, augment=data.augment)
+    # untimed warm-up (CUDA context, cuDNN and allocator start-up): one epoch of another net on 512 images
+    warm = LabeledImages(x=data.x_train[:512], y=data.y_train[:512], num_classes=data.num_classes, mean=data.mean,
+                         std=data.std, augment=data.augment)
+    warm_ctx = FitContext(seed=1, device=device, train=cfg.train.model_copy(update={"epochs": 1}))
+    train_classifier(init_network(warm, warm_ctx), warm, warm_ctx)
     ctx = FitContext(seed=0, device=device, train=cfg.train)
     net = init_network(train, ctx)
     if device.startswith("cuda"):
@@ -85,7 +90,8 @@ def bench_epoch(data_dir: Path, device: str, epochs: int, overrides: list[str]) 
     return {"figure": "wrn16-4 paper recipe", "device": device_name(device), "train_images": len(train),
             "epochs_timed": epochs, "seconds_per_epoch": secs, "seconds_per_image": per_image,
             "projected_hours_2x64_models_200_epochs_25k_images": projected / 3600,
-            "batch_size": cfg.train.batch_size, "deterministic": cfg.run.deterministic}
+            "batch_size": cfg.train.batch_size, "deterministic": cfg.run.deterministic,
+            "warm_up": "one untimed epoch of another model on 512 images first"}
 
 
 def _evaluate(args: list[str], runs: Path | None) -> tuple[dict[str, Any], float]:
