@@ -1,8 +1,8 @@
 """Do the SSL encoders memorize their training images at CPU scale? (docs/defenses.md, SSL)
 
     python benchmarks/bench_ssl_memorization.py [--rows all|digits|NAME,...] [--data-dir ../shared/data/cifar10-subset]
-    python benchmarks/bench_ssl_memorization.py --canaries [--models 8] [--rows all|NAME,...]
-    python benchmarks/bench_ssl_memorization.py --audit 40 [--out runs/bench-ssl-audit]
+    python benchmarks/bench_ssl_memorization.py --canaries [--models 8] [--seed 0] [--rows all|NAME,...]
+    python benchmarks/bench_ssl_memorization.py --audit 40 [--defense ssl-simclr|ssl-moco] [--audit-models 32] [--out DIR]
 
 Default table: for each setting, pre-train one SSL encoder (``defenses.ssl``) on the first n
 training images, then score n training images and n held-out images by the white-box contrastive
@@ -17,10 +17,12 @@ row says otherwise; probe 1 epoch, unused); every other image is always a member
 white-box signal (mean over 9 views x 6 repetitions) is standardized over the S models; the table
 prints the pooled AUC of those z-scores, members vs non-members (0.5: the encoder's view
 similarity does not depend on membership), and the median over canaries of the member mean minus
-the non-member mean in units of the non-members' standard deviation.
+the non-member mean in units of the non-members' standard deviation. ``--seed`` changes the draw of
+the canaries' positions, the membership and the encoders' seeds (0: the table's first draw).
 
-``--audit C``: the whole audit at that setting, ``harness evaluate ssl-simclr --level sample
---canary ood --audit-size C --set defense_params.crop_scale=[0.5,1.0]`` (quick preset, 32 models),
+``--audit C``: the whole audit at that setting, ``harness evaluate ssl-simclr (or --defense) --level sample
+--canary ood --audit-size C --models S --set defense_params.crop_scale=[0.5,1.0]`` (quick preset;
+``--audit-models S``, default 32),
 and each attack's primary variant: AUC and TPR@1% FPR, white-box contrastive vs the black-box
 attacks on the probe.
 """
@@ -83,22 +85,25 @@ CANARY_ROWS: dict[str, tuple[int, type, dict]] = {
     "c40": (40, SimCLR, {}),
     "c40-crop0.5": (40, SimCLR, {"crop_scale": [0.5, 1.0]}),
     "c40-crop0.5-t0.1": (40, SimCLR, {"crop_scale": [0.5, 1.0], "temperature": 0.1}),
+    "c13": (13, SimCLR, {}),  # 1% of the 1300 training images, the paper's fraction (500 of 50 000)
+    "c13-crop0.5": (13, SimCLR, {"crop_scale": [0.5, 1.0]}),
     "moco-c200": (200, MoCo, {"queue_size": 1024}),
     "moco-c40-crop0.5": (40, MoCo, {"queue_size": 1024, "crop_scale": [0.5, 1.0]}),
+    "moco-c13-crop0.5": (13, MoCo, {"queue_size": 1024, "crop_scale": [0.5, 1.0]}),
 }
 
 
-def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int) -> str:
+def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int, seed: int = 0) -> str:
     from canaries.base import CanaryContext
     from canaries.ood import OutOfDistribution
     from harness.design import balanced_membership
 
     data = load_dataset(DataConfig(name="digits", test_size=497), 0)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     pos = rng.permutation(len(data.y_train))[:num_canaries]
     can = OutOfDistribution(source="photos").apply(
         data.x_train[pos], data.y_train[pos],
-        CanaryContext(num_classes=data.num_classes, rng=np.random.default_rng(1), pool_indices=pos))
+        CanaryContext(num_classes=data.num_classes, rng=np.random.default_rng(seed + 1), pool_indices=pos))
     x, y = data.x_train.copy(), data.y_train.copy()
     x[pos], y[pos] = can.x, can.y
     member = balanced_membership(rng.uniform(size=(models, num_canaries)))  # each canary IN in exactly S/2 models
@@ -109,7 +114,7 @@ def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int) -> 
     for s in range(models):
         keep = np.concatenate([always, pos[member[s]]])
         train = LabeledImages(x[keep], y[keep], data.num_classes, data.mean, data.std, data.augment)
-        served = cls(**params).fit(train, FitContext(seed=100 + s, device="cpu", train=TrainConfig()))
+        served = cls(**params).fit(train, FitContext(seed=100 + s + 1000 * seed, device="cpu", train=TrainConfig()))
         sig[s] = contrastive_similarity(served.features, can.x, data.augment, 7,
                                         augment=served.view_augmentation()).mean(axis=(1, 2))
     z = (sig - sig.mean(0)) / (sig.std(0) + 1e-12)
@@ -120,14 +125,15 @@ def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int) -> 
             f"{(time.perf_counter() - t0) / models:.0f} s |")
 
 
-def audit_row(num_canaries: int, out: str) -> None:
+def audit_row(num_canaries: int, out: str, defense: str = "ssl-simclr", models: int = 32) -> None:
     import csv
     from pathlib import Path
 
     from harness_cli import evaluate_into  # beside this script
 
-    run_dir, wall = evaluate_into(Path(out) / f"c{num_canaries}", "ssl-simclr", "--level", "sample", "--canary", "ood",
-                                  "--audit-size", str(num_canaries), "--set", "defense_params.crop_scale=[0.5,1.0]")
+    run_dir, wall = evaluate_into(Path(out) / f"{defense}-c{num_canaries}-s{models}", defense, "--level", "sample",
+                                  "--canary", "ood", "--audit-size", str(num_canaries), "--models", str(models),
+                                  "--set", "defense_params.crop_scale=[0.5,1.0]")
     print(f"{run_dir} ({wall:.0f} s)")
     print("| attack | access | primary variant | AUC | TPR@1% FPR |")
     print("|---|---|---|---|---|")
@@ -144,22 +150,26 @@ def main() -> None:
     ap.add_argument("--data-dir", default="../shared/data/cifar10-subset")
     ap.add_argument("--canaries", action="store_true", help="membership of OOD canaries over S encoders")
     ap.add_argument("--models", type=int, default=8, help="--canaries: S encoders (even)")
+    ap.add_argument("--seed", type=int, default=0, help="--canaries: draw of the canaries, membership and encoder seeds")
     ap.add_argument("--audit", type=int, default=None, metavar="C", help="run the sample-level audit with C canaries")
+    ap.add_argument("--defense", default="ssl-simclr", choices=["ssl-simclr", "ssl-moco"], help="--audit: which")
+    ap.add_argument("--audit-models", type=int, default=32, help="--audit: S models (the quick preset's 32)")
     ap.add_argument("--out", default="runs/bench-ssl-audit", help="--audit: parent folder of the run")
     args = ap.parse_args()
     if args.models < 4 or args.models % 2:
         ap.error(f"--models must be an even number >= 4, got {args.models}")
     if args.audit is not None:
-        audit_row(args.audit, args.out)
+        audit_row(args.audit, args.out, args.defense, args.audit_models)
         return
     torch.set_num_threads(1)
     if args.canaries:
         names = list(CANARY_ROWS) if args.rows == "all" else args.rows.split(",")
-        print(f"| canaries C | defense and setting | z-score AUC, members vs not (S = {args.models}) | median member gap "
+        print(f"| canaries C | defense and setting | z-score AUC, members vs not (S = {args.models}, seed {args.seed}) | "
+              "median member gap "
               "(non-member SDs) | fit + signal per model |")
         print("|---|---|---|---|---|")
         for name in names:
-            print(measure_canaries(*CANARY_ROWS[name], args.models), flush=True)
+            print(measure_canaries(*CANARY_ROWS[name], args.models, args.seed), flush=True)
         return
     names = (list(ROWS) if args.rows == "all" else [r for r in ROWS if r.startswith("digits")] if args.rows == "digits"
              else args.rows.split(","))
