@@ -2,7 +2,8 @@
 
     python benchmarks/bench_ssl_memorization.py [--rows all|digits|NAME,...] [--data-dir ../shared/data/cifar10-subset]
     python benchmarks/bench_ssl_memorization.py --canaries [--models 8] [--seed 0] [--rows all|NAME,...]
-    python benchmarks/bench_ssl_memorization.py --audit 40 [--defense ssl-simclr|ssl-moco] [--audit-models 32] [--out DIR]
+    python benchmarks/bench_ssl_memorization.py --audit 40 [--defense ssl-simclr|ssl-moco] [--audit-models 32]
+                                                [--audit-set KEY=VALUE ...] [--out DIR]
 
 Default table: for each setting, pre-train one SSL encoder (``defenses.ssl``) on the first n
 training images, then score n training images and n held-out images by the white-box contrastive
@@ -125,15 +126,17 @@ def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int, see
             f"{(time.perf_counter() - t0) / models:.0f} s |")
 
 
-def audit_row(num_canaries: int, out: str, defense: str = "ssl-simclr", models: int = 32) -> None:
+def audit_row(num_canaries: int, out: str, defense: str = "ssl-simclr", models: int = 32,
+              overrides: tuple[str, ...] = ()) -> None:
     import csv
     from pathlib import Path
 
     from harness_cli import evaluate_into  # beside this script
 
-    run_dir, wall = evaluate_into(Path(out) / f"{defense}-c{num_canaries}-s{models}", defense, "--level", "sample",
+    tag = "".join(f"-{kv}" for kv in overrides).replace("defense_params.", "").replace("=", "")
+    run_dir, wall = evaluate_into(Path(out) / f"{defense}-c{num_canaries}-s{models}{tag}", defense, "--level", "sample",
                                   "--canary", "ood", "--audit-size", str(num_canaries), "--models", str(models),
-                                  "--set", "defense_params.crop_scale=[0.5,1.0]")
+                                  "--set", "defense_params.crop_scale=[0.5,1.0]", *[a for kv in overrides for a in ("--set", kv)])
     print(f"{run_dir} ({wall:.0f} s)")
     print("| attack | access | primary variant | AUC | TPR@1% FPR |")
     print("|---|---|---|---|---|")
@@ -154,12 +157,14 @@ def main() -> None:
     ap.add_argument("--audit", type=int, default=None, metavar="C", help="run the sample-level audit with C canaries")
     ap.add_argument("--defense", default="ssl-simclr", choices=["ssl-simclr", "ssl-moco"], help="--audit: which")
     ap.add_argument("--audit-models", type=int, default=32, help="--audit: S models (the quick preset's 32)")
+    ap.add_argument("--audit-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="--audit: a further harness --set (repeatable), e.g. defense_params.probe_weight_decay=0.05")
     ap.add_argument("--out", default="runs/bench-ssl-audit", help="--audit: parent folder of the run")
     args = ap.parse_args()
     if args.models < 4 or args.models % 2:
         ap.error(f"--models must be an even number >= 4, got {args.models}")
     if args.audit is not None:
-        audit_row(args.audit, args.out, args.defense, args.audit_models)
+        audit_row(args.audit, args.out, args.defense, args.audit_models, tuple(args.audit_set))
         return
     torch.set_num_threads(1)
     if args.canaries:
