@@ -3,7 +3,7 @@ of S models x C audit samples x A query views x K classes, scored in chunks of a
 (``attacks.lira.LIRA_CHUNK``).
 
     python benchmarks/bench_attack_memory.py [--models 64] [--samples 5000] [--views 18] [--classes 10]
-        [--chunk N] [--dtype float32|float16] [--from-disk]
+        [--chunk N] [--dtype float32|float16] [--from-disk] [--json]
 
 Prints the signals' size, the process's peak resident memory before and after the attack (Linux
 ``ru_maxrss``), and the attack's wall time. ``--chunk`` larger than ``--samples`` scores in one pass
@@ -11,6 +11,7 @@ Prints the signals' size, the process's peak resident memory before and after th
 ``--from-disk`` writes each model's signals to its own .npz file in a temporary folder (one model in
 memory at a time, as the training jobs do), then stacks them with the harness's loader
 (:func:`harness.evaluation.load_level_signals`) before the attack, and the load time is printed.
+``--json`` prints the same figures as one JSON line (benchmarks/bench_gpu.py reads it).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ def main() -> None:
     ap.add_argument("--chunk", type=int, default=lira.LIRA_CHUNK)
     ap.add_argument("--dtype", choices=["float32", "float16"], default="float32")
     ap.add_argument("--from-disk", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print one JSON line instead of text")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     s, c, a, k = args.models, args.samples, args.views, args.classes
@@ -77,13 +79,14 @@ def main() -> None:
                 files.write(i, model_logits(i))
             t0 = time.perf_counter()
             logits = load_level_signals(files, "population", s).signals["logits"]  # type: ignore[arg-type]
-            load = f"; loaded from {s} files in {time.perf_counter() - t0:.1f} s"
+            load_s = time.perf_counter() - t0
+            load = f"; loaded from {s} files in {load_s:.1f} s"
             before = peak_mib()
         else:
             logits = np.empty((s, c, a, k), args.dtype)
             for i in range(s):  # filled model by model: no float64 copy of the whole set
                 logits[i] = model_logits(i)
-            before, load = peak_mib(), ""
+            before, load, load_s = peak_mib(), "", None
         labels = np.zeros(c, np.int64)
         lira.LIRA_CHUNK = args.chunk  # the chunk size the attack reads at call time
         inp = AttackInput(signals={"logits": logits}, labels=labels, membership=membership, population_labels=None,
@@ -91,6 +94,12 @@ def main() -> None:
         t0 = time.perf_counter()
         scores = lira.LiRA().score(inp)
         wall = time.perf_counter() - t0
+    if args.json:
+        print(json.dumps({"models": s, "samples": c, "views": a, "classes": k, "dtype": args.dtype,
+                          "signals_mib": logits.nbytes / 2**20, "load_seconds": load_s, "lira_variants": len(scores),
+                          "chunk": args.chunk, "lira_seconds": wall, "peak_rss_mib": peak_mib(),
+                          "peak_rss_mib_before_attack": before}))
+        return
     print(f"signals: {s} models x {c} samples x {a} views x {k} classes = {logits.nbytes / 2**20:.0f} MiB "
           f"({args.dtype}){load}")
     print(f"LiRA, {len(scores)} variants, chunks of {args.chunk} samples: {wall:.1f} s; "

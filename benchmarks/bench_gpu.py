@@ -2,10 +2,11 @@
 
     python benchmarks/bench_gpu.py smoke --data-dir ../shared/data/cifar10-subset [--device cuda]
     python benchmarks/bench_gpu.py epoch --data-dir ../shared/data/cifar10-subset [--epochs 2]
+    python benchmarks/bench_gpu.py attack --data-dir ... --out DIR [--samples 50000]   # after epoch --out DIR
     python benchmarks/bench_gpu.py fast  --data-dir ../shared/data/cifar10-subset [--models 64]
     python benchmarks/bench_gpu.py hamp  --data-dir ../shared/data/cifar10-subset [--models 16] [--epochs 50]
     python benchmarks/bench_gpu.py ssl   --data-dir ../shared/data/cifar10-subset [--models 16] [--epochs 100]
-    python benchmarks/bench_gpu.py all   --data-dir ... --out DIR        # epoch, fast, hamp, ssl; results under DIR
+    python benchmarks/bench_gpu.py all   --data-dir ... --out DIR        # epoch, attack, fast, hamp, ssl; under DIR
 
 - ``smoke``: every figure below at toy scale (the first 24 images of each training batch, 60 test
   images, 6 models, one epoch, sample level) with the real networks: do the code paths run on this
@@ -14,6 +15,11 @@
   and shifts, ``run.deterministic`` as ``harness evaluate`` sets it) trained for ``--epochs``
   (default 2) epochs on the training images found; prints the seconds per epoch and per training
   image, and projects the paper's 2 x 64 models of 200 epochs on ~25 000 training images per model.
+- ``attack``: LiRA (all 8 variants) on synthetic float16 signals of the paper's population audit (64
+  models x 50 000 samples x 18 views x 10 classes, one file per model, loaded as the harness loads a
+  level: benchmarks/bench_attack_memory.py) on this machine's CPU: load and attack seconds, peak RSS,
+  and, where ``--out`` holds the ``epoch`` figure, their share of one level's projected training
+  (issue 13: the attack phase should take under 5% of the training time).
 - ``fast``: ``harness evaluate undefended --preset fast`` end to end (both levels), its wall time,
   test accuracy and population / sample-level TPR@0.1% FPR (does the fast recipe keep the finding
   that mislabeled canaries are found at near 100%?).
@@ -27,7 +33,8 @@
   ``ood_imagenet_samples.pt``, else the bundled photo patches; the figure records ``ood_source``.
 
 ``--set KEY=VALUE`` and ``--workers`` go to every ``harness evaluate`` run (``--set`` also to
-``epoch``'s config); ``--runs DIR`` keeps the runs (the same command again resumes its run). Each
+``epoch``'s config); ``--runs DIR`` keeps the runs (the same command again resumes its run). An
+option that the chosen figure does not read is refused. Each
 figure prints the device (torch.cuda.get_device_name). ``--device cpu`` with small ``--models`` /
 ``--epochs`` runs the same code on a CPU: tests/test_bench_gpu.py does, at toy scale.
 benchmarks/gpu_prepare.sh and benchmarks/gpu_run.sh run this script on this project's lent GPU
@@ -39,6 +46,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import pickle
 import shutil
 import tempfile
@@ -183,6 +191,29 @@ def bench_ssl(data_dir: Path, device: str, models: int, epochs: int, extra: list
             "contrastive_beats_lira_on_ood": None if None in best.values() else best["contrastive"] > best["lira"]}
 
 
+def bench_attack(out: Path | None, samples: int) -> dict[str, Any]:
+    """LiRA (every variant) on synthetic signals at the paper's population scale (64 models x
+    ``samples`` x 18 views x 10 classes, float16, one file per model: benchmarks/bench_attack_memory.py),
+    on this machine's CPU, and its share of the paper setting's projected training time where
+    ``out`` holds an ``epoch`` figure (issue 13: attack phase under 5% of training)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, str(Path(__file__).with_name("bench_attack_memory.py")), "--samples", str(samples),
+           "--dtype", "float16", "--from-disk", "--json"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    fig = {"figure": "lira attack phase at the paper's population scale", "device": "cpu", "cpu_cores": os.cpu_count(),
+           **json.loads(proc.stdout.strip().splitlines()[-1])}
+    epoch = out / "epoch.json" if out is not None else None
+    if epoch is not None and epoch.is_file():
+        hours = json.loads(epoch.read_text())["projected_hours_2x64_models_200_epochs_25k_images"]
+        # one level's training (64 models) against one level's attack (its 64 models' signals)
+        fig["share_of_projected_training_per_level"] = (fig["load_seconds"] + fig["lira_seconds"]) / (hours * 3600 / 2)
+    return fig
+
+
 def toy_cifar(src: Path, dst: Path, per_batch: int = 24, test: int = 60) -> Path:
     """A CIFAR-10 folder in the official format with the first ``per_batch`` images of each training
     batch under ``src`` and the first ``test`` test images (and ``src``'s OOD canary file, if any)."""
@@ -218,13 +249,20 @@ def bench_smoke(data_dir: Path, device: str) -> dict[str, Any]:
             "figures": figs}
 
 
+#: the options each figure reads (any other given option is refused: it would be silently ignored)
+_EVALUATE = {"--models", "--epochs", "--set", "--workers", "--runs"}
+APPLIES: dict[str, set[str]] = {"smoke": set(), "epoch": {"--epochs", "--set"}, "attack": {"--samples"},
+                                "fast": _EVALUATE, "hamp": _EVALUATE, "ssl": _EVALUATE | {"--ood"}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=["smoke", "epoch", "fast", "hamp", "ssl", "all"])
+    ap.add_argument("what", choices=["smoke", "epoch", "attack", "fast", "hamp", "ssl", "all"])
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--models", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--samples", type=int, default=None, help="attack: audit samples (default CIFAR-10's 50 000)")
     ap.add_argument("--workers", type=int, default=None, help="harness evaluate --workers (trainings sharing the GPU)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="passed to every harness evaluate run (repeatable)")
@@ -236,21 +274,23 @@ def main() -> None:
                          "temporary folder, removed")
     ap.add_argument("--out", type=Path, default=None, help="also write each figure to OUT/<what>.json")
     args = ap.parse_args()
-    if args.what == "smoke":
-        given = [flag for flag, v in (("--models", args.models), ("--epochs", args.epochs), ("--set", args.overrides),
-                                      ("--workers", args.workers), ("--runs", args.runs)) if v]
-        if given:
-            ap.error(f"smoke runs fixed toy settings: {', '.join(given)} would not apply")
+    jobs = ["epoch", "attack", "fast", "hamp", "ssl"] if args.what == "all" else [args.what]
+    given = {flag for flag, v in (("--models", args.models), ("--epochs", args.epochs), ("--set", args.overrides),
+                                  ("--workers", args.workers), ("--runs", args.runs), ("--samples", args.samples),
+                                  ("--ood", args.ood != "auto")) if v}
+    unused = given - set().union(*(APPLIES[j] for j in jobs))
+    if unused:
+        reads = "; ".join(f"{j} reads " + (", ".join(sorted(APPLIES[j])) or "none of them") for j in jobs)
+        ap.error(f"{', '.join(sorted(unused))} would not apply to {args.what} ({reads})")
     extra = [a for kv in args.overrides for a in ("--set", kv)]
     if args.workers is not None:
-        if args.what == "epoch":
-            ap.error("--workers applies to the harness evaluate figures (fast, hamp, ssl), not to epoch's one model")
         extra += ["--workers", str(args.workers)]
-    jobs = ["epoch", "fast", "hamp", "ssl"] if args.what == "all" else [args.what]
     for what in jobs:
         t0 = time.perf_counter()
         if what == "smoke":
             fig = bench_smoke(args.data_dir, args.device)
+        elif what == "attack":
+            fig = bench_attack(args.out, args.samples or 50_000)
         elif what == "epoch":
             fig = bench_epoch(args.data_dir, args.device, args.epochs or 2, args.overrides)
         elif what == "fast":

@@ -2,9 +2,9 @@
 # On a lent GPU machine (README, "GPU"; DEVELOPERS.md): install the wheels that
 # benchmarks/gpu_prepare.sh put in .gpu/, then run benchmarks/bench_gpu.py figures on the CIFAR-10
 # subset in .gpu/data, each result under $OUT. From the device tool:
-#   run(command="bash benchmarks/gpu_run.sh smoke epoch fast", carry=[".gpu"], timeout_s=600)
+#   run(command="bash benchmarks/gpu_run.sh smoke epoch attack fast", carry=[".gpu"], timeout_s=600)
 # FIGURE is smoke (every figure at toy scale: do the code paths run on this device? about a minute),
-# epoch, fast, hamp or ssl. ARGS_<figure> adds arguments to one figure (ARGS_hamp="--models 8
+# epoch, attack (after epoch in the same call: it reads $OUT/epoch.json), fast, hamp or ssl. ARGS_<figure> adds arguments to one figure (ARGS_hamp="--models 8
 # --epochs 30 --workers 4"); LIMIT_<figure> stops it after that many seconds (default 500), so that
 # what finished still comes back. Runs are kept under /tmp/gpu-runs: the same figure again on the
 # same machine (a call within its warm period) resumes its run.
@@ -26,7 +26,7 @@ status=0
 for fig in "$@"; do
     extra="ARGS_$fig"; limit="LIMIT_$fig"
     runs=(--runs /tmp/gpu-runs)
-    [ "$fig" = smoke ] || [ "$fig" = epoch ] && runs=()
+    case "$fig" in smoke|epoch|attack) runs=() ;; esac
     echo "=== $fig ${!extra:-} (limit ${!limit:-500} s) $(date +%T)" | tee -a "$OUT/log.txt"
     # shellcheck disable=SC2086
     timeout --signal=INT --kill-after=20 "${!limit:-500}" python3 benchmarks/bench_gpu.py "$fig" \

@@ -63,13 +63,26 @@ def test_epoch_times_the_wrn_and_projects_the_paper_setting(toy_cifar, tmp_path)
 
 
 @pytest.mark.parametrize("args, message", [
-    (["epoch", "--workers", "4"], "--workers applies to the harness evaluate figures"),
-    (["smoke", "--models", "8", "--set", "train.epochs=3"], "smoke runs fixed toy settings: --models, --set"),
+    (["epoch", "--workers", "4"], "--workers would not apply to epoch (epoch reads --epochs, --set)"),
+    (["smoke", "--models", "8", "--set", "train.epochs=3"], "--models, --set would not apply to smoke (smoke reads none"),
+    (["attack", "--epochs", "3"], "--epochs would not apply to attack (attack reads --samples)"),
+    (["fast", "--samples", "10"], "--samples would not apply to fast"),
+    (["hamp", "--ood", "photos"], "--ood would not apply to hamp"),
 ])
 def test_flags_that_would_not_apply_are_refused(tmp_path, args, message):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), *args, "--data-dir",
                            str(tmp_path)], capture_output=True, text=True, cwd=REPO)
-    assert proc.returncode == 2 and message in proc.stderr
+    assert proc.returncode == 2 and message in " ".join(proc.stderr.split())
+
+
+def test_attack_reports_lira_time_and_its_share_of_the_projected_training(tmp_path):
+    """A small synthetic signal set (--samples 200); the share uses the epoch figure found in --out."""
+    (tmp_path / "epoch.json").write_text(json.dumps({"projected_hours_2x64_models_200_epochs_25k_images": 2.0}))
+    fig = bench("attack", tmp_path, tmp_path, "--samples", "200", "--device", "cpu")
+    assert fig["models"] == 64 and fig["samples"] == 200 and fig["views"] == 18 and fig["dtype"] == "float16"
+    assert fig["lira_variants"] == 8 and fig["lira_seconds"] > 0 and fig["load_seconds"] > 0
+    assert fig["share_of_projected_training_per_level"] == pytest.approx(
+        (fig["load_seconds"] + fig["lira_seconds"]) / 3600)  # 2 h for two levels: 1 h per level
 
 
 @pytest.mark.slow
