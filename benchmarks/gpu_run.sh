@@ -4,12 +4,15 @@
 # subset in .gpu/data, each result under $OUT. From the device tool:
 #   run(command="bash benchmarks/gpu_run.sh smoke epoch attack fast", carry=[".gpu"], timeout_s=600)
 # FIGURE is smoke (every figure at toy scale: do the code paths run on this device? about a minute),
-# epoch, attack (after epoch in the same call: it reads $OUT/epoch.json), fast, hamp or ssl. ARGS_<figure> adds arguments to one figure (ARGS_hamp="--models 8
-# --epochs 30 --workers 4"); LIMIT_<figure> stops it after that many seconds (default 500), so that
-# what finished still comes back. Runs are kept under /tmp/gpu-runs: the same figure again on the
-# same machine (a call within its warm period) resumes its run.
+# epoch, attack (after epoch in the same call: it reads $OUT/epoch.json), fast, hamp or ssl.
+# ARGS_<figure> adds arguments to one figure (ARGS_hamp="--models 8 --epochs 30 --workers 4").
+# BUDGET (default 560 s, inside the device call's 600 s) bounds the whole call: each figure stops
+# after LIMIT_<figure> seconds or what is left of the budget, whichever is less, and a figure with
+# under 30 s left is skipped, so that what finished always comes back. Runs are kept under
+# /tmp/gpu-runs: the same figure again on the same machine (a call within its warm period) resumes.
 # What comes back: $OUT/<figure>.json, the whole log in $OUT/log.txt, the device in $OUT/device.txt.
 set -uo pipefail
+budget_end=$((SECONDS + ${BUDGET:-560}))  # from the start: the install counts too
 cd "$(dirname "$0")/.."
 : "${OUT:?set OUT to the folder whose files come back (the device tool sets it)}"
 [ $# -gt 0 ] || { echo "usage: bash benchmarks/gpu_run.sh FIGURE..." >&2; exit 2; }
@@ -24,12 +27,17 @@ export PYTHONPATH="/tmp/site:$PWD" PYTHONUNBUFFERED=1
 cat "$OUT/device.txt"
 status=0
 for fig in "$@"; do
-    extra="ARGS_$fig"; limit="LIMIT_$fig"
+    extra="ARGS_$fig"; limit_var="LIMIT_$fig"
+    left=$((budget_end - SECONDS - 25))  # 25 s for an interrupted figure to stop (--kill-after 20)
+    limit=${!limit_var:-$left}; [ "$limit" -le "$left" ] || limit=$left
+    if [ "$limit" -lt 30 ]; then
+        echo "=== $fig skipped: $((budget_end - SECONDS)) s of BUDGET left" | tee -a "$OUT/log.txt"; status=1; continue
+    fi
     runs=(--runs /tmp/gpu-runs)
     case "$fig" in smoke|epoch|attack) runs=() ;; esac
-    echo "=== $fig ${!extra:-} (limit ${!limit:-500} s) $(date +%T)" | tee -a "$OUT/log.txt"
+    echo "=== $fig ${!extra:-} (limit $limit s) $(date +%T)" | tee -a "$OUT/log.txt"
     # shellcheck disable=SC2086
-    timeout --signal=INT --kill-after=20 "${!limit:-500}" python3 benchmarks/bench_gpu.py "$fig" \
+    timeout --signal=INT --kill-after=20 "$limit" python3 benchmarks/bench_gpu.py "$fig" \
         --data-dir .gpu/data/cifar10-subset --device cuda --out "$OUT" "${runs[@]}" ${!extra:-} 2>&1 | tee -a "$OUT/log.txt"
     rc=${PIPESTATUS[0]}
     echo "=== $fig exit $rc $(date +%T)" | tee -a "$OUT/log.txt"
