@@ -34,7 +34,9 @@
 
 ``--set KEY=VALUE`` and ``--workers`` go to every ``harness evaluate`` run (``--set`` also to
 ``epoch``'s config); ``--runs DIR`` keeps the runs (the same command again resumes its run). An
-option that the chosen figure does not read is refused. Each
+option that the chosen figure does not read is refused. ``--tag T`` names the file OUT/<what>-T.json,
+so that two settings of one figure (``fast --workers 1`` and ``--workers 4``: several trainings
+sharing the GPU, issue 13) come back side by side. Each
 figure prints the device (torch.cuda.get_device_name). ``--device cpu`` with small ``--models`` /
 ``--epochs`` runs the same code on a CPU: tests/test_bench_gpu.py does, at toy scale.
 benchmarks/gpu_prepare.sh and benchmarks/gpu_run.sh run this script on this project's lent GPU
@@ -273,6 +275,8 @@ def main() -> None:
                     help="keep the evaluate runs under RUNS (the same command again resumes its run); default: a "
                          "temporary folder, removed")
     ap.add_argument("--out", type=Path, default=None, help="also write each figure to OUT/<what>.json")
+    ap.add_argument("--tag", default="", help="write OUT/<what>-TAG.json instead (two settings of one figure, e.g. "
+                                              "--workers 1 and 4, in one OUT)")
     args = ap.parse_args()
     jobs = ["epoch", "attack", "fast", "hamp", "ssl"] if args.what == "all" else [args.what]
     given = {flag for flag, v in (("--models", args.models), ("--epochs", args.epochs), ("--set", args.overrides),
@@ -301,12 +305,14 @@ def main() -> None:
             fig = bench_ssl(args.data_dir, args.device, args.models or 16, args.epochs or 100, extra, args.ood,
                             args.runs)
         fig["extra_args"] = extra
+        if args.tag:
+            fig["tag"] = args.tag
         fig["bench_seconds"] = time.perf_counter() - t0
         line = json.dumps(fig)
         print(line, flush=True)
         if args.out is not None:
             args.out.mkdir(parents=True, exist_ok=True)
-            (args.out / f"{what}.json").write_text(line + "\n")
+            (args.out / f"{what}{'-' + args.tag if args.tag else ''}.json").write_text(line + "\n")
 
 
 if __name__ == "__main__":

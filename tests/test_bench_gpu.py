@@ -41,12 +41,14 @@ def test_toy_cifar_is_a_small_cifar_folder(toy_cifar):
 
 
 def bench(what: str, data: Path, out: Path, *extra: str) -> dict:
+    tag = extra[extra.index("--tag") + 1] if "--tag" in extra else None
     cmd = [sys.executable, str(REPO / "benchmarks" / "bench_gpu.py"), what, "--data-dir", str(data), "--out", str(out),
            *extra]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     printed = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert json.loads((out / f"{what}.json").read_text()) == printed  # what comes back from a device is the file
+    written = out / (f"{what}-{tag}.json" if tag else f"{what}.json")
+    assert json.loads(written.read_text()) == printed  # what comes back from a device is the file
     assert printed["device"] == "cpu"
     return printed
 
@@ -76,9 +78,11 @@ def test_flags_that_would_not_apply_are_refused(tmp_path, args, message):
 
 
 def test_attack_reports_lira_time_and_its_share_of_the_projected_training(tmp_path):
-    """A small synthetic signal set (--samples 200); the share uses the epoch figure found in --out."""
+    """A small synthetic signal set (--samples 200); the share uses the epoch figure found in --out.
+    With --tag the figure's file is attack-TAG.json."""
     (tmp_path / "epoch.json").write_text(json.dumps({"projected_hours_2x64_models_200_epochs_25k_images": 2.0}))
-    fig = bench("attack", tmp_path, tmp_path, "--samples", "200", "--device", "cpu")
+    fig = bench("attack", tmp_path, tmp_path, "--samples", "200", "--device", "cpu", "--tag", "small")
+    assert fig["tag"] == "small" and not (tmp_path / "attack.json").exists()
     assert fig["models"] == 64 and fig["samples"] == 200 and fig["views"] == 18 and fig["dtype"] == "float16"
     assert fig["lira_variants"] == 8 and fig["lira_seconds"] > 0 and fig["load_seconds"] > 0
     assert fig["share_of_projected_training_per_level"] == pytest.approx(
