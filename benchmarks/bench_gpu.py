@@ -57,7 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from harness_cli import evaluate_into
+from harness_cli import evaluate_into, run_python
 
 PAPER_TRAIN_IMAGES = 25_000  # about half of CIFAR-10's 50 000 training images per model (membership 1/2)
 
@@ -108,13 +108,11 @@ def _evaluate(args: list[str], runs: Path | None) -> tuple[dict[str, Any], float
     """``harness evaluate ARGS`` into ``runs/<defense>-<hash of ARGS>`` (kept: the same command again
     resumes its run, e.g. after a device call ran out of time), or into a temporary folder when
     ``runs`` is None."""
-    if runs is not None:
-        out = runs / f"{args[0]}-{hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]}"
+    with tempfile.TemporaryDirectory() as tmp:
+        key = hashlib.sha256(json.dumps(args).encode()).hexdigest()[:10]
+        out = Path(tmp) if runs is None else runs / f"{args[0]}-{key}"
         out.mkdir(parents=True, exist_ok=True)
         run_dir, wall = evaluate_into(out, *args)
-        return json.loads((run_dir / "results.json").read_text()), wall
-    with tempfile.TemporaryDirectory() as tmp:
-        run_dir, wall = evaluate_into(Path(tmp), *args)
         return json.loads((run_dir / "results.json").read_text()), wall
 
 
@@ -145,6 +143,11 @@ def _best_by_attack(level: dict[str, Any], names: tuple[str, ...]) -> dict[str, 
     return {n: max((v for key, v in s.items() if key.startswith(n + ":")), default=None) for n in names}
 
 
+def _beats(best: dict[str, float | None], a: str, b: str) -> bool | None:
+    """Whether attack ``a`` has the higher TPR than ``b`` in :func:`_best_by_attack`; None if one is missing."""
+    return None if best[a] is None or best[b] is None else best[a] > best[b]
+
+
 def bench_fast(data_dir: Path, device: str, models: int, epochs: int | None, extra: list[str],
                runs: Path | None = None) -> dict[str, Any]:
     args = ["undefended", "--preset", "fast", "--data-dir", str(data_dir), "--device", device, "--models", str(models)]
@@ -162,11 +165,10 @@ def bench_hamp(data_dir: Path, device: str, models: int, epochs: int, extra: lis
     results, wall = _evaluate(args + extra, runs)
     levels = _levels(results)
     best = _best_by_attack(levels.get("sample-mislabeled", {}), ("lira", "label-only"))
-    lira, label_only = best["lira"], best["label-only"]
     return {"figure": "hamp wrn16-4 cifar10 subset", "device": device_name(device), "models_per_level": models,
             "epochs": epochs, "wall_seconds": wall, "levels": levels,
-            "sample_lira": lira, "sample_label_only": label_only,
-            "label_only_beats_lira": None if lira is None or label_only is None else label_only > lira}
+            "sample_lira": best["lira"], "sample_label_only": best["label-only"],
+            "label_only_beats_lira": _beats(best, "label-only", "lira")}
 
 
 def ood_source(data_dir: Path, wanted: str) -> str:
@@ -190,7 +192,7 @@ def bench_ssl(data_dir: Path, device: str, models: int, epochs: int, extra: list
     return {"figure": "ssl-simclr resnet18 cifar10 subset", "device": device_name(device), "models_per_level": models,
             "pretrain_epochs": epochs, "ood_source": source, "wall_seconds": wall, "levels": levels,
             "ood_best_by_attack": best,
-            "contrastive_beats_lira_on_ood": None if None in best.values() else best["contrastive"] > best["lira"]}
+            "contrastive_beats_lira_on_ood": _beats(best, "contrastive", "lira")}
 
 
 def bench_attack(out: Path | None, samples: int) -> dict[str, Any]:
@@ -198,16 +200,10 @@ def bench_attack(out: Path | None, samples: int) -> dict[str, Any]:
     ``samples`` x 18 views x 10 classes, float16, one file per model: benchmarks/bench_attack_memory.py),
     on this machine's CPU, and its share of the paper setting's projected training time where
     ``out`` holds an ``epoch`` figure (issue 13: attack phase under 5% of training)."""
-    import subprocess
-    import sys
-
-    cmd = [sys.executable, str(Path(__file__).with_name("bench_attack_memory.py")), "--samples", str(samples),
-           "--dtype", "float16", "--from-disk", "--json"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    stdout, _ = run_python(str(Path(__file__).with_name("bench_attack_memory.py")), "--samples", str(samples),
+                           "--dtype", "float16", "--from-disk", "--json")
     fig = {"figure": "lira attack phase at the paper's population scale", "device": "cpu", "cpu_cores": os.cpu_count(),
-           **json.loads(proc.stdout.strip().splitlines()[-1])}
+           **json.loads(stdout.strip().splitlines()[-1])}
     epoch = out / "epoch.json" if out is not None else None
     if epoch is not None and epoch.is_file():
         hours = json.loads(epoch.read_text())["projected_hours_2x64_models_200_epochs_25k_images"]

@@ -14,7 +14,12 @@ from pathlib import Path
 def run_cli(*args: str) -> tuple[str, float]:
     """Run ``python -m harness.cli ARGS``; return (stdout, wall seconds). A failure ends the benchmark
     with the command and the tail of its output."""
-    cmd = [sys.executable, "-m", "harness.cli", *args]
+    return run_python("-m", "harness.cli", *args)
+
+
+def run_python(*args: str) -> tuple[str, float]:
+    """Run ``python ARGS`` (this interpreter), as :func:`run_cli` does."""
+    cmd = [sys.executable, *args]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - t0

@@ -193,9 +193,7 @@ class SSLDefense(Defense):
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         p = self.params
-        if len(train) < p["batch_size"]:
-            raise ValueError(f"{self.name}: batch_size {p['batch_size']} is larger than the training set "
-                             f"({len(train)} samples; batches drop the last partial one)")
+        self.check_train_size(len(train))  # the runner checked the smallest; a direct call is checked here
         device = torch.device(ctx.device)
         augment = self.augmentation(train.augment)
         shape = tuple(train.x.shape[1:])
