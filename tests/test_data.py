@@ -4,7 +4,7 @@ import torch
 
 from harness.augment import random_augment, shift_flip
 from harness.config import ConfigError
-from harness.data import AugmentSpec, load_cifar10, load_digits, load_npz
+from harness.data import AugmentSpec, digits_arrays, load_cifar10, load_digits, load_npz
 
 
 def test_digits_is_embedded_and_split_by_seed():
@@ -12,6 +12,16 @@ def test_digits_is_embedded_and_split_by_seed():
     assert d.x_train.shape == (1300, 1, 8, 8) and d.x_test.shape == (497, 1, 8, 8)
     assert d.x_train.dtype == np.uint8 and set(np.unique(d.y_train)) == set(range(10))
     assert load_digits(497, seed=0).fingerprint() == d.fingerprint() != load_digits(497, seed=1).fingerprint()
+
+
+def test_digits_read_from_the_csv_equal_scikit_learns_loader():
+    """The quick path (scikit-learn's CSV read without importing it) gives load_digits' arrays."""
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    images, target = digits_arrays()
+    d = sk_load_digits()
+    assert images.dtype == d.images.dtype and np.array_equal(images, d.images)
+    assert target.dtype == d.target.dtype and np.array_equal(target, d.target)
 
 
 def test_cifar10_reads_the_official_pickles(cifar_subset):

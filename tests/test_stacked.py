@@ -7,6 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from defenses.base import FitContext, LabeledImages, Normalizer
 from defenses.stacked import stackable, train_stacked
@@ -134,3 +135,40 @@ def test_stacked_training_is_bit_identical_whatever_the_group_size(digits):
 
     weights = [torch.cat([p.detach().ravel() for p in fit(idx).parameters()]) for idx in ([0, 1, 2], [1, 2], [2])]
     assert torch.equal(weights[0], weights[1]) and torch.equal(weights[0], weights[2])
+
+
+def test_one_written_out_step_equals_autograd_and_torch_sgd():
+    """_StackedMLP's hand-written backward and fused SGD step against autograd + torch.optim.SGD on each
+    model, with a ragged batch (model 1 has 5 real rows of 8) and model 2 sitting the step out."""
+    from defenses.models import MLP
+    from defenses.stacked import _StackedMLP
+
+    torch.manual_seed(0)
+    nets = [MLP(12, 16, 4) for _ in range(3)]
+    x, y = torch.randn(3, 8, 12), torch.randint(0, 4, (3, 8))
+    counts = torch.tensor([8, 5, 0])
+    mask = torch.arange(8)[None, :] < counts[:, None]
+    lrs, momentum, wd = torch.tensor([0.1, 0.05, 0.1]), 0.9, 1e-2
+    layers = [[m for m in n.body if isinstance(m, nn.Linear)] + [n.head] for n in nets]
+    tensors = []
+    for i in range(3):
+        tensors.append(torch.stack([ls[i].weight.detach() for ls in layers]).clone())
+        tensors.append(torch.stack([ls[i].bias.detach() for ls in layers]).unsqueeze(1).clone())
+    stack = _StackedMLP(tensors, 3, 8, momentum, wd)
+    before = [t.clone() for t in tensors]
+    for _ in range(2):  # the second step uses the momentum buffers of the first
+        stack.sgd_step(x, y, (mask / counts.clamp(min=1)[:, None]).float(), lrs, counts > 0)
+    for g in range(2):
+        opt = torch.optim.SGD(nets[g].parameters(), lr=float(lrs[g]), momentum=momentum, weight_decay=wd)
+        for _ in range(2):
+            opt.zero_grad()
+            k = int(counts[g])
+            nn.functional.cross_entropy(nets[g](x[g, :k]), y[g, :k]).backward()
+            opt.step()
+        for i, lin in enumerate(layers[g]):
+            torch.testing.assert_close(tensors[2 * i][g], lin.weight.detach(), rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(tensors[2 * i + 1][g, 0], lin.bias.detach(), rtol=1e-5, atol=1e-6)
+            assert not torch.equal(tensors[2 * i][g], before[2 * i][g])
+    for t, t0 in zip(tensors, before):  # the inactive model kept its weights
+        assert torch.equal(t[2], t0[2])
+    assert all(float(b[2].abs().max()) == 0.0 for b in stack.bufs)  # and its (zero) momentum
