@@ -1,18 +1,21 @@
 """Stacked training (defenses/stacked.py) against one-at-a-time training: seconds per model by group
 size, and how far float rounding carries over the quick preset's 40 epochs.
 
-    python benchmarks/bench_stacked.py [--groups 8 16 32] [--alone 8]
+    python benchmarks/bench_stacked.py [--groups 4 8 16 32] [--models 32] [--repeats 3] [--alone 8]
 
 Uses the quick preset's recipe and the population level's training sets (digits; model i gets the
-run's seed for model i). Prints, per line: one model alone (1 thread), stacked by G (1 thread), stacked
-by 16 with 2 threads, then the largest logit difference between 1- and 2-thread one-at-a-time training
-of the same model after 1 and 40 epochs (the rounding SGD amplifies; docs/protocol.md, Determinism).
+run's seed for model i). Prints, per line: one model alone (1 thread); the median (min-max over the
+repeats, the group sizes taking turns) seconds per model when the first --models models train in
+groups of G (1 thread); the same for the default group size with 2 threads; then the largest logit
+difference between 1- and 2-thread one-at-a-time training of the same model after 1 and 40 epochs
+(the rounding SGD amplifies; docs/protocol.md, Determinism).
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
+import statistics
 import time
 
 import torch
@@ -21,38 +24,50 @@ from defenses.base import FitContext, Normalizer
 from defenses.stacked import train_stacked
 from defenses.training import init_network, train_classifier
 from harness.config import build_config
-from harness.runner import build_level, model_seed, training_set
+from harness.runner import AUTO_GROUP_SIZE, build_level, model_seed, training_set
 from harness.data import load_dataset
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--groups", type=int, nargs="+", default=[8, 16, 32])
+    ap.add_argument("--groups", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--alone", type=int, default=8, help="models timed one at a time")
+    ap.add_argument("--models", type=int, default=32, help="models trained in groups of each size")
+    ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args()
     cfg = build_config("quick")
     data = load_dataset(cfg.data, cfg.seed)
     ld = build_level(cfg, data, "population", "none")
-    n = max(*args.groups, args.alone, 16)
+    n = max(args.models, args.alone)
     trains = [training_set(data, ld, i) for i in range(n)]
     ctxs = [FitContext(seed=model_seed(cfg.seed, i, cfg.audit.rng, cfg.audit.models), device="cpu", train=cfg.train)
             for i in range(n)]
 
     def stacked(g: int) -> float:
-        nets = [init_network(t, c) for t, c in zip(trains[:g], ctxs[:g])]
+        """Seconds per model, the first --models models trained in groups of g."""
         t0 = time.perf_counter()
-        train_stacked(nets, trains[:g], ctxs[:g])
-        return (time.perf_counter() - t0) / g
+        for lo in range(0, args.models, g):
+            part = slice(lo, min(lo + g, args.models))
+            train_stacked([init_network(t, c) for t, c in zip(trains[part], ctxs[part])], trains[part], ctxs[part])
+        return (time.perf_counter() - t0) / args.models
+
+    def spread(v: list[float]) -> str:
+        return f"{statistics.median(v):.2f} s per model ({min(v):.2f}-{max(v):.2f})"
 
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     for t, c in zip(trains[: args.alone], ctxs[: args.alone]):
         train_classifier(init_network(t, c), t, c)
-    print(f"alone, 1 thread: {(time.perf_counter() - t0) / args.alone:.2f} s per model", flush=True)
+    print(f"alone, 1 thread: {(time.perf_counter() - t0) / max(args.alone, 1):.2f} s per model", flush=True)
+    times: dict[int, list[float]] = {g: [] for g in args.groups}
+    for _ in range(args.repeats):
+        for g in args.groups:
+            times[g].append(stacked(g))
     for g in args.groups:
-        print(f"stacked by {g}, 1 thread: {stacked(g):.2f} s per model", flush=True)
+        print(f"stacked by {g}, 1 thread: {spread(times[g])}", flush=True)
     torch.set_num_threads(2)
-    print(f"stacked by 16, 2 threads: {stacked(16):.2f} s per model", flush=True)
+    two = [stacked(AUTO_GROUP_SIZE) for _ in range(args.repeats)]
+    print(f"stacked by {AUTO_GROUP_SIZE} (the default), 2 threads: {spread(two)}", flush=True)
 
     x = Normalizer(data.mean, data.std, "cpu")(torch.from_numpy(data.x_test))
     for epochs in (1, cfg.train.epochs):

@@ -78,8 +78,8 @@ class LocalExecutor(Executor):
                     yield futures[fut], fut.result()
             finished = True
         finally:
-            if finished:
-                pool.shutdown(wait=True)
+            if finished:  # every result is in: the workers exit while the caller goes on (~1 s)
+                pool.shutdown(wait=False)
             else:  # error or Ctrl-C: drop queued jobs and stop the running ones now
                 procs = list((getattr(pool, "_processes", None) or {}).values())
                 pool.shutdown(wait=False, cancel_futures=True)

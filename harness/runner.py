@@ -454,9 +454,10 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
     return AUTO_GROUP_SIZE if defense.can_group(cfg.train) else 1
 
 
-#: models per stacked job when run.group_size is 0: on 2 CPU cores the quick preset's MLP takes
-#: 0.64 s per model stacked by 16 or 32, 0.65 by 8, against 1.50 s alone (benchmarks/bench_stacked.py)
-AUTO_GROUP_SIZE = 16
+#: models per stacked job when run.group_size is 0, measured on this project's 2-core CPU
+#: (benchmarks/bench_stacked.py, docs/executors.md): 8 is the fastest per model, and the quick preset's
+#: 2 x 32 models make 8 groups, 4 for each of the local pool's 2 workers
+AUTO_GROUP_SIZE = 8
 
 
 def heal_signals(prep: Prepared) -> list[str]:
