@@ -1,14 +1,17 @@
 """End-to-end time of the quick preset (``harness evaluate undefended``, install excluded), its ratio to
 a fixed reference workload, and optionally the speed-up over an earlier commit.
 
-    python benchmarks/bench_speed.py [--runs 3] [--vs e62e2d2] [--set KEY=VALUE ...]
+    python benchmarks/bench_speed.py [--runs 3] [--vs e62e2d2] [--set KEY=VALUE ...] [--vs-set KEY=VALUE ...]
 
 Each run trains into a fresh temporary folder (nothing is resumed) and is timed from the command's
 start to its exit. The reference workload (one MLP of the quick preset's shape trained for 600 SGD
 steps on one thread, the same every release) says how fast this machine is: the ratio quick / reference
 compares machines; the speed-up compares commits on the same machine. ``--vs REV`` checks REV out in a
 temporary git worktree and times its ``harness evaluate undefended`` the same way, the two commands
-alternating run by run so that a drift in the machine's speed hits both. Prints medians, min and max.
+alternating run by run so that a drift in the machine's speed hits both. ``--vs-set KEY=VALUE`` gives
+the baseline command extra settings (after ``--set``): without ``--vs`` it times this checkout against
+itself with those settings, e.g. ``--set run.group_size=4 --vs-set run.group_size=8``. Prints medians,
+min and max.
 """
 
 from __future__ import annotations
@@ -73,7 +76,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--vs", default=None, help="an earlier commit to compare with (checked out in a git worktree)")
     ap.add_argument("--set", action="append", default=[], help="extra --set KEY=VALUE for both commands")
+    ap.add_argument("--vs-set", action="append", default=[], help="extra --set KEY=VALUE for the baseline only")
     args = ap.parse_args()
+    baseline = args.vs or ("this checkout with " + " ".join(args.vs_set) if args.vs_set else None)
     ref = reference_seconds()
     print(f"reference workload: {ref:.2f} s", flush=True)
     other = None
@@ -86,9 +91,9 @@ def main() -> None:
         for i in range(args.runs):
             now.append(time_quick(REPO, args.set))
             print(f"run {i + 1}: this checkout {now[-1]:.1f} s", end="", flush=True)
-            if other is not None:
-                then.append(time_quick(other, args.set))
-                print(f", {args.vs} {then[-1]:.1f} s", end="")
+            if baseline is not None:
+                then.append(time_quick(other or REPO, args.set + args.vs_set))
+                print(f", {baseline} {then[-1]:.1f} s", end="")
             print(flush=True)
     finally:
         if other is not None:
@@ -99,9 +104,9 @@ def main() -> None:
     out = {"reference_seconds": ref, "quick_seconds": now, "quick_median": med, "ratio_to_reference": med / ref,
            "cpu_count": os.cpu_count()}
     if then:
-        print(summary(f"quick preset, {args.vs}", then))
-        print(f"speed-up over {args.vs}: {statistics.median(then) / med:.2f}x")
-        out.update({"baseline": args.vs, "baseline_seconds": then, "speedup": statistics.median(then) / med})
+        print(summary(f"quick preset, {baseline}", then))
+        print(f"speed-up over {baseline}: {statistics.median(then) / med:.2f}x")
+        out.update({"baseline": baseline, "baseline_seconds": then, "speedup": statistics.median(then) / med})
     print(json.dumps(out))
 
 

@@ -164,7 +164,7 @@ class RunConfig(_Strict):
     group_size: int = Field(
         default=0, ge=0,
         description="models per training job, trained stacked where the defense supports it (the undefended "
-        "mlp); 0 = auto (8 for a stackable recipe, else 1; docs/executors.md)",
+        "mlp); 0 = auto (4 for a stackable recipe, else 1; docs/executors.md)",
     )
     out: str = "runs"
     level: Literal["population", "sample", "both"] = "both"

@@ -455,9 +455,9 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
 
 
 #: models per stacked job when run.group_size is 0, measured on this project's 2-core CPU
-#: (benchmarks/bench_stacked.py, docs/executors.md): 8 is the fastest per model, and the quick preset's
-#: 2 x 32 models make 8 groups, 4 for each of the local pool's 2 workers
-AUTO_GROUP_SIZE = 8
+#: (benchmarks/bench_stacked.py and bench_speed.py --vs-set, docs/executors.md): 4 and 8 are the fastest
+#: per model on one core, 4 the faster end to end with both cores training
+AUTO_GROUP_SIZE = 4
 
 
 def heal_signals(prep: Prepared) -> list[str]:
