@@ -11,7 +11,8 @@ temporary git worktree and times its ``harness evaluate undefended`` the same wa
 alternating run by run so that a drift in the machine's speed hits both. ``--vs-set KEY=VALUE`` gives
 the baseline command extra settings (after ``--set``): without ``--vs`` it times this checkout against
 itself with those settings, e.g. ``--set run.group_size=4 --vs-set run.group_size=8``. Prints medians,
-min and max.
+min and max, and the medians of the phases this checkout's runs record in their results.json
+(prepare, training wall, attacks; the rest of the wall time is interpreter start-up and the report).
 """
 
 from __future__ import annotations
@@ -51,8 +52,9 @@ def reference_seconds(repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def time_quick(cwd: Path, sets: list[str]) -> float:
-    """Wall seconds of ``harness evaluate undefended`` run from the code at ``cwd``, into a fresh folder."""
+def time_quick(cwd: Path, sets: list[str], phases: list[dict] | None = None) -> float:
+    """Wall seconds of ``harness evaluate undefended`` run from the code at ``cwd``, into a fresh folder;
+    the run's own phase timings (results.json ``timings``) are appended to ``phases`` when given."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())",
                "evaluate", "undefended", "--set", f"run.out={out}"]
@@ -64,7 +66,15 @@ def time_quick(cwd: Path, sets: list[str]) -> float:
         dt = time.perf_counter() - t0
         if res.returncode != 0:
             raise SystemExit(f"{cwd}: harness evaluate failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+        if phases is not None:
+            found = list(Path(out).glob("*/results.json"))
+            timings = json.loads(found[0].read_text()).get("timings", {}) if len(found) == 1 else {}
+            phases.append({k: timings.get(k) for k in PHASES})
         return dt
+
+
+#: the phases a run records in its results.json (prepare, training wall, attacks)
+PHASES = ("prepare_seconds", "train_wall_seconds", "attack_seconds")
 
 
 def summary(name: str, xs: list[float]) -> str:
@@ -86,10 +96,10 @@ def main() -> None:
         other = Path(tempfile.mkdtemp(prefix="bench-speed-")) / "wt"
         subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", "-f", str(other), args.vs],
                        check=True, capture_output=True)
-    now, then = [], []
+    now, then, phases = [], [], []
     try:
         for i in range(args.runs):
-            now.append(time_quick(REPO, args.set))
+            now.append(time_quick(REPO, args.set, phases))
             print(f"run {i + 1}: this checkout {now[-1]:.1f} s", end="", flush=True)
             if baseline is not None:
                 then.append(time_quick(other or REPO, args.set + args.vs_set))
@@ -101,8 +111,11 @@ def main() -> None:
     med = statistics.median(now)
     print(summary("quick preset, this checkout", now))
     print(f"ratio to the reference workload: {med / ref:.1f}")
+    recorded = {k: [p[k] for p in phases if p.get(k) is not None] for k in PHASES}
+    print("this checkout's runs, as recorded in results.json: " + ", ".join(
+        f"{k.removesuffix('_seconds')} {statistics.median(v):.1f} s" for k, v in recorded.items() if v) + " (medians)")
     out = {"reference_seconds": ref, "quick_seconds": now, "quick_median": med, "ratio_to_reference": med / ref,
-           "cpu_count": os.cpu_count()}
+           "cpu_count": os.cpu_count(), "phases": phases}
     if then:
         print(summary(f"quick preset, {baseline}", then))
         print(f"speed-up over {baseline}: {statistics.median(then) / med:.2f}x")
