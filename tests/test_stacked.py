@@ -56,6 +56,14 @@ def test_stacked_equals_alone_ragged_sizes_and_step_schedule(digits):
     _compare(digits, [40, 70, 65], cfg, 1e-4)
 
 
+@pytest.mark.parametrize("momentum,weight_decay", [(0.0, 0.0), (0.0, 5e-4), (0.9, 0.0)])
+def test_stacked_equals_alone_without_momentum_or_weight_decay(digits, momentum, weight_decay):
+    # momentum 0: the weight gradient's product overwrites the buffer (beta 0) instead of adding to it
+    cfg = TrainConfig(model="mlp", width=64, epochs=2, batch_size=32, lr=0.1, momentum=momentum,
+                      weight_decay=weight_decay, schedule="cosine", augment=False)
+    _compare(digits, [100, 70, 64], cfg, 1e-4)
+
+
 def test_stacked_with_augmentation_draws_like_alone(digits):
     cfg = TrainConfig(model="mlp", width=64, epochs=2, batch_size=32, lr=0.05, momentum=0.9,
                       weight_decay=1e-4, schedule="constant", augment=True)
