@@ -50,6 +50,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "threshold": "attacks.threshold:GlobalThreshold",
         "contrastive": "attacks.contrastive:Contrastive",
         "contrastive-blackbox": "attacks.contrastive:ContrastiveBlackBox",
+        "lira-sslview": "attacks.ssl_view_lira:SSLViewLiRA",
     },
     "canaries": {
         "none": "canaries.none:NoCanaries",

@@ -26,7 +26,7 @@ Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Sign
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -83,27 +83,50 @@ def _cosine(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.maximum(na * nb, 1e-12)
 
 
-def contrastive_similarity(embed: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec, seed: int,
-                           repetitions: int = CONTRASTIVE_REPETITIONS, batch_size: int = 512,
-                           augment: SSLAugment | None = None) -> np.ndarray:
-    """(N, A, R) Fisher-transformed cosine similarities of ``embed`` on two SSL-augmented copies of
-    every query view, for R seeded repetitions. ``augment``: the served model's own
-    ``view_augmentation()`` (an adaptive attack knows the training recipe); None for a model
-    without one: the paper's SSL augmentation with flips only where ``spec`` allows them. The
-    draws depend on ``seed``, r, the view and the batch only, never on the model's weights: every
-    model of a run sees the same views."""
+def ssl_view_pairs(x: np.ndarray, spec: AugmentSpec, seed: int, repetitions: int = CONTRASTIVE_REPETITIONS,
+                   batch_size: int = 512, augment: SSLAugment | None = None
+                   ) -> Iterator[tuple[int, int, slice, np.ndarray, np.ndarray]]:
+    """Two SSL-augmented uint8 copies ``(v1, v2)`` of every query view of ``x``, yielded as
+    ``(r, a, rows, v1, v2)`` for R seeded repetitions, query view a and the batch of rows. ``augment``:
+    the served model's own ``view_augmentation()`` (an adaptive attack knows the training recipe);
+    None for a model without one: the paper's SSL augmentation with flips only where ``spec``
+    allows them. The draws depend on ``seed``, r, the view and the batch only, never on the model's
+    weights: every model of a run sees the same views, and every signal built on them the same pairs."""
     aug = augment if augment is not None else SSLAugment(flip=spec.flip)
-    views = spec.query_offsets()
-    out = np.zeros((len(x), len(views), repetitions), np.float32)
     xt = torch.from_numpy(x)
     for r in range(repetitions):
-        for a, (flip, dy, dx) in enumerate(views):
+        for a, (flip, dy, dx) in enumerate(spec.query_offsets()):
             g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, a]).generate_state(1)[0]))
             base = shift_flip(xt, dy, dx, flip).float() / 255.0
             for i in range(0, len(x), batch_size):
                 xb = base[i : i + batch_size]
                 v1, v2 = (torch.round(aug(xb, g) * 255.0).clamp(0, 255).to(torch.uint8).numpy() for _ in range(2))
-                out[i : i + batch_size, a, r] = fisher(_cosine(embed(v1), embed(v2)))
+                yield r, a, slice(i, i + batch_size), v1, v2
+
+
+def contrastive_similarity(embed: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec, seed: int,
+                           repetitions: int = CONTRASTIVE_REPETITIONS, batch_size: int = 512,
+                           augment: SSLAugment | None = None) -> np.ndarray:
+    """(N, A, R) Fisher-transformed cosine similarities of ``embed`` on two SSL-augmented copies of
+    every query view (:func:`ssl_view_pairs`), for R seeded repetitions."""
+    out = np.zeros((len(x), len(spec.query_offsets()), repetitions), np.float32)
+    for r, a, rows, v1, v2 in ssl_view_pairs(x, spec, seed, repetitions, batch_size, augment):
+        out[rows, a, r] = fisher(_cosine(embed(v1), embed(v2)))
+    return out
+
+
+def ssl_view_outputs(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec, seed: int,
+                     repetitions: int = CONTRASTIVE_REPETITIONS, batch_size: int = 512,
+                     augment: SSLAugment | None = None) -> np.ndarray:
+    """(N, A, R, K) outputs of ``query`` on the first copy of each pair of :func:`ssl_view_pairs` (the
+    same views as :func:`contrastive_similarity`'s): the inputs of the paper's SSL ``confidence`` score."""
+    out: np.ndarray | None = None
+    for r, a, rows, v1, _ in ssl_view_pairs(x, spec, seed, repetitions, batch_size, augment):
+        z = np.asarray(query(v1), dtype=np.float32)
+        if out is None:
+            out = np.zeros((len(x), len(spec.query_offsets()), repetitions, z.shape[-1]), np.float32)
+        out[rows, a, r] = z
+    assert out is not None
     return out
 
 
@@ -127,6 +150,10 @@ def _contrastive_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, s
     return contrastive_similarity(served.query, x, spec, seed, augment=served.view_augmentation())
 
 
+def _ssl_view_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray:
+    return ssl_view_outputs(served.query, x, spec, seed, augment=served.view_augmentation())
+
+
 BUILTIN_SIGNALS: dict[str, Signal] = {
     s.name: s
     for s in (
@@ -139,6 +166,8 @@ BUILTIN_SIGNALS: dict[str, Signal] = {
                _contrastive_features, requires="features", access="white-box"),
         Signal("contrastive_logits", "similarity of served logits of two SSL views (Fisher-transformed)",
                _contrastive_logits),
+        Signal("ssl_view_logits", "served outputs on the first of each pair of SSL views (the paper's SSL "
+               "confidence baseline)", _ssl_view_logits),
     )
 }
 

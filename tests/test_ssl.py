@@ -11,13 +11,14 @@ from torch import nn
 
 from attacks.base import AttackInput
 from attacks.contrastive import Contrastive, ContrastiveBlackBox
+from attacks.ssl_view_lira import SSLViewLiRA
 from defenses.base import FitContext, LabeledImages, Normalizer
 from defenses.encoders import build_encoder
 from defenses.ssl import KeyQueue, MoCo, SimCLR, momentum_update, nt_xent
 from harness.config import ConfigError, TrainConfig
 from harness.data import AugmentSpec
 from harness.metrics import evaluate_scores
-from harness.signals import check_signals, contrastive_similarity, fisher
+from harness.signals import check_signals, contrastive_similarity, fisher, ssl_view_outputs
 from harness.ssl_augment import SSLAugment, crop_boxes, grey, hsv_to_rgb, resized_crop, rgb_to_hsv, ssl_augment
 
 
@@ -198,6 +199,51 @@ def test_contrastive_views_are_identical_across_models():
     assert not np.array_equal(a, contrastive_similarity(embed, x, spec, seed=6, repetitions=2))
 
 
+def test_ssl_view_logits_are_taken_on_the_contrastive_pairs_first_views():
+    """The paper's SSL confidence baseline reads view 1 of the very pairs the contrastive attacks compare."""
+    x = np.random.default_rng(1).integers(0, 256, size=(10, 1, 8, 8), dtype=np.uint8)
+    spec = AugmentSpec(flip=False, shift=1)
+    seen: list[np.ndarray] = []
+
+    def embed(v: np.ndarray) -> np.ndarray:
+        seen.append(v.copy())
+        return v.reshape(len(v), -1).astype(np.float64) - 100.0
+
+    contrastive_similarity(embed, x, spec, seed=5, repetitions=2, batch_size=4)
+    flat = lambda v: v.reshape(len(v), -1)[:, :3].astype(np.float32)  # noqa: E731
+    out = ssl_view_outputs(flat, x, spec, seed=5, repetitions=2, batch_size=4)
+    assert out.shape == (10, 9, 2, 3)
+    firsts = iter(seen[0::2])  # embed saw v1, v2 of each batch in turn: r, then view a, then rows
+    for r in range(2):
+        for a in range(9):
+            for lo in range(0, 10, 4):
+                assert np.array_equal(out[lo : lo + 4, a, r], flat(next(firsts)))
+    assert not np.array_equal(out, ssl_view_outputs(flat, x, spec, seed=6, repetitions=2, batch_size=4))
+
+
+def test_ssl_view_lira_recovers_members_whose_augmented_views_are_more_confident():
+    rng = np.random.default_rng(2)
+    s, c, a, r, k = 16, 60, 3, 6, 4
+    membership = np.zeros((s, c), bool)
+    for i in range(c):
+        membership[rng.permutation(s)[: s // 2], i] = True
+    labels = rng.integers(0, k, c)
+    logits = rng.normal(0, 1.0, size=(s, c, a, r, k))
+    logits[np.arange(s)[:, None], np.arange(c)[None, :], :, :, labels[None, :]] += 1.5 * membership[:, :, None, None]
+    inp = AttackInput(signals={"ssl_view_logits": logits.astype(np.float32)}, labels=labels, membership=membership)
+    attack = SSLViewLiRA()
+    out = attack.score(inp)
+    assert set(out) == {"lira-views", "lira-noaug"} and attack.primary(list(out), inp) == "lira-views"
+    ev = np.ones(c, bool)
+    auc = {v: evaluate_scores(out[v], membership, ev, [0.01], bootstrap=0, confidence=0.95, seed=0).auc for v in out}
+    assert auc["lira-views"] > 0.95 and auc["lira-views"] > auc["lira-noaug"] > 0.6  # more copies, more evidence
+    wrong = AttackInput(signals=inp.signals, labels=(labels + 1) % k, membership=membership)  # scored on the label
+    assert evaluate_scores(attack.score(wrong)["lira-views"], membership, ev, [0.01], bootstrap=0, confidence=0.95,
+                           seed=0).auc < auc["lira-views"] - 0.1
+    with pytest.raises(ValueError, match="repetitions"):
+        SSLViewLiRA(repetitions=7)
+
+
 def _synthetic(s: int = 16, c: int = 60, a: int = 3, r: int = 6, effect: float = 1.0, seed: int = 0):
     rng = np.random.default_rng(seed)
     membership = np.zeros((s, c), bool)
@@ -282,11 +328,12 @@ def test_ssl_simclr_end_to_end_reports_access(tmp_path):
     for lv in ("population", "sample"):
         access = {e["name"]: e["access"] for e in r[lv]["attacks"]}
         assert access == {"lira": "black-box", "threshold": "black-box", "contrastive": "white-box",
-                          "contrastive-blackbox": "black-box"}
+                          "contrastive-blackbox": "black-box", "lira-sslview": "black-box"}
         assert set(r[lv]["headline_attacks"]) == {"lira", "contrastive", "contrastive-blackbox"}
         assert r[lv]["best"]["access"] == access[r[lv]["best"]["name"]]
     sig = np.load(run_dir / "sample-ood" / "signals" / "model_0000.npz")
     assert sig["contrastive_features"].shape == (40, 9, 6) and sig["contrastive_logits"].shape == (40, 9, 6)
+    assert sig["ssl_view_logits"].shape == (40, 9, 6, 10)
     assert "population_logits" not in sig.files  # rmia is not run: its signal is not computed
     assert "white-box" in res.output
     # re-scoring with RMIA added: the models did not save its population signal
