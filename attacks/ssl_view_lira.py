@@ -7,8 +7,9 @@ each of R seeded repetitions and each fixed query view, the first of two SSL-aug
 ``log p_y - log(1 - p_y)`` of the served model's output (:func:`attacks.scores.logit_score`) is one
 query; online LiRA (per-sample Gaussians, leave-one-out, balanced shadows) averages the per-query
 log-likelihood ratios over the A x R copies. Our ``lira`` scores the fixed, unaugmented query views
-instead, a stronger black-box baseline (docs/protocol.md): this attack reports the paper's beside it,
-as an ablation, never a headline.
+instead (docs/protocol.md); the SSL defenses run both as headline candidates. At the quick preset
+this one is the stronger (docs/defenses.md: the copies are inputs of the kind the probe trained on,
+and there are A x R of them).
 
 Variants: ``lira-views`` (all A x R copies; primary) and ``lira-noaug`` (the R copies of the plain
 view only).
