@@ -114,7 +114,7 @@ def main() -> None:
                              + "; ".join(f"{name} ({primary(pop, name)['access']}) {primary_tpr(pop, name, fpr)} / "
                                          + ", ".join(f"{c} {primary_tpr(v, name, fpr)}"
                                                      for c, v in r["sample_by_canary"].items())
-                                         for name in ("contrastive", "contrastive-blackbox", "lira", "rmia")))
+                                         for name in ("contrastive", "contrastive-blackbox", "lira", "lira-sslview", "rmia")))
         if extra:
             notes.append(f"{' '.join((d, *extra))} sample level, TPR@0.1% by canary: "
                          + ", ".join(f"{c} {pct(v['best']['tpr_at_fpr']['0.001'])}"
