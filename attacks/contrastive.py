@@ -26,6 +26,14 @@ from attacks.lira import lira_scores
 from harness.signals import CONTRASTIVE_REPETITIONS
 
 
+def check_repetitions(repetitions: object) -> int:
+    """``repetitions``, an integer between 1 and the views saved per model, or a clear ValueError."""
+    if not isinstance(repetitions, int) or isinstance(repetitions, bool) or not 1 <= repetitions <= CONTRASTIVE_REPETITIONS:
+        raise ValueError(f"repetitions must be an integer between 1 and {CONTRASTIVE_REPETITIONS} (the views "
+                         f"saved per model), got {repetitions!r}")
+    return repetitions
+
+
 class Contrastive(Attack):
     name = "contrastive"
     description = "similarity of two SSL views in the encoder's feature space (white-box), LiRA over the views"
@@ -33,9 +41,7 @@ class Contrastive(Attack):
     signal = "contrastive_features"
 
     def __init__(self, repetitions: int = CONTRASTIVE_REPETITIONS, shadows: str = "balanced") -> None:
-        if not isinstance(repetitions, int) or isinstance(repetitions, bool) or not 1 <= repetitions <= CONTRASTIVE_REPETITIONS:
-            raise ValueError(f"repetitions must be an integer between 1 and {CONTRASTIVE_REPETITIONS} (the views "
-                             f"saved per model), got {repetitions!r}")
+        check_repetitions(repetitions)
         if shadows not in ("balanced", "all"):
             raise ValueError(f"shadows must be 'balanced' or 'all', got {shadows!r}")
         self.repetitions = repetitions

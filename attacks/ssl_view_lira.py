@@ -20,6 +20,7 @@ from __future__ import annotations
 import numpy as np
 
 from attacks.base import Attack, AttackInput
+from attacks.contrastive import check_repetitions
 from attacks.lira import lira_scores
 from attacks.scores import logit_score
 from harness.signals import CONTRASTIVE_REPETITIONS
@@ -31,10 +32,7 @@ class SSLViewLiRA(Attack):
     needs = frozenset({"ssl_view_logits"})
 
     def __init__(self, repetitions: int = CONTRASTIVE_REPETITIONS) -> None:
-        if not isinstance(repetitions, int) or isinstance(repetitions, bool) or not 1 <= repetitions <= CONTRASTIVE_REPETITIONS:
-            raise ValueError(f"repetitions must be an integer between 1 and {CONTRASTIVE_REPETITIONS} (the views "
-                             f"saved per model), got {repetitions!r}")
-        self.repetitions = repetitions
+        self.repetitions = check_repetitions(repetitions)
 
     def params(self) -> dict[str, object]:
         return {"repetitions": self.repetitions}
