@@ -188,11 +188,12 @@ def bench_ssl(data_dir: Path, device: str, models: int, epochs: int, extra: list
             "--set", f"audit.canary_params.ood.source={source}"]
     results, wall = _evaluate(args + extra, runs)
     levels = _levels(results)
-    best = _best_by_attack(levels.get("sample-ood", {}), ("lira", "contrastive"))
+    best = _best_by_attack(levels.get("sample-ood", {}), ("lira", "contrastive", "lira-sslview"))
     return {"figure": "ssl-simclr resnet18 cifar10 subset", "device": device_name(device), "models_per_level": models,
             "pretrain_epochs": epochs, "ood_source": source, "wall_seconds": wall, "levels": levels,
             "ood_best_by_attack": best,
-            "contrastive_beats_lira_on_ood": _beats(best, "contrastive", "lira")}
+            "contrastive_beats_lira_on_ood": _beats(best, "contrastive", "lira"),
+            "contrastive_beats_lira_sslview_on_ood": _beats(best, "contrastive", "lira-sslview")}
 
 
 def bench_attack(out: Path | None, samples: int) -> dict[str, Any]:

@@ -120,3 +120,5 @@ def test_fast_hamp_and_ssl_figures_run_end_to_end(toy_cifar, tmp_path):
     assert best["contrastive"] == max(v for k, v in variants.items() if k.startswith("contrastive:"))
     assert best["lira"] == max(v for k, v in variants.items() if k.startswith("lira:"))
     assert ssl["contrastive_beats_lira_on_ood"] == (best["contrastive"] > best["lira"])
+    assert best["lira-sslview"] == max(v for k, v in variants.items() if k.startswith("lira-sslview:"))
+    assert ssl["contrastive_beats_lira_sslview_on_ood"] == (best["contrastive"] > best["lira-sslview"])
