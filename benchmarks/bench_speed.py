@@ -4,7 +4,8 @@ a fixed reference workload, and optionally the speed-up over an earlier commit.
     python benchmarks/bench_speed.py [--runs 3] [--vs e62e2d2] [--set KEY=VALUE ...] [--vs-set KEY=VALUE ...]
 
 Each run trains into a fresh temporary folder (nothing is resumed) and is timed from the command's
-start to its exit. The reference workload (one MLP of the quick preset's shape trained for 600 SGD
+start to its exit (its output goes to a file: with a pipe, the wait would also cover the local
+pool's fork server, which outlives the command by its own interpreter teardown, about 0.7 s). The reference workload (one MLP of the quick preset's shape trained for 600 SGD
 steps on one thread, the same every release) says how fast this machine is: the ratio quick / reference
 compares machines; the speed-up compares commits on the same machine. ``--vs REV`` checks REV out in a
 temporary git worktree and times its ``harness evaluate undefended`` the same way, the two commands
@@ -61,15 +62,22 @@ def time_quick(cwd: Path, sets: list[str], phases: list[dict] | None = None) -> 
         for s in sets:
             cmd += ["--set", s]
         env = {**os.environ, "PYTHONPATH": str(cwd)}
-        t0 = time.perf_counter()
-        res = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True)
-        dt = time.perf_counter() - t0
+        log = Path(out) / "output.txt"
+        with log.open("w") as f:  # a file, not a pipe: the wait ends when the command exits
+            t0 = time.perf_counter()
+            res = subprocess.run(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT)
+            dt = time.perf_counter() - t0
         if res.returncode != 0:
-            raise SystemExit(f"{cwd}: harness evaluate failed ({res.returncode}):\n{res.stdout[-2000:]}{res.stderr[-2000:]}")
+            raise SystemExit(f"{cwd}: harness evaluate failed ({res.returncode}):\n{log.read_text()[-4000:]}")
         if phases is not None:
             found = list(Path(out).glob("*/results.json"))
-            timings = json.loads(found[0].read_text()).get("timings", {}) if len(found) == 1 else {}
+            res = json.loads(found[0].read_text()) if len(found) == 1 else {}
+            timings = res.get("timings", {})
             phases.append({k: timings.get(k) for k in PHASES})
+            levels = [res[lv]["compute"] for lv in ("population", "sample") if "compute" in res.get(lv, {})]
+            if levels:  # each model's own training time (the run's num_models per level)
+                phases[-1]["train_seconds_per_model"] = (sum(c["train_seconds_total"] for c in levels)
+                                                         / (len(levels) * res["num_models"]))
         return dt
 
 
@@ -112,8 +120,10 @@ def main() -> None:
     print(summary("quick preset, this checkout", now))
     print(f"ratio to the reference workload: {med / ref:.1f}")
     recorded = {k: [p[k] for p in phases if p.get(k) is not None] for k in PHASES}
+    per_model = [p["train_seconds_per_model"] for p in phases if p.get("train_seconds_per_model")]
     print("this checkout's runs, as recorded in results.json: " + ", ".join(
-        f"{k.removesuffix('_seconds')} {statistics.median(v):.1f} s" for k, v in recorded.items() if v) + " (medians)")
+        f"{k.removesuffix('_seconds')} {statistics.median(v):.1f} s" for k, v in recorded.items() if v) + " (medians)"
+        + (f"; each model's own training {statistics.median(per_model):.2f} s" if per_model else ""))
     out = {"reference_seconds": ref, "quick_seconds": now, "quick_median": med, "ratio_to_reference": med / ref,
            "cpu_count": os.cpu_count(), "phases": phases}
     if then:

@@ -109,6 +109,13 @@ def bootstrap_draws(num_models: int, replicates: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, num_models, size=(replicates, num_models))
 
 
+def _victim_counts(draws: np.ndarray, s_models: int) -> np.ndarray:
+    """(B, S) float64: how often each replicate's draw holds each victim (one bincount for all rows)."""
+    rows = np.arange(len(draws), dtype=np.int64)[:, None] * s_models
+    return np.bincount((draws + rows).ravel(), minlength=len(draws) * s_models).reshape(len(draws), s_models).astype(
+        np.float64)
+
+
 def bootstrap_tpr_samples(
     scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 0
 ) -> dict[float, np.ndarray]:
@@ -126,24 +133,45 @@ def bootstrap_tpr_samples(
     victim = np.repeat(np.arange(s_models), scores.shape[1])
     order, ends = _sorted_groups(flat)
     y_o, v_o = y[order], victim[order]
-    # per victim, its positive and negative guesses among the first ends[e] + 1 sorted ones: (S, E);
-    # a replicate's weighted cumulative counts are then one matrix product (exact: integers in float64)
-    pos_cum = np.zeros((s_models, len(ends)))
-    neg_cum = np.zeros((s_models, len(ends)))
-    for v in range(s_models):
-        at = np.flatnonzero(v_o == v)
-        pos_cum[v] = np.searchsorted(at[y_o[at]], ends, side="right")
-        neg_cum[v] = np.searchsorted(at[~y_o[at]], ends, side="right")
+    tot_pos = np.bincount(victim[y], minlength=s_models).astype(np.float64)
+    tot_neg = np.bincount(victim[~y], minlength=s_models).astype(np.float64)
+    pos_at = [np.flatnonzero((v_o == v) & y_o) for v in range(s_models)]  # sorted positions per victim
+    neg_at = [np.flatnonzero((v_o == v) & ~y_o) for v in range(s_models)]
+
+    def cumulative(width: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per victim, its positive and negative guesses among the first ends[e] + 1 sorted ones,
+        e < width: (S, width) each; a replicate's weighted counts are then one matrix product
+        (exact: integers in float64)."""
+        e = ends[:width]
+        return (np.stack([np.searchsorted(at, e, side="right") for at in pos_at]).astype(np.float64),
+                np.stack([np.searchsorted(at, e, side="right") for at in neg_at]).astype(np.float64))
+
+    # Only the low-FPR start of the sorted guesses matters: a replicate's TPR@t is read at its last
+    # point with FPR <= t, so columns past the first one where every replicate's FPR exceeds the
+    # largest target change nothing. The prefix starts where the unweighted FPR is twice that
+    # target and doubles until it suffices for every replicate (exact: the same counts, fewer columns).
+    t_max = max(targets, default=0.0)
+    unweighted_fp = np.cumsum(~y_o)[ends]
+    width = min(len(ends), max(256, int(np.searchsorted(unweighted_fp, 2 * t_max * tot_neg.sum(), side="right")) + 1))
     chunk = chunk or max(1, min(256, 20_000_000 // max(1, len(ends))))  # (chunk, E) float64 blocks <= 160 MB
+    weights = [_victim_counts(draws[lo : lo + chunk], s_models) for lo in range(0, len(draws), chunk)]
+    while True:
+        pos_cum, neg_cum = cumulative(width)
+        fps = [w @ neg_cum for w in weights]  # (B, width) per chunk
+        if width == len(ends) or all(
+            np.all((w @ tot_neg == 0) | (w @ tot_pos == 0) | (fp[:, -1] > (t_max + 1e-12) * (w @ tot_neg)))
+            for w, fp in zip(weights, fps)
+        ):
+            break
+        width = min(len(ends), 2 * width)
     stats: dict[float, list[np.ndarray]] = {t: [] for t in targets}
-    for lo in range(0, len(draws), chunk):
-        w = np.stack([np.bincount(d, minlength=s_models) for d in draws[lo : lo + chunk]]).astype(np.float64)
-        tp, fp = w @ pos_cum, w @ neg_cum  # (B, E)
-        npos, nneg = tp[:, -1:], fp[:, -1:]
+    for w, fp in zip(weights, fps):
+        npos, nneg = (w @ tot_pos)[:, None], (w @ tot_neg)[:, None]  # (B, 1)
+        undefined = (npos[:, 0] == 0) | (nneg[:, 0] == 0)
+        tp = w @ pos_cum
         with np.errstate(invalid="ignore", divide="ignore"):
             tpr = np.where(npos > 0, tp / npos, np.nan)
             fpr = np.where(nneg > 0, fp / nneg, np.nan)
-        undefined = (npos[:, 0] == 0) | (nneg[:, 0] == 0)
         rows = np.arange(len(w))
         for t in targets:
             # FPR and TPR never decrease along the sorted guesses: the largest TPR with FPR <= t is

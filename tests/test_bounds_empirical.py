@@ -172,3 +172,27 @@ def test_label_flip_game_validation():
         empirical.label_flip_game(np.array([0.9, 0.2]), np.array([0.1]))
     with pytest.raises(ValueError):
         empirical.label_flip_game(np.array([1.5]), np.array([0.1]))
+
+
+def test_clopper_pearson_table_and_distinct_pairs_equal_scipy_stats_beta_ppf_exactly():
+    """The limits come from scipy.special.betaincinv (cached per (n, alpha) for a ROC's many k, or
+    once per distinct (k, n) pair): bit for bit what scipy.stats.beta.ppf gives."""
+    from scipy.stats import beta
+
+    rng = np.random.default_rng(0)
+
+    def reference(k, n, alpha):
+        with np.errstate(all="ignore"):
+            return (np.where(k > 0, beta.ppf(alpha / 2, k, n - k + 1), 0.0),
+                    np.where(k < n, beta.ppf(1 - alpha / 2, k + 1, n - k), 1.0))
+
+    for n, alpha in ((7, 0.05), (2000, 0.05), (2000, 0.05 / 3000)):
+        k = np.sort(rng.integers(0, n + 1, size=3 * n))  # many k of one n: the cached table
+        for got, want in zip(empirical.clopper_pearson(k, n, alpha), reference(k, n, alpha)):
+            assert np.array_equal(got, want)
+    k, n = rng.integers(0, 50, size=200), rng.integers(50, 60, size=200)  # several n: distinct pairs
+    for got, want in zip(empirical.clopper_pearson(k, n), reference(k, n, 0.05)):
+        assert np.array_equal(got, want)
+    lo, _ = empirical.clopper_pearson(np.arange(8), 7)
+    lo[:] = -1.0  # the caller's copy: the cached table is untouched
+    assert empirical.clopper_pearson(np.arange(8), 7)[0][3] == reference(np.array(3), 7, 0.05)[0]

@@ -109,3 +109,30 @@ def test_a_missing_engine_names_its_extra_before_anything_is_written(tmp_path, m
     assert res.exit_code == 2
     assert f'pip install -e ".[{extra}]"' in res.output
     assert not (tmp_path / "o").exists()
+
+
+def _parent_pid(_: int) -> int:
+    return os.getppid()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local pool forks from a server on Linux only")
+def test_local_pool_workers_are_forks_of_the_server():
+    """The local pool's workers are forked by the fork server (which imported torch and
+    harness.runner once), not spawned by this process: their parent is the server."""
+    from harness.executors import LocalExecutor, worker_context
+
+    assert worker_context().get_start_method() == "forkserver"
+    parents = {r for _, r in LocalExecutor(2).map(_parent_pid, [0, 1, 2])}
+    assert len(parents) == 1 and os.getpid() not in parents
+
+
+def test_the_command_ends_after_its_atexit_handlers_with_its_exit_code(tmp_path):
+    """main() ends the process with os._exit once the command is done: the output is complete,
+    atexit handlers registered before it still run, and the exit code is the command's."""
+    code = ("import atexit, sys; atexit.register(lambda: print('atexit ran', flush=True)); "
+            "from harness.cli import main; main()")
+    ok = subprocess.run([sys.executable, "-c", code, "list"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "undefended" in ok.stdout and ok.stdout.rstrip().endswith("atexit ran")
+    bad = subprocess.run([sys.executable, "-c", code, "evaluate", "no-such-defense", "--out", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "unknown defense" in bad.stderr and "atexit ran" in bad.stdout

@@ -87,3 +87,27 @@ def test_only_evaluated_canaries_are_pooled():
 def test_nan_scores_are_an_error():
     with pytest.raises(ValueError):
         roc_curve(np.array([np.nan, 1.0]), np.array([True, False]))
+
+
+def test_bootstrap_replicates_equal_the_weighted_pooled_roc_computed_directly():
+    """Each replicate's TPR@FPR is that of the ROC pooled over its drawn victims (a victim drawn w
+    times counts w times), read with tpr_at_fpr: checked replicate by replicate against that
+    direct computation, with ties, a strong and a weak attack, and FPR targets from 0 to 0.5 (the
+    replicates are computed on a prefix of the sorted guesses, which must not change a value)."""
+    from harness.metrics import bootstrap_draws, bootstrap_tpr_samples
+
+    rng = np.random.default_rng(5)
+    s_models, c = 8, 60
+    mem = np.zeros((s_models, c), bool)
+    for j in range(c):
+        mem[rng.permutation(s_models)[: s_models // 2], j] = True
+    targets = [0.0, 0.01, 0.05, 0.2, 0.5]
+    for shift in (0.3, 4.0):
+        scores = np.round(rng.normal(size=(s_models, c)) + shift * mem, 1)  # rounded: many ties
+        draws = bootstrap_draws(s_models, 40, seed=1)
+        got = bootstrap_tpr_samples(scores, mem, targets, draws, chunk=16)
+        for b, d in enumerate(draws):
+            rows = np.asarray(d)  # the drawn victims, repeats included
+            roc = roc_curve(scores[rows].ravel(), mem[rows].ravel())
+            for t in targets:
+                assert got[t][b] == tpr_at_fpr(roc, t), (shift, b, t)

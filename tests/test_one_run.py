@@ -56,3 +56,22 @@ def test_combined_bound_uses_top_k_guesses_per_victim_and_bonferroni():
     assert noise.epsilon < 0.5
     j = b.to_json()
     assert j["grid"] == list(b.grid) and "Bonferroni" in j["method"]
+
+
+def test_p_value_equals_the_scipy_stats_binomial_formula_exactly():
+    """p_value reads Boost's binomial tail and CDF through scipy.special (no scipy.stats import):
+    the same bits as scipy.stats.binom's sf and cdf, with and without delta."""
+    rng = np.random.default_rng(0)
+    for i in range(300):
+        r = int(rng.integers(1, 400))
+        v, m = int(rng.integers(0, r + 1)), r + int(rng.integers(0, 50))
+        eps, delta = float(rng.uniform(0, 4)), (0.0, 1e-5, 1e-3)[i % 3]
+        want = 1.0
+        if v:
+            q = 1 / (1 + math.exp(-eps))
+            want = float(binom.sf(v - 1, r, q))
+            if delta:
+                cdf = binom.cdf(np.arange(-1, v), r, q)
+                want += 2 * m * delta * float(np.max((cdf[-1] - cdf[v - np.arange(1, v + 1)]) / np.arange(1, v + 1)))
+        assert p_value(m, r, v, eps, delta) == min(want, 1.0)
+

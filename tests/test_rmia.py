@@ -88,3 +88,20 @@ def test_a_run_without_population_samples_refuses_rmia_before_training(tmp_path)
         prepare_run(cfg)
     assert not any(tmp_path.iterdir())
     prepare_run(build_config("quick", {"audit.population_samples": 0, "attack.names": ["lira"], "run.out": str(tmp_path)}))
+
+
+def test_logsumexp_over_models_equals_scipys_and_keeps_empty_columns_at_minus_infinity():
+    from scipy.special import logsumexp
+
+    from attacks.rmia import _log_mean, _logsumexp0
+
+    rng = np.random.default_rng(0)
+    a = rng.normal(scale=30.0, size=(9, 50)) - 700.0  # far below exp's range: the shift matters
+    assert np.allclose(_logsumexp0(a), logsumexp(a, axis=0), rtol=0, atol=1e-12)
+    mask = rng.random((9, 50)) < 0.4
+    mask[:, 0] = False
+    got = _log_mean(a, mask)
+    assert got[0] == -np.inf
+    with np.errstate(divide="ignore"):
+        want = logsumexp(a + np.log(mask), axis=0) - np.log(np.maximum(mask.sum(0), 1))
+    assert np.allclose(got[1:], want[1:], rtol=0, atol=1e-12)

@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -69,21 +70,49 @@ def clopper_pearson(k: int | np.ndarray, n: int | np.ndarray, alpha: float = 0.0
     """Two-sided 1 - alpha Clopper-Pearson (exact binomial) interval for k successes in n trials.
 
     lo = Beta(alpha/2; k, n - k + 1) (0 when k = 0), hi = Beta(1 - alpha/2; k + 1, n - k) (1 when
-    k = n). Vectorised over k and n; returns floats for scalar input.
+    k = n). Vectorised over k and n; returns floats for scalar input. The beta quantiles are
+    ``scipy.special.betaincinv`` (Boost's ibeta_inv, what ``scipy.stats.beta.ppf`` calls: the same
+    values without importing scipy.stats), each computed once per distinct (k, n) pair.
     """
-    from scipy.stats import beta  # imported here: scipy.stats takes ~1 s to import
-
     if not (0.0 < alpha < 1.0):
         raise ValueError(f"alpha must be in (0, 1), got {alpha}")
     k_arr = np.asarray(k, dtype=np.float64)
     n_arr = np.asarray(n, dtype=np.float64)
     if np.any(n_arr < 1) or np.any(k_arr < 0) or np.any(k_arr > n_arr):
         raise ValueError("need 0 <= k <= n and n >= 1")
-    with np.errstate(invalid="ignore", divide="ignore"):
-        lo = np.where(k_arr > 0, beta.ppf(alpha / 2, k_arr, n_arr - k_arr + 1), 0.0)
-        hi = np.where(k_arr < n_arr, beta.ppf(1 - alpha / 2, k_arr + 1, n_arr - k_arr), 1.0)
+    k_arr, n_arr = np.broadcast_arrays(k_arr, n_arr)
+    if n_arr.size > 1 and np.all(n_arr == n_arr.flat[0]) and k_arr.size > n_arr.flat[0] // 4 and \
+            float(n_arr.flat[0]).is_integer() and np.all(k_arr == np.floor(k_arr)):
+        # one n and many k (a ROC's counts): the limits of every k = 0..n, kept for the next call
+        lo_n, hi_n = _clopper_pearson_table(int(n_arr.flat[0]), float(alpha))
+        k_int = k_arr.astype(np.int64)
+        lo, hi = lo_n[k_int], hi_n[k_int]
+    else:
+        (ku, nu), inverse = np.unique(np.stack([k_arr.ravel(), n_arr.ravel()]), axis=1, return_inverse=True)
+        lo_u, hi_u = _clopper_pearson_limits(ku, nu, alpha)
+        inverse = inverse.reshape(k_arr.shape)
+        lo, hi = lo_u[inverse], hi_u[inverse]
     if lo.ndim == 0:
         return float(lo), float(hi)  # type: ignore[return-value]
+    return lo, hi
+
+
+def _clopper_pearson_limits(k: np.ndarray, n: np.ndarray, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    from scipy.special import betaincinv
+
+    with np.errstate(invalid="ignore", divide="ignore"):
+        lo = np.where(k > 0, betaincinv(k, n - k + 1, alpha / 2), 0.0)
+        hi = np.where(k < n, betaincinv(k + 1, n - k, 1 - alpha / 2), 1.0)
+    return lo, hi
+
+
+@lru_cache(maxsize=16)
+def _clopper_pearson_table(n: int, alpha: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`clopper_pearson` of every k = 0..n (read-only arrays): the attacks of one run share
+    their n (the level's member and non-member guesses) and alpha."""
+    k = np.arange(n + 1, dtype=np.float64)
+    lo, hi = _clopper_pearson_limits(k, np.full_like(k, n), alpha)
+    lo.flags.writeable = hi.flags.writeable = False
     return lo, hi
 
 

@@ -47,8 +47,10 @@ GUESS_FRACTIONS = (0.01, 0.02, 0.05, 0.1, 0.2, 0.5)
 
 def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     """Probability of >= v correct out of r guesses on m canaries under (eps, delta)-DP (module
-    docstring), capped at 1."""
-    from scipy.stats import binom
+    docstring), capped at 1. The binomial tail and CDF are Boost's, as ``scipy.stats.binom``'s
+    ``sf`` and ``cdf`` compute them (:func:`_binom_cdf`; the same values, tested), without importing
+    scipy.stats."""
+    from scipy.special import betainc
 
     if not 0 <= v <= r <= m:
         raise ValueError(f"need 0 <= v <= r <= m, got v={v}, r={r}, m={m}")
@@ -57,13 +59,26 @@ def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     if v == 0:
         return 1.0
     q = 1.0 / (1.0 + math.exp(-eps))
-    tail = float(binom.sf(v - 1, r, q))
+    tail = float(betainc(v, r - v + 1, q))  # P[Bin(r, q) >= v] = I_q(v, r - v + 1), 1 <= v <= r
     if delta > 0:
         # P[v - i <= Bin < v] = cdf(v - 1) - cdf(v - i - 1), i = 1..v
-        cdf = binom.cdf(np.arange(-1, v), r, q)  # cdf[j + 1] = P[Bin <= j], j = -1..v-1
+        cdf = np.r_[0.0, _binom_cdf(np.arange(v, dtype=np.float64), r, q)]  # cdf[j + 1] = P[Bin <= j], j = -1..v-1
         window = cdf[-1] - cdf[v - np.arange(1, v + 1)]
         tail += 2 * m * delta * float(np.max(window / np.arange(1, v + 1)))
     return min(tail, 1.0)
+
+
+def _binom_cdf(k: np.ndarray, n: int, p: float) -> np.ndarray:
+    """P[Bin(n, p) <= k] for 0 <= k < n: Boost's binomial CDF, the ufunc ``scipy.stats.binom.cdf``
+    calls, taken from scipy.special's private ufuncs so that scipy.stats (about 0.5 s to import) is
+    not needed; where a SciPy release lacks it, ``scipy.stats.binom.cdf`` itself (same values)."""
+    try:
+        from scipy.special._ufuncs import _binom_cdf as boost_cdf
+    except ImportError:  # pragma: no cover - depends on the SciPy release
+        from scipy.stats import binom
+
+        return binom.cdf(k, n, p)
+    return boost_cdf(k, n, p)
 
 
 @lru_cache(maxsize=65536)
