@@ -123,9 +123,10 @@ def bootstrap_tpr_samples(
     member or no non-member guess).
 
     ``scores`` and ``membership`` are (S, C); replicate b weights victim t by how often ``draws[b]``
-    holds it, and the pooled ROC uses those weights, so it needs one sort in total. ``chunk``
-    replicates are computed at once (0: as many as keep each (chunk, distinct scores) block
-    under 160 MB, at most 256).
+    holds it, and the pooled ROC uses those weights, so it needs one sort in total. Only the
+    sorted guesses up to where every replicate's FPR exceeds the largest target are read. ``chunk``
+    replicates are computed at once (0: as many as keep each (chunk, columns read) block under
+    160 MB, at most 256).
     """
     s_models = scores.shape[0]
     flat = scores.ravel().astype(np.float64)
@@ -138,37 +139,38 @@ def bootstrap_tpr_samples(
     pos_at = [np.flatnonzero((v_o == v) & y_o) for v in range(s_models)]  # sorted positions per victim
     neg_at = [np.flatnonzero((v_o == v) & ~y_o) for v in range(s_models)]
 
-    def cumulative(width: int) -> tuple[np.ndarray, np.ndarray]:
+    def cumulative(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per victim, its positive and negative guesses among the first ends[e] + 1 sorted ones,
-        e < width: (S, width) each; a replicate's weighted counts are then one matrix product
-        (exact: integers in float64)."""
-        e = ends[:width]
+        for e in ``cols``: (S, len(cols)) each; a replicate's weighted counts are then one matrix
+        product (exact: integers in float64)."""
+        e = ends[cols]
         return (np.stack([np.searchsorted(at, e, side="right") for at in pos_at]).astype(np.float64),
                 np.stack([np.searchsorted(at, e, side="right") for at in neg_at]).astype(np.float64))
 
     # Only the low-FPR start of the sorted guesses matters: a replicate's TPR@t is read at its last
     # point with FPR <= t, so columns past the first one where every replicate's FPR exceeds the
     # largest target change nothing. The prefix starts where the unweighted FPR is twice that
-    # target and doubles until it suffices for every replicate (exact: the same counts, fewer columns).
+    # target and doubles until, at its last column, every replicate's FPR is past it (exact: the
+    # same counts, fewer columns).
     t_max = max(targets, default=0.0)
+    w_all = _victim_counts(draws, s_models)
+    npos_all, nneg_all = w_all @ tot_pos, w_all @ tot_neg
+    defined = (npos_all > 0) & (nneg_all > 0)
     unweighted_fp = np.cumsum(~y_o)[ends]
     width = min(len(ends), max(256, int(np.searchsorted(unweighted_fp, 2 * t_max * tot_neg.sum(), side="right")) + 1))
-    chunk = chunk or max(1, min(256, 20_000_000 // max(1, len(ends))))  # (chunk, E) float64 blocks <= 160 MB
-    weights = [_victim_counts(draws[lo : lo + chunk], s_models) for lo in range(0, len(draws), chunk)]
-    while True:
-        pos_cum, neg_cum = cumulative(width)
-        fps = [w @ neg_cum for w in weights]  # (B, width) per chunk
-        if width == len(ends) or all(
-            np.all((w @ tot_neg == 0) | (w @ tot_pos == 0) | (fp[:, -1] > (t_max + 1e-12) * (w @ tot_neg)))
-            for w, fp in zip(weights, fps)
-        ):
+    while width < len(ends):
+        fp_last = w_all @ cumulative(np.array([width - 1]))[1][:, 0]
+        if np.all(~defined | (fp_last / np.where(defined, nneg_all, 1.0) > t_max + 1e-12)):
             break
         width = min(len(ends), 2 * width)
+    pos_cum, neg_cum = cumulative(np.arange(width))
+    chunk = chunk or max(1, min(256, 20_000_000 // max(1, width)))  # (chunk, width) float64 blocks <= 160 MB
     stats: dict[float, list[np.ndarray]] = {t: [] for t in targets}
-    for w, fp in zip(weights, fps):
-        npos, nneg = (w @ tot_pos)[:, None], (w @ tot_neg)[:, None]  # (B, 1)
-        undefined = (npos[:, 0] == 0) | (nneg[:, 0] == 0)
-        tp = w @ pos_cum
+    for lo in range(0, len(draws), chunk):
+        w = w_all[lo : lo + chunk]
+        npos, nneg = npos_all[lo : lo + chunk, None], nneg_all[lo : lo + chunk, None]  # (B, 1)
+        undefined = ~defined[lo : lo + chunk]
+        tp, fp = w @ pos_cum, w @ neg_cum  # (B, width)
         with np.errstate(invalid="ignore", divide="ignore"):
             tpr = np.where(npos > 0, tp / npos, np.nan)
             fpr = np.where(nneg > 0, fp / nneg, np.nan)
