@@ -5,7 +5,7 @@ a fixed reference workload, and optionally the speed-up over an earlier commit.
 
 Each run trains into a fresh temporary folder (nothing is resumed) and is timed from the command's
 start to its exit (its output goes to a file: with a pipe, the wait would also cover the local
-pool's fork server, which outlives the command by its own interpreter teardown, about 0.7 s). The reference workload (one MLP of the quick preset's shape trained for 600 SGD
+pool's fork server, which outlives the command by its own interpreter teardown). The reference workload (one MLP of the quick preset's shape trained for 600 SGD
 steps on one thread, the same every release) says how fast this machine is: the ratio quick / reference
 compares machines; the speed-up compares commits on the same machine. ``--vs REV`` checks REV out in a
 temporary git worktree and times its ``harness evaluate undefended`` the same way, the two commands
