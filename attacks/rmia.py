@@ -19,9 +19,10 @@ gives the label at temperature T, on one query view:
   paper's linear approximation of the missing IN models), and the same map applied to the mean
   over all references for z (as the authors' code does).
 
-Variants ``{online|offline}-{noaug|augA}``: the plain query, or the score averaged over the A
-query views (the fraction of (view, z) pairs with ``LR_a(x, z) >= gamma``; the authors' research
-code takes a majority vote over views per pair instead). The primary variant is ``online-augA``
+Variants ``{online|offline}-{noaug|augA}``: the plain query, or the fraction of (view, z) pairs
+with ``LR_a(x, z) >= gamma`` over the A query views, computed as the integer pass count summed over
+views divided once by A x Z, so that equal counts tie exactly (the metrics' tie rule); the authors'
+research code takes a majority vote over views per pair instead. The primary variant is ``online-augA``
 for models trained with augmentation and ``online-noaug`` otherwise (as LiRA's).
 
 Parameters (``attack.params.rmia``): gamma = 2, a = 0.3, temperature T = 2 by default (the
@@ -74,14 +75,14 @@ def _offline_map(log_mean: np.ndarray, a: float) -> np.ndarray:
     return np.logaddexp(np.log1p(a) + log_mean, np.log1p(-a) if a < 1 else -np.inf) - np.log(2.0)
 
 
-def rmia_scores(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
-                a: float) -> np.ndarray:
-    """RMIA scores (S, C) from label log-probabilities on the audit samples ``lp_x`` (S, C) and on the
-    population samples ``lp_z`` (S, Z), leave-one-out over victims. For x the references are the
-    S - 2 models other than the victim and :func:`attacks.loo.dropped_shadow` (S/2 - 1 IN and OUT);
-    for z, all S - 1 models other than the victim."""
+def rmia_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
+                     a: float) -> np.ndarray:
+    """``|{z : LR(x, z) >= gamma}|`` (S, C) int64 from label log-probabilities on the audit samples
+    ``lp_x`` (S, C) and on the population samples ``lp_z`` (S, Z), leave-one-out over victims. For x
+    the references are the S - 2 models other than the victim and :func:`attacks.loo.dropped_shadow`
+    (S/2 - 1 IN and OUT); for z, all S - 1 models other than the victim."""
     s = lp_x.shape[0]
-    out = np.empty(lp_x.shape, dtype=np.float64)
+    out = np.empty(lp_x.shape, dtype=np.int64)
     log_gamma = np.log(gamma)
     drop = dropped_shadow(membership)  # (S, C)
     models = np.arange(s)[:, None]
@@ -98,8 +99,14 @@ def rmia_scores(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, o
         log_ratio_x = lp_x[t] - log_p_x  # (C,)
         log_ratio_z = np.sort(lp_z[t] - log_p_z)  # (Z,)
         # LR(x, z) >= gamma  <=>  log_ratio_z <= log_ratio_x - log gamma
-        out[t] = np.searchsorted(log_ratio_z, log_ratio_x - log_gamma, side="right") / len(log_ratio_z)
+        out[t] = np.searchsorted(log_ratio_z, log_ratio_x - log_gamma, side="right")
     return out
+
+
+def rmia_scores(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
+                a: float) -> np.ndarray:
+    """RMIA scores (S, C): the fraction of population samples x dominates, :func:`rmia_pass_counts` / Z."""
+    return rmia_pass_counts(lp_x, membership, lp_z, online=online, gamma=gamma, a=a) / lp_z.shape[1]
 
 
 class RMIA(Attack):
@@ -128,11 +135,13 @@ class RMIA(Attack):
         lp_z = [label_log_prob(z[:, :, a : a + 1], inp.population_labels, self.temperature) for a in range(num_aug)]
         out = {}
         for mode in ("online", "offline"):
-            per_view = [rmia_scores(lx, inp.membership, lz, online=mode == "online", gamma=self.gamma, a=self.a)
-                        for lx, lz in zip(lp_x, lp_z)]
-            out[f"{mode}-noaug"] = per_view[0]
-            if num_aug > 1:  # the fraction of (view, z) pairs that pass the test
-                out[f"{mode}-aug{num_aug}"] = np.mean(per_view, axis=0)
+            counts = [rmia_pass_counts(lx, inp.membership, lz, online=mode == "online", gamma=self.gamma, a=self.a)
+                      for lx, lz in zip(lp_x, lp_z)]
+            num_z = z.shape[1]
+            out[f"{mode}-noaug"] = counts[0] / num_z
+            if num_aug > 1:  # the fraction of (view, z) pairs that pass: integer counts summed, divided once,
+                # so that equal pass counts are one float (a mean of per-view fractions rounds them apart)
+                out[f"{mode}-aug{num_aug}"] = np.sum(counts, axis=0) / (num_aug * num_z)
         return out
 
     def primary(self, variants: list[str], inp: AttackInput) -> str:

@@ -105,3 +105,32 @@ def test_logsumexp_over_models_equals_scipys_and_keeps_empty_columns_at_minus_in
     with np.errstate(divide="ignore"):
         want = logsumexp(a + np.log(mask), axis=0) - np.log(np.maximum(mask.sum(0), 1))
     assert np.allclose(got[1:], want[1:], rtol=0, atol=1e-12)
+
+
+def test_augmented_variant_gives_equal_pass_counts_one_score():
+    """With A query views the aug variant is (passes summed over views) / (A x Z), divided once:
+    guesses with the same number of passing (view, z) pairs tie exactly, whichever views they came
+    from (averaging per-view fractions rounds (1, 1, 1) / 10 and (3, 0, 0) / 10 differently)."""
+    rng = np.random.default_rng(3)
+    s, c, z, views = 8, 120, 10, 3
+    mem = np.zeros((s, c), bool)
+    for i in range(c):
+        mem[rng.permutation(s)[: s // 2], i] = True
+    lx = rng.normal(0, 1, (s, c, views)) + 1.0 * mem[..., None]
+    lz = rng.normal(0, 1, (s, z, views))
+    logits = np.stack([lx, np.zeros_like(lx)], -1)  # (S, C, A, 2)
+    pop = np.stack([lz, np.zeros_like(lz)], -1)
+    inp = AttackInput(signals={"logits": logits, "population_logits": pop}, labels=np.zeros(c, np.int64),
+                      membership=mem, population_labels=np.zeros(z, np.int64))
+    out = RMIA(gamma=1.0).score(inp)
+    for mode in ("online", "offline"):
+        # the integer pass count of each (victim, sample) on each view, from the one-view scores
+        per_view = [np.rint(RMIA(gamma=1.0).score(AttackInput(
+            signals={"logits": logits[:, :, a : a + 1], "population_logits": pop[:, :, a : a + 1]},
+            labels=inp.labels, membership=mem, population_labels=inp.population_labels))[f"{mode}-noaug"] * z)
+            for a in range(views)]
+        total = np.sum(per_view, axis=0).astype(np.int64)
+        score = out[f"{mode}-aug{views}"]
+        assert np.array_equal(score, total / (views * z)), mode
+        split = [(t, np.unique(score[total == t])) for t in np.unique(total)]
+        assert all(len(values) == 1 for _, values in split), [t for t, v in split if len(v) > 1]
