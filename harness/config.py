@@ -32,6 +32,11 @@ class DataConfig(_Strict):
     path: str | None = None
     test_size: int = Field(default=500, ge=1, description="digits only: held-out test images")
     download: bool = Field(default=True, description="cifar10 only: download when the folder is absent")
+    scale: float | None = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="npz only: pixel = value x scale, rounded, for images that are not uint8-range values "
+        "(e.g. 255 for floats in [0, 1], 255/1023 for 10-bit integers); None = no conversion but the documented "
+        "ones (harness/data.py, load_npz)")
 
 
 class AuditConfig(_Strict):
@@ -215,6 +220,8 @@ class ExperimentConfig(_Strict):
         d.pop("preset")
         d["data"].pop("path")
         d["data"].pop("download")
+        if d["data"]["scale"] is None:  # unset keeps the fingerprints runs had before the field
+            d["data"].pop("scale")
         if d["audit"]["signal_dtype"] == "float32":  # the default keeps the fingerprints runs had before the field
             d["audit"].pop("signal_dtype")
         return d

@@ -9,7 +9,8 @@ Loaders:
 - ``digits``: scikit-learn's bundled 8x8 digits (the embedded default; no network).
 - ``cifar10``: the official ``cifar-10-batches-py`` pickles, read directly (so a folder holding a
   subset of each batch works); downloaded with torchvision when the folder is absent.
-- ``npz``: user data with arrays ``x_train, y_train, x_test, y_test``.
+- ``npz``: user data with arrays ``x_train, y_train, x_test, y_test`` (``data.scale`` maps other value
+  ranges to pixels).
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def load_dataset(cfg: DataConfig, seed: int) -> ImageDataset:
     if cfg.name == "cifar10":
         return load_cifar10(Path(cfg.path or "data"), download=cfg.download)
     if cfg.name == "npz":
-        return load_npz(Path(cfg.path or ""))
+        return load_npz(Path(cfg.path or ""), cfg.scale)
     raise DataError(f"unknown dataset {cfg.name!r}")  # pragma: no cover - guarded by the config schema
 
 
@@ -242,20 +243,61 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
     )
 
 
-def _to_nchw_uint8(x: np.ndarray, key: str, path: Path) -> np.ndarray:
+def _range(x: np.ndarray) -> str:
+    return f"[{x.min():.6g}, {x.max():.6g}]"
+
+
+def _pixels(x: np.ndarray, key: str, path: Path, scale: float | None) -> np.ndarray:
+    """uint8 pixel values of a numeric image array; never a silent cast.
+
+    - non-numeric arrays, and NaN or infinite values, are refused;
+    - with ``scale`` (``data.scale``): ``rint(value x scale)``, which must lie in 0..255;
+    - without it: uint8 as is; integers (and whole-number floats) in 0..255 exactly; floats that all
+      lie in [0, 1] times 255, rounded (the documented [0, 1] convention); anything else is refused
+      with the range found and the ``data.scale`` that would convert it.
+    """
+    if not (np.issubdtype(x.dtype, np.number) or np.issubdtype(x.dtype, np.bool_)) or \
+            np.issubdtype(x.dtype, np.complexfloating):
+        raise DataError(f"{path}: {key} has dtype {x.dtype}, not numeric pixel values")
+    if x.size == 0:
+        raise DataError(f"{path}: {key} is empty")
+    if np.issubdtype(x.dtype, np.floating):
+        bad = ~np.isfinite(x)
+        if bad.any():
+            first = np.unravel_index(int(np.argmax(bad)), x.shape)
+            raise DataError(f"{path}: {key} holds {int(bad.sum())} NaN or infinite value(s) (the first in image "
+                            f"{first[0]}); images must be finite pixel values")
+    if scale is not None:
+        y = np.rint(x.astype(np.float64) * scale)
+        if y.min() < 0 or y.max() > 255:
+            raise DataError(f"{path}: {key} times data.scale {scale:g} spans {_range(y)}, outside the pixel range "
+                            f"0..255 (its values span {_range(x)}); choose data.scale so that value x scale lies in "
+                            "0..255")
+        return y.astype(np.uint8)
+    if x.dtype == np.uint8:
+        return x
+    hint = ("set how values map to pixels with --set data.scale=S (pixel = value x S, rounded to the nearest "
+            "integer in 0..255: e.g. S = 1 for pixel values, 255 for fractions in [0, 1])")
+    if np.issubdtype(x.dtype, np.floating):
+        if x.min() >= 0 and x.max() <= 1:
+            return np.rint(x.astype(np.float64) * 255).astype(np.uint8)
+        if x.min() >= 0 and x.max() <= 255 and np.all(x == np.rint(x)):
+            return x.astype(np.uint8)
+        raise DataError(f"{path}: {key} holds floats in {_range(x)}, neither fractions in [0, 1] nor whole pixel "
+                        f"values 0..255; {hint}")
+    if x.min() < 0 or x.max() > 255:
+        raise DataError(f"{path}: {key} holds integers in {_range(x)}, outside the pixel range 0..255; {hint}")
+    return x.astype(np.uint8)
+
+
+def _to_nchw_uint8(x: np.ndarray, key: str, path: Path, scale: float | None = None) -> np.ndarray:
     if x.ndim == 3:
         x = x[:, None]
     if x.ndim != 4:
         raise DataError(f"{path}: {key} must have shape [N, C, H, W] or [N, H, W, C], got {x.shape}")
     if x.shape[1] not in (1, 3) and x.shape[3] in (1, 3):
         x = x.transpose(0, 3, 1, 2)
-    if x.dtype != np.uint8:
-        if np.issubdtype(x.dtype, np.floating) and x.min() >= 0 and x.max() <= 1:
-            x = np.rint(x * 255)
-        elif x.min() < 0 or x.max() > 255:
-            raise DataError(f"{path}: {key} must hold uint8 pixels or floats in [0, 1]")
-        x = x.astype(np.uint8)
-    return np.ascontiguousarray(x)
+    return np.ascontiguousarray(_pixels(x, key, path, scale))
 
 
 def _labels(y: np.ndarray, key: str, path: Path) -> np.ndarray:
@@ -274,8 +316,11 @@ def _labels(y: np.ndarray, key: str, path: Path) -> np.ndarray:
     return y.astype(np.int64)
 
 
-def load_npz(path: Path) -> ImageDataset:
-    """User data: an .npz with ``x_train, y_train, x_test, y_test`` (uint8 or [0,1] floats, NCHW or NHWC).
+def load_npz(path: Path, scale: float | None = None) -> ImageDataset:
+    """User data: an .npz with ``x_train, y_train, x_test, y_test``, NCHW or NHWC. Images are uint8
+    pixels, integers or whole-number floats in 0..255, floats in [0, 1] (times 255), or any finite
+    numbers mapped by ``scale`` (``data.scale``: ``rint(value x scale)`` in 0..255); anything else,
+    NaN or infinite values included, is refused (:func:`_pixels`).
 
     Augmentations: flips and shifts of 1/8 of the image side; normalization from the training images.
     """
@@ -288,8 +333,8 @@ def load_npz(path: Path) -> ImageDataset:
     missing = [k for k in ("x_train", "y_train", "x_test", "y_test") if k not in z.files]
     if missing:
         raise DataError(f"{path} lacks arrays {missing}")
-    x_train = _to_nchw_uint8(z["x_train"], "x_train", path)
-    x_test = _to_nchw_uint8(z["x_test"], "x_test", path)
+    x_train = _to_nchw_uint8(z["x_train"], "x_train", path, scale)
+    x_test = _to_nchw_uint8(z["x_test"], "x_test", path, scale)
     y_train = _labels(z["y_train"], "y_train", path)
     y_test = _labels(z["y_test"], "y_test", path)
     if len(y_train) != len(x_train) or len(y_test) != len(x_test):

@@ -11,7 +11,7 @@ actually read:
   ``train.width`` is refused for the fixed-width WRN16-4, ``train.milestones`` and ``train.gamma``
   unless the schedule is ``step``.
 - ``data.*``: ``path`` is read by ``cifar10`` and ``npz`` only, ``download`` by ``cifar10`` only,
-  ``test_size`` by ``digits`` only.
+  ``test_size`` by ``digits`` only, ``scale`` by ``npz`` only.
 - ``audit.canary`` and ``audit.canary_params``: refused when no sample level runs; a
   ``canary_params`` key for a canary the run does not audit is refused. A *preset's*
   ``canary_params`` for a canary the run does not audit are defaults, and are dropped.
@@ -119,6 +119,9 @@ def _check_data(merged: dict[str, Any], overrides: dict[str, Any]) -> None:
         )
     if "data.download" in overrides and name != "cifar10":
         raise ConfigError(f"data.download applies to cifar10 only (this run's dataset is {name})")
+    if "data.scale" in overrides and name != "npz":
+        raise ConfigError(f"data.scale applies to npz datasets only (this run's dataset is {name}, read as uint8 "
+                          "pixels)")
     if "data.test_size" in overrides and name != "digits":
         raise ConfigError(f"data.test_size applies to digits only ({name} has its own test set)")
 

@@ -3,8 +3,8 @@ import pytest
 import torch
 
 from harness.augment import random_augment, shift_flip
-from harness.config import ConfigError
-from harness.data import AugmentSpec, digits_arrays, load_cifar10, load_digits, load_npz
+from harness.config import ConfigError, build_config
+from harness.data import AugmentSpec, DataError, digits_arrays, load_cifar10, load_digits, load_npz
 
 
 def test_digits_is_embedded_and_split_by_seed():
@@ -71,3 +71,86 @@ def test_random_augment_produces_only_allowed_shifts():
     allowed = [shift_flip(x, dy, dx, False) for dy in (-1, 0, 1) for dx in (-1, 0, 1)]
     for i in range(64):
         assert any(torch.equal(out[i], a[i]) for a in allowed)
+
+
+def _npz(path, x_train, x_test=None):
+    """An .npz of 4 classes around the given training images (the test images: their first 8)."""
+    n = len(x_train)
+    np.savez(path, x_train=x_train, y_train=np.arange(n) % 4, x_test=x_train[:8] if x_test is None else x_test,
+             y_test=np.arange(8) % 4)
+    return path
+
+
+@pytest.mark.parametrize("bad, message", [
+    (np.nan, r"1 NaN or infinite value\(s\) \(the first in image 3\)"),
+    (np.inf, r"NaN or infinite"),
+    (-np.inf, r"NaN or infinite"),
+])
+def test_npz_non_finite_pixels_are_refused_even_with_a_scale(tmp_path, bad, message):
+    x = np.random.default_rng(0).random((16, 3, 8, 8))
+    x[3, 1, 2, 2] = bad
+    path = _npz(tmp_path / "d.npz", x)
+    for scale in (None, 255.0):
+        with pytest.raises(DataError, match=message):
+            load_npz(path, scale)
+
+
+@pytest.mark.parametrize("x, message", [
+    (np.full((16, 1, 8, 8), 127.7), r"floats in \[127.7, 127.7\], neither fractions"),  # cast to 127 before
+    (np.linspace(-1, 1, 16 * 64).reshape(16, 1, 8, 8), r"floats in \[-1, 1\]"),  # normalized images
+    (np.full((16, 1, 8, 8), 300.0), r"floats in \[300, 300\]"),
+    (np.arange(16 * 64, dtype=np.int16).reshape(16, 1, 8, 8), r"integers in \[0, 1023\], outside the pixel range"),
+    (np.full((16, 1, 8, 8), "a"), "not numeric"),
+])
+def test_npz_floats_outside_the_pixel_range_are_refused_not_cast(tmp_path, x, message):
+    with pytest.raises(DataError, match=message) as e:
+        load_npz(_npz(tmp_path / "d.npz", x))
+    if "not numeric" not in message:
+        assert "--set data.scale=S" in str(e.value)
+
+
+def test_npz_conversions_without_a_scale_are_exact_or_the_documented_fraction_rule(tmp_path):
+    whole = np.arange(16 * 64).reshape(16, 1, 8, 8) % 256
+    assert np.array_equal(load_npz(_npz(tmp_path / "a.npz", whole.astype(np.float32))).x_train, whole)
+    assert np.array_equal(load_npz(_npz(tmp_path / "b.npz", whole.astype(np.int64))).x_train, whole)
+    frac = np.linspace(0, 1, 16 * 64).reshape(16, 1, 8, 8)
+    assert np.array_equal(load_npz(_npz(tmp_path / "c.npz", frac)).x_train, np.rint(frac * 255))
+
+
+def test_npz_data_scale_maps_values_to_pixels_explicitly(tmp_path):
+    ten_bit = np.arange(16 * 64, dtype=np.int16).reshape(16, 1, 8, 8)
+    d = load_npz(_npz(tmp_path / "d.npz", ten_bit), 255 / 1023)
+    assert np.array_equal(d.x_train, np.rint(ten_bit * (255 / 1023)))
+    assert d.x_train.max() == 255 and d.x_train.dtype == np.uint8
+    assert np.all(load_npz(_npz(tmp_path / "e.npz", np.full((16, 1, 8, 8), 127.7)), 1.0).x_train == 128)
+    with pytest.raises(DataError, match=r"times data.scale 2 spans \[0, 2046\], outside the pixel range"):
+        load_npz(tmp_path / "d.npz", 2.0)
+
+
+def test_data_scale_is_read_by_npz_only_and_checked(tmp_path):
+    with pytest.raises(ConfigError, match="data.scale applies to npz datasets only"):
+        build_config("quick", {"data.scale": 255})
+    path = _npz(tmp_path / "d.npz", np.zeros((16, 1, 8, 8), np.uint8))
+    for bad in (0, -1, ".nan"):
+        with pytest.raises(ConfigError, match="data.scale"):
+            build_config("quick", {"data.name": "npz", "data.path": str(path), "data.scale": bad})
+    cfg = build_config("quick", {"data.name": "npz", "data.path": str(path), "data.scale": 255})
+    assert cfg.data.scale == 255.0
+    plain = build_config("quick", {"data.name": "npz", "data.path": str(path)})
+    assert "scale" not in plain.model_determining()["data"]  # runs from before the field keep their fingerprint
+    assert cfg.model_determining()["data"]["scale"] == 255.0
+
+
+def test_npz_with_nan_pixels_is_one_error_line_before_any_run_directory(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    x = np.random.default_rng(0).random((40, 1, 8, 8))
+    x[10, 0, 0, 0] = np.nan
+    path = _npz(tmp_path / "d.npz", x)
+    res = CliRunner().invoke(app, ["evaluate", "undefended", "--set", "data.name=npz", "--data-dir", str(path),
+                                   "--out", str(tmp_path / "runs")])
+    assert res.exit_code == 2, res.output
+    assert "error:" in res.output and "NaN or infinite" in res.output and "Traceback" not in res.output
+    assert not (tmp_path / "runs").exists()
