@@ -167,6 +167,14 @@ class SSLDefense(Defense):
             raise ValueError(f"crop_scale must be [low, high], got {scale!r}")
         SSLAugment(crop_scale=(float(scale[0]), float(scale[1])))  # checks the range
 
+    def check_config(self, cfg: Any) -> None:
+        """The ResNet-18 encoder is torchvision's: a missing or mismatched torchvision stops the run
+        here, before training, with one line (harness.install_check)."""
+        if self.params["encoder"] == "resnet18":
+            from harness.install_check import import_torchvision
+
+            import_torchvision("the resnet18 encoder (defense_params.encoder)")
+
     def augmentation(self, spec: AugmentSpec) -> SSLAugment:
         """The SSL augmentation for a dataset: the paper's, with ``crop_scale`` and flips only where
         the dataset allows them (no flips for digits)."""

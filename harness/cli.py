@@ -23,6 +23,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from harness.config import ConfigError, build_config, parse_set_options
+from harness.install_check import check_torch_builds
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate membership-inference defenses honestly.")
 console = Console()
@@ -164,6 +165,7 @@ def evaluate(
     from harness.runner import heal_signals, prepare_run, train_all
 
     try:
+        check_torch_builds()
         overrides = parse_set_options(set_)
         _refuse_set_keys(overrides)
         if canary is not None and not all(c.strip() for c in canary.split(",")):
@@ -413,6 +415,7 @@ def audit_one_run_cmd(
     from harness.runstore import atomic_write_json
 
     try:
+        check_torch_builds()
         overrides = parse_set_options(set_)
         _refuse_set_keys(overrides)
         _refuse_for_one_run(overrides)

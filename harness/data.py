@@ -215,10 +215,14 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
     if folder is None:
         if not download:
             raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}")
+        from harness.install_check import import_torchvision
+
         try:
-            from torchvision.datasets import CIFAR10
-        except Exception as e:  # torchvision missing or broken
-            raise DataError(f"no CIFAR-10 files under {root} and torchvision cannot download: {e}") from None
+            import_torchvision(f"downloading CIFAR-10 (no batch files under {root})")
+        except ConfigError as e:
+            raise DataError(str(e)) from None
+        from torchvision.datasets import CIFAR10
+
         try:
             CIFAR10(root=str(root), train=True, download=True)
         except Exception as e:

@@ -1,0 +1,119 @@
+"""torch and torchvision must come from matching builds.
+
+A torchvision built for another torch build fails when it is imported or used, with errors such as
+``operator torchvision::nms does not exist`` (its compiled ops did not load) or "PyTorch and
+torchvision were compiled with different CUDA major versions". That happens when the two were
+installed from different indexes (a CPU torch from download.pytorch.org, then a CUDA torchvision
+from PyPI pulled in by ``pip install -e .``, or the reverse).
+
+Two checks, both ending in one :class:`~harness.config.ConfigError` line that says how to install
+matching builds:
+
+- :func:`check_torch_builds`, at the start of the commands that train: the build labels of the two
+  installed versions (``2.15.0+cpu``, ``0.29.2+cu132``), read from each package's ``version.py``
+  as text, without importing torchvision (about 1 s): CPU against CUDA or ROCm, or two CUDA major
+  versions, is a mismatch. A version without a label (macOS wheels, source builds) is not judged.
+- :func:`import_torchvision`, wherever the harness imports torchvision (the ResNet-18 encoder, the
+  CIFAR-10 download): the real import, its failure turned into that line.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import re
+from pathlib import Path
+from types import ModuleType
+
+from harness.config import ConfigError
+
+TORCH_INDEX = "https://download.pytorch.org/whl"
+
+#: messages of a torchvision whose compiled ops do not fit the installed torch
+_MISMATCH_SIGNS = ("torchvision::", "custom C++ ops", "CUDA major versions", "undefined symbol", "_C.so", "_C_stable")
+
+
+def package_version(package: str) -> str | None:
+    """``__version__`` from ``<package>/version.py`` read as text (the package is not imported);
+    None when the package or the file is absent or holds no version."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for folder in spec.submodule_search_locations:
+        f = Path(folder) / "version.py"
+        try:
+            m = re.search(r"""^__version__\s*=\s*['"]([^'"]+)['"]""", f.read_text(), re.M)
+        except OSError:
+            continue
+        if m:
+            return m.group(1)
+    return None
+
+
+def _build(version: str) -> str:
+    """The local build label of a version (``cpu``, ``cu132``, ``rocm6.2``), or '' without one."""
+    return version.partition("+")[2]
+
+
+def _describe(label: str) -> str:
+    if label == "cpu":
+        return "CPU"
+    m = re.fullmatch(r"cu(\d+)(\d)", label)
+    if m:
+        return f"CUDA {m.group(1)}.{m.group(2)}"
+    return label.upper() if label.startswith("xpu") else label.replace("rocm", "ROCm ")
+
+
+def build_mismatch(torch_version: str, torchvision_version: str) -> str | None:
+    """Why two installed versions are builds for different platforms, or None when they match or
+    cannot be judged (a version without a build label)."""
+    a, b = _build(torch_version), _build(torchvision_version)
+    if not a or not b or a == b:
+        return None
+    cuda_a, cuda_b = re.fullmatch(r"cu(\d+)\d", a), re.fullmatch(r"cu(\d+)\d", b)
+    if cuda_a and cuda_b and cuda_a.group(1) == cuda_b.group(1):
+        return None  # one CUDA major version: torchvision's own check accepts it
+    return f"{_describe(a)} vs {_describe(b)}"
+
+
+def install_advice(torch_version: str | None) -> str:
+    """The command that installs matching builds, for the installed torch's platform."""
+    label = _build(torch_version or "") or "cpu"
+    index = f"{TORCH_INDEX}/{label}" if re.fullmatch(r"cpu|cu\d+|rocm[\d.]+|xpu", label) else f"{TORCH_INDEX}/cpu"
+    return (f"install both from one index: pip install --force-reinstall torch torchvision --index-url {index} "
+            f"(or {TORCH_INDEX}/cpu for the CPU build), then pip install -e . (README, Set up)")
+
+
+def check_torch_builds() -> None:
+    """Raise ConfigError when the installed torch and torchvision are builds for different
+    platforms (module docstring); nothing is imported."""
+    tv, tvv = package_version("torch"), package_version("torchvision")
+    if tv is None or tvv is None:
+        return
+    why = build_mismatch(tv, tvv)
+    if why:
+        raise ConfigError(f"torch {tv} and torchvision {tvv} are builds for different platforms ({why}); "
+                          f"torchvision's compiled ops fail with this torch: {install_advice(tv)}")
+
+
+def import_torchvision(what: str) -> ModuleType:
+    """``import torchvision`` for ``what`` (e.g. "the resnet18 encoder"); a torchvision that does
+    not fit the installed torch, or none at all, is one ConfigError line."""
+    try:
+        return importlib.import_module("torchvision")
+    except ModuleNotFoundError as e:
+        if e.name != "torchvision":
+            raise
+        raise ConfigError(f"{what} needs torchvision, which is not installed: pip install torchvision "
+                          f"(from the index torch came from: {install_advice(package_version('torch'))})") from None
+    except (RuntimeError, ImportError, OSError, AttributeError) as e:
+        text = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if not any(sign in str(e) for sign in _MISMATCH_SIGNS):
+            raise
+        tv = package_version("torch")
+        raise ConfigError(f"{what} needs torchvision, whose import fails ({type(e).__name__}: {text}): torch {tv} "
+                          f"and torchvision {package_version('torchvision')} are not matching builds; "
+                          f"{install_advice(tv)}") from None
