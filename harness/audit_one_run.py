@@ -31,6 +31,7 @@ from scipy.special import softmax
 from defenses.base import FitContext, LabeledImages
 from harness.bounds.empirical import (LABEL_FLIP_THRESHOLDS, WEIGHTED_GAME_TAUS, label_flip_game,
                                       weighted_acgr_game)
+from harness import plugin_errors
 from harness.config import ConfigError, ExperimentConfig
 from harness.data import load_dataset
 from harness.runner import make_defense, resolve_device
@@ -117,11 +118,26 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
     device = resolve_device(cfg.run.device)
     seed = int(np.random.SeedSequence([cfg.seed, 0xA11B2]).generate_state(1)[0])
     t0 = time.perf_counter()
-    served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
+    where = "the audited model"
+    try:
+        served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
+    except (ConfigError, KeyboardInterrupt):
+        raise
+    except Exception as e:  # the defense's own failure, reported with its own frames
+        raise plugin_errors.wrap(e, defense, cfg.defense, "fit", where) from None
     train_s = time.perf_counter() - t0
-    prob = softmax(served.query(data.x_train[idx]).astype(np.float64), axis=1)
+    plugin_errors.check_served(served, data.x_train[idx], data.num_classes, cfg.defense, where)
+    checked = plugin_errors.CheckedServed(served, data.num_classes, cfg.defense, where)  # every query checked
+    try:
+        checked.during = "the canaries' outputs"
+        prob = softmax(checked.query(data.x_train[idx]).astype(np.float64), axis=1)
+        checked.during = "test accuracy on the test set"
+        test_acc = float((checked.query(data.x_test).argmax(1) == data.y_test).mean())
+    except (ConfigError, plugin_errors.PluginError, KeyboardInterrupt):
+        raise
+    except Exception as e:
+        raise plugin_errors.wrap(e, served, cfg.defense, "query", where) from None
     games = play_games(prob, data.y_train[idx], trained, other, game, taus)
-    test_acc = float((served.query(data.x_test).argmax(1) == data.y_test).mean())
     info = served.info()
     return {
         "defense": cfg.defense,

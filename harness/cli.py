@@ -405,6 +405,7 @@ def audit_one_run_cmd(
     out: Optional[str] = typer.Option(None, help="folder for the JSON result (default: the preset's run.out)"),
     set_: list[str] = typer.Option([], "--set", help="override any config field"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
+    debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
     """Label-flip memorization game on ONE trained model (Malek et al. 2021, Game 3): an epsilon lower bound."""
     import json as _json
@@ -412,6 +413,7 @@ def audit_one_run_cmd(
     from rich.table import Table
 
     from harness.audit_one_run import GAMES, audit_one_run
+    from harness.plugin_errors import PluginError
     from harness.runstore import atomic_write_json
 
     try:
@@ -430,6 +432,8 @@ def audit_one_run_cmd(
             res = audit_one_run(cfg, canaries, tau or None, game)
     except ConfigError as e:
         _fail(str(e))
+    except PluginError as e:
+        _plugin_failure(e, debug)
     name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
     path = Path(cfg.run.out) / f"audit-one-run-{name}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
     atomic_write_json(path, res)

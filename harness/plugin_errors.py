@@ -3,12 +3,15 @@
 When a defense's ``fit`` or its served model's ``query`` raises, or breaks the served-model
 contract, the job raises :class:`PluginError`: one line naming the defense, the model and the
 exception, the defense's own stack frames only (files in the defense's folder, not the harness's,
-torch's or the worker pool's), and the full traceback for ``--debug``. The contract
-(:func:`check_served`) is checked on every trained model right after ``fit``, so a broken plugin
-stops the run at its first model:
+torch's or the worker pool's), and the full traceback for ``--debug``. The contract is checked on
+every trained model right after ``fit`` (:func:`check_served`: a few images) and then on *every*
+query the harness makes of it (:class:`CheckedServed`: each signal, the test accuracy), so a broken
+plugin stops the run at the model whose output broke it, naming the row:
 
 - ``fit`` returns a :class:`~defenses.base.ServedModel`;
-- ``query(x)`` returns a finite floating-point array of shape (N, num_classes).
+- ``query(x)`` and ``raw_query(x)`` return a floating-point array of shape (N, num_classes) whose
+  values are finite and fit float32 (the signals' storage): no NaN, no infinity, no 1e300;
+- ``features(x)``, when offered, returns a finite floating-point array of shape (N, D).
 """
 
 from __future__ import annotations
@@ -74,7 +77,8 @@ def wrap(exc: BaseException, defense: object, defense_name: str, what: str, wher
 
 def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str, where: str) -> None:
     """Raise :class:`PluginError` unless ``served`` is a ServedModel whose ``query`` on a few audit
-    images returns a finite float array of shape (n, num_classes)."""
+    images keeps the contract (:func:`check_output`); every later query is checked by
+    :class:`CheckedServed`."""
     from defenses.base import ServedModel
 
     if not isinstance(served, ServedModel):
@@ -85,14 +89,77 @@ def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str
         out = served.query(probe)
     except Exception as e:  # the plugin's query itself failed
         raise wrap(e, served, defense_name, "query", where) from None
-    expected = f"a finite float array of shape ({len(probe)}, {num_classes}) (one row of {num_classes} class scores per image)"
+    check_output(out, len(probe), num_classes, "query", defense_name, where, "first check after fit")
+
+
+#: the largest magnitude a stored signal can hold (signals are saved as float32 or smaller)
+FLOAT32_MAX = float(np.finfo(np.float32).max)
+
+
+def _bad_rows(out: np.ndarray) -> np.ndarray:
+    """Rows holding a value that is NaN, infinite, or beyond float32's range."""
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(out) | (np.abs(out) > FLOAT32_MAX)
+    return np.flatnonzero(bad.reshape(len(out), -1).any(axis=1))
+
+
+def check_output(out: Any, n: int, width: int | None, method: str, defense_name: str, where: str,
+                 during: str = "") -> None:
+    """Raise :class:`PluginError` unless ``out`` (what ``method`` returned for ``n`` images) is a
+    floating-point array of shape (n, width) (any width when None) whose values are finite and fit
+    float32; the message names the first bad row."""
+    ctx = f"{where}{', ' + during if during else ''}"
+    shape = f"({n}, {width if width is not None else 'D'})"
+    expected = f"a float array of shape {shape} with finite values that fit float32 (|v| <= 3.4e38)"
     if not isinstance(out, np.ndarray):
-        raise PluginError(f"defense {defense_name!r}: query returned {type(out).__name__} ({where}); expected {expected}")
-    if out.shape != (len(probe), num_classes):
-        raise PluginError(f"defense {defense_name!r}: query returned shape {out.shape} on {len(probe)} images "
-                          f"({where}); expected {expected}")
-    if not np.issubdtype(out.dtype, np.floating):
-        raise PluginError(f"defense {defense_name!r}: query returned dtype {out.dtype} ({where}); expected {expected}")
-    if not np.all(np.isfinite(out)):
-        raise PluginError(f"defense {defense_name!r}: query returned NaN or infinite values ({where}); "
+        raise PluginError(f"defense {defense_name!r}: {method} returned {type(out).__name__} ({ctx}); expected "
+                          f"{expected}")
+    if out.ndim != 2 or out.shape[0] != n or (width is not None and out.shape[1] != width):
+        raise PluginError(f"defense {defense_name!r}: {method} returned shape {out.shape} on {n} images ({ctx}); "
                           f"expected {expected}")
+    if not np.issubdtype(out.dtype, np.floating):
+        raise PluginError(f"defense {defense_name!r}: {method} returned dtype {out.dtype} ({ctx}); expected {expected}")
+    rows = _bad_rows(out)
+    if len(rows):
+        row = out[rows[0]]
+        value = next(v for v in row.ravel() if not (np.isfinite(v) and abs(v) <= FLOAT32_MAX))
+        raise PluginError(f"defense {defense_name!r}: {method} returned {float(value):g} in row {rows[0]} of {n} images "
+                          f"({ctx}; {len(rows)} bad row(s)); expected {expected}")
+
+
+class CheckedServed:
+    """A served model whose every ``query``, ``raw_query`` and ``features`` output is checked
+    (:func:`check_output`) before the harness uses it; ``during`` names what the harness is
+    computing (set by :func:`harness.signals.compute_signals`), for the message. Exceptions of the
+    wrapped model pass through unchanged (the runner reports them as the defense's)."""
+
+    def __init__(self, served: Any, num_classes: int, defense_name: str, where: str) -> None:
+        self.inner = served
+        self.num_classes = num_classes
+        self.defense_name = defense_name
+        self.where = where
+        self.during = ""
+
+    def _check(self, out: Any, x: np.ndarray, method: str, width: int | None) -> Any:
+        check_output(out, len(x), width, method, self.defense_name, self.where, self.during)
+        return out
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        return self._check(self.inner.query(x), x, "query", self.num_classes)
+
+    def raw_query(self, x: np.ndarray) -> np.ndarray | None:
+        out = self.inner.raw_query(x)
+        return None if out is None else self._check(out, x, "raw_query", self.num_classes)
+
+    def features(self, x: np.ndarray) -> np.ndarray | None:
+        out = self.inner.features(x)
+        return None if out is None else self._check(out, x, "features", None)
+
+    def view_augmentation(self) -> Any:
+        return self.inner.view_augmentation()
+
+    def info(self) -> dict[str, Any]:
+        return self.inner.info()
+
+    def model_state(self) -> dict[str, Any] | None:
+        return self.inner.model_state()

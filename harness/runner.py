@@ -363,11 +363,13 @@ class _JobSetup:
         cfg, data, ld, run, defense = self.cfg, self.data, self.ld, self.run, self.defense
         where = self.where([index])
         plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
+        checked = plugin_errors.CheckedServed(served, data.num_classes, cfg.defense, where)  # every query checked
         t1 = time.perf_counter()
         try:
-            signals = collect_signals(served, cfg, defense, ld.canaries.x, data.augment,
+            signals = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,
                                       data.x_test[ld.population_indices])
-            test_pred = served.query(data.x_test).argmax(axis=1)
+            checked.during = "test accuracy on the test set"
+            test_pred = checked.query(data.x_test).argmax(axis=1)
         except (ConfigError, KeyboardInterrupt):
             raise
         except Exception as e:

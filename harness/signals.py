@@ -222,6 +222,8 @@ def compute_signals(names: list[str], table: dict[str, Signal], served: ServedMo
         x = population_x if sig.images == "population" else audit_x
         if sig.images == "population" and not len(x):
             continue
+        if hasattr(served, "during"):  # a plugin_errors.CheckedServed: its messages name the signal
+            served.during = f"signal {n!r} on the {sig.images} samples"
         value = sig.fn(served, x, spec, seed)
         if value is None:
             raise RuntimeError(f"signal {n!r} needs the served model's {sig.requires}, which the defense declares "
