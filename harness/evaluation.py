@@ -45,6 +45,27 @@ def attack_names(cfg: ExperimentConfig, defense: Defense) -> list[str]:
     return list(dict.fromkeys([*cfg.attack.names, *defense.adaptive_attacks, *defense.ablation_attacks]))
 
 
+def check_declared_attacks(defense: Defense, name: str) -> None:
+    """A defense's ``adaptive_attacks`` (its headline is taken over them) must be a non-empty tuple
+    of attack names, and ``ablation_attacks`` a tuple of names none of which is also adaptive;
+    refused before training (whether each can run on the defense's outputs is
+    :func:`harness.signals.check_signals`' part)."""
+    for attr in ("adaptive_attacks", "ablation_attacks"):
+        value = getattr(defense, attr)
+        if isinstance(value, str) or not isinstance(value, (tuple, list)) or \
+                not all(isinstance(v, str) and v for v in value):
+            raise ConfigError(f"defense {name!r}: {attr} must be a tuple of attack names, e.g. (\"lira\",), "
+                              f"got {value!r}")
+    if not defense.adaptive_attacks:
+        raise ConfigError(f"defense {name!r} declares no adaptive attacks (adaptive_attacks = ()): its headline is "
+                          "the best of the attacks adapted to it, so it needs at least one, e.g. (\"lira\",) for a "
+                          "defense that serves scores, (\"label-only\", \"lira\") for one that serves labels")
+    both = sorted(set(defense.adaptive_attacks) & set(defense.ablation_attacks))
+    if both:
+        raise ConfigError(f"defense {name!r} declares {', '.join(both)} both adaptive (a headline attack) and an "
+                          "ablation (never a headline): keep it in one of adaptive_attacks and ablation_attacks")
+
+
 def load_attacks(names: list[str], params: dict[str, dict[str, Any]] | None = None) -> list[Attack]:
     """Instantiate the attacks with their ``attack.params``; a parameter for an attack that is not
     run, an unknown parameter or a bad value is a ConfigError."""
@@ -388,6 +409,7 @@ def evaluate_run(
         atomic_write_json(run.config_path, cfg.model_dump(mode="json"))
     manifest = run.load_manifest()
     defense = make_defense(cfg)
+    check_declared_attacks(defense, cfg.defense)
     attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)
     levels = levels or run.levels()
     t0 = time.perf_counter()

@@ -193,13 +193,14 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
     """Check everything that can be checked before training (defense, attacks, device, data sizes,
     canaries), then create (or re-open) the run directory and save each level's design. Nothing is
     written before every check has passed."""
-    from harness.evaluation import attack_names, load_attacks
+    from harness.evaluation import attack_names, check_declared_attacks, load_attacks
     from harness.signals import check_signals
 
     defense = make_defense(cfg)
+    check_declared_attacks(defense, cfg.defense)
     check_defense_config(defense, cfg)
     check_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), defense.provides, cfg.defense,
-                  cfg.audit.population_samples)
+                  cfg.audit.population_samples, adaptive=defense.adaptive_attacks)
     resolve_device(cfg.run.device)
     data = load_dataset(cfg.data, cfg.seed)
     if cfg.audit.size > len(data.y_train):

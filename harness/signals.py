@@ -193,24 +193,31 @@ def attack_access(attack: Attack, table: dict[str, Signal]) -> str:
     return "white-box" if any(table[n].access == "white-box" for n in attack.needs if n in table) else "black-box"
 
 
-def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str, population_samples: int) -> None:
-    """Refuse, before training, an attack whose signals cannot be computed for this run."""
+def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str, population_samples: int,
+                  adaptive: tuple[str, ...] = ()) -> None:
+    """Refuse, before training, an attack whose signals cannot be computed for this run. For one of
+    the defense's ``adaptive`` attacks (which run whatever ``attack.names`` says) the message points
+    at the defense's declaration instead of ``attack.names``."""
     table = signal_table(attacks)
     for a in attacks:
+        declared = a.name in adaptive
+        who = f"adaptive attack {a.name!r} (declared by defense {defense!r})" if declared else f"attack {a.name!r}"
         for n in sorted(a.needs):
             sig = table.get(n)
             if sig is None:
-                raise ConfigError(f"attack {a.name!r} needs signal {n!r}, which no signal provides "
+                raise ConfigError(f"{who} needs signal {n!r}, which no signal provides "
                                   f"(known: {', '.join(sorted(table))})")
             if sig.requires is not None and sig.requires not in provides:
                 what = {"features": "white-box features", "raw_query": "pre-defense outputs"}.get(sig.requires,
                                                                                                   sig.requires)
-                raise ConfigError(f"attack {a.name!r} needs signal {n!r} ({sig.description}), which needs "
-                                  f"{what}; defense {defense!r}'s served model does not provide them: leave the "
-                                  f"attack out (--set attack.names=[...])")
+                fix = (f"declare provides = frozenset({{{sig.requires!r}}}) on the defense with a served model that "
+                       f"implements {sig.requires}, or remove the attack from its adaptive_attacks" if declared else
+                       "leave the attack out (--set attack.names=[...])")
+                raise ConfigError(f"{who} needs signal {n!r} ({sig.description}), which needs {what}; defense "
+                                  f"{defense!r}'s served model does not provide them: {fix}")
             if sig.images == "population" and population_samples == 0:
-                raise ConfigError(f"attack {a.name!r} needs population samples: set audit.population_samples > 0, "
-                                  f"or leave it out (--set attack.names=[...])")
+                fix = ("" if declared else ", or leave it out (--set attack.names=[...])")
+                raise ConfigError(f"{who} needs population samples: set audit.population_samples > 0{fix}")
 
 
 def compute_signals(names: list[str], table: dict[str, Signal], served: ServedModel, audit_x: np.ndarray,
