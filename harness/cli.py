@@ -204,7 +204,7 @@ def evaluate(
             cfg = build_config(preset or "quick", overrides)
         from harness.executors import check_engine
 
-        check_engine(cfg.run.executor)  # before anything is written
+        check_engine(cfg.run.executor, cfg.run)  # installed and answering, before anything is written
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
             prep = prepare_run(cfg, run_dir)

@@ -144,8 +144,17 @@ def _unpack(item: tuple[bool, Any]) -> Any:
 EXTRAS = {"slurm": ("submitit", "slurm"), "ray": ("ray", "ray")}
 
 
-def check_engine(kind: str) -> None:
-    """Raise ConfigError (one line naming the extra) if ``kind``'s engine is not installed."""
+#: seconds the preflight waits for a Slurm controller (sinfo) or a Ray cluster (ray.init) to answer
+PREFLIGHT_TIMEOUT = 20.0
+#: seconds a TCP connection to a Ray address may take before it counts as nothing listening
+CONNECT_TIMEOUT = 3.0
+
+
+def check_engine(kind: str, run: Any = None) -> None:
+    """Raise ConfigError (one line) unless ``kind``'s engine can run the jobs: its Python package is
+    installed (naming the extra) and, given the run's ``RunConfig``, the cluster answers
+    (:func:`check_slurm`, :func:`check_ray`). Called before anything is written, so a run that
+    cannot start leaves no run directory; every check ends within about 30 s."""
     import importlib.util
 
     from harness.config import ConfigError
@@ -154,6 +163,85 @@ def check_engine(kind: str) -> None:
         module, extra = EXTRAS[kind]
         raise ConfigError(f"--executor {kind} needs {module}, which is not installed: pip install -e \".[{extra}]\" "
                           f"(or pip install {module})")
+    if run is None:
+        return
+    if kind == "slurm" and run.slurm.cluster == "slurm":
+        check_slurm(run.slurm.partition)
+    if kind == "ray" and run.ray.address:
+        check_ray(run.ray.address)
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def check_slurm(partition: str | None) -> None:
+    """Slurm's commands are on PATH and its controller answers ``sinfo`` (within
+    :data:`PREFLIGHT_TIMEOUT`); a named partition exists. Raises ConfigError otherwise."""
+    import shutil
+    import subprocess
+
+    from harness.config import ConfigError
+
+    missing = [c for c in ("sbatch", "sinfo") if shutil.which(c) is None]
+    if missing:
+        raise ConfigError(f"--executor slurm: this machine has no Slurm ({' and '.join(missing)} not found on PATH); "
+                          "run from a Slurm login node, or use --executor local (or --set run.slurm.cluster=local to "
+                          "try the Slurm path with local subprocesses)")
+    cmd = ["sinfo", "--noheader", "--format=%P"]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"--executor slurm: the Slurm controller did not answer `sinfo` within "
+                          f"{PREFLIGHT_TIMEOUT:g} s") from None
+    except OSError as e:
+        raise ConfigError(f"--executor slurm: `sinfo` cannot run ({e.strerror or e})") from None
+    if proc.returncode != 0:
+        raise ConfigError(f"--executor slurm: `sinfo` failed (exit {proc.returncode}: "
+                          f"{_first_line(proc.stderr) or 'no message'}); is the Slurm controller up?")
+    partitions = [ln.strip().rstrip("*") for ln in proc.stdout.splitlines() if ln.strip()]
+    if partition and partition not in partitions:
+        raise ConfigError(f"--executor slurm: partition {partition!r} does not exist (sinfo lists "
+                          f"{', '.join(partitions) or 'none'}); set run.slurm.partition")
+
+
+_RAY_PROBE = """
+import logging, sys
+import ray
+ray.init(address=sys.argv[1], include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+ray.shutdown()
+"""
+
+
+def check_ray(address: str) -> None:
+    """A Ray cluster answers at ``address``: for ``HOST:PORT`` (or ``ray://HOST:PORT``) something
+    must accept a TCP connection within :data:`CONNECT_TIMEOUT`, then ``ray.init`` (in a child
+    process, as Ray retries a silent address for minutes) must connect within
+    :data:`PREFLIGHT_TIMEOUT`. Raises ConfigError otherwise."""
+    import socket
+    import subprocess
+
+    from harness.config import ConfigError
+
+    hostport = address.removeprefix("ray://")
+    host, sep, port = hostport.rpartition(":")
+    if sep and port.isdigit():
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
+        except OSError as e:
+            why = "refused" if isinstance(e, ConnectionRefusedError) else (e.strerror or type(e).__name__)
+            raise ConfigError(f"--executor ray: nothing answers at {address} (connection {why}); start the cluster "
+                              "(`ray start --head` prints its address) or fix run.ray.address") from None
+    try:
+        proc = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], capture_output=True, text=True,
+                              timeout=PREFLIGHT_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        raise ConfigError(f"--executor ray: no Ray cluster answered at {address} within {PREFLIGHT_TIMEOUT:g} s "
+                          "(is it a Ray head node's address?)") from None
+    if proc.returncode != 0:
+        raise ConfigError(f"--executor ray: cannot connect to a Ray cluster at {address} "
+                          f"({_first_line(proc.stderr) or f'exit {proc.returncode}'})")
 
 
 class SlurmExecutor(Executor):

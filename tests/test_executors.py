@@ -136,3 +136,84 @@ def test_the_command_ends_after_its_atexit_handlers_with_its_exit_code(tmp_path)
     bad = subprocess.run([sys.executable, "-c", code, "evaluate", "no-such-defense", "--out", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "unknown defense" in bad.stderr and "atexit ran" in bad.stdout
+
+
+# --- engines that cannot start: one error line within 30 s, exit 2, no run directory ------------
+
+def _cli_timed(args: list[str], path: str | None = None) -> tuple[int, str, str, float]:
+    import time
+
+    env = {**os.environ, "COLUMNS": "300"}
+    if path is not None:
+        env["PATH"] = path
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *args], capture_output=True,
+                          text=True, env=env, timeout=120)
+    return proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - t0
+
+
+def _fake_slurm(folder: Path, sinfo: str) -> str:
+    """A PATH holding a no-op ``sbatch`` and a ``sinfo`` running the given shell lines."""
+    folder.mkdir()
+    for name, body in (("sbatch", "exit 0"), ("sinfo", sinfo)):
+        f = folder / name
+        f.write_text(f"#!/bin/sh\n{body}\n")
+        f.chmod(0o755)
+    return str(folder)
+
+
+@needs["slurm"]
+@pytest.mark.parametrize("sinfo, extra, message", [
+    (None, [], "this machine has no Slurm (sbatch and sinfo not found on PATH)"),
+    ("echo 'slurm_load_partitions: Unable to contact slurm controller (connect failure)' >&2; exit 1", [],
+     "`sinfo` failed (exit 1: slurm_load_partitions: Unable to contact slurm controller (connect failure))"),
+    ("printf 'debug*\\ngpu\\n'", ["--set", "run.slurm.partition=big"],
+     "partition 'big' does not exist (sinfo lists debug, gpu)"),
+])
+def test_slurm_that_cannot_run_is_one_line_before_the_run_directory(tmp_path, sinfo, extra, message):
+    path = str(tmp_path / "empty") if sinfo is None else _fake_slurm(tmp_path / "bin", sinfo)
+    out = tmp_path / "runs"
+    code, stdout, stderr, seconds = _cli_timed(["evaluate", "undefended", "--executor", "slurm", "--out", str(out),
+                                                *ARGS, *extra], path)
+    assert code == 2, stdout + stderr
+    assert stderr.startswith("error: --executor slurm") and len(stderr.strip().splitlines()) == 1, stderr
+    assert message in stderr and seconds < 30
+    assert not out.exists()
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@needs["ray"]
+def test_ray_with_nothing_listening_is_one_line_before_the_run_directory(tmp_path):
+    out = tmp_path / "runs"
+    address = f"127.0.0.1:{_free_port()}"
+    code, stdout, stderr, seconds = _cli_timed(["evaluate", "undefended", "--executor", "ray", "--set",
+                                                f"run.ray.address={address}", "--out", str(out), *ARGS])
+    assert code == 2, stdout + stderr
+    assert stderr.strip() == (f"error: --executor ray: nothing answers at {address} (connection refused); start the "
+                              "cluster (`ray start --head` prints its address) or fix run.ray.address")
+    assert seconds < 30 and not out.exists()
+
+
+@needs["ray"]
+def test_ray_address_that_accepts_but_is_no_ray_cluster_times_out(monkeypatch):
+    """A port that accepts connections but never speaks Ray: ray.init would retry for minutes; the
+    preflight gives up after its timeout (shortened here) with one line."""
+    import socket
+
+    from harness import executors
+    from harness.config import ConfigError
+
+    monkeypatch.setattr(executors, "PREFLIGHT_TIMEOUT", 4.0)
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen(8)
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        with pytest.raises(ConfigError, match=f"no Ray cluster answered at {address} within 4 s"):
+            executors.check_ray(address)
