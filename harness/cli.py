@@ -14,8 +14,9 @@ from __future__ import annotations
 import os
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -85,6 +86,8 @@ class _Every:
 
 
 def _attack_and_report(run_path: Path, details: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The attack phase on a run's saved signals: results, CSVs, ROC files and config.json are
+    replaced as one change at the end (harness.report.write_outputs). Call with the run's lock held."""
     from harness.evaluation import evaluate_run
     from harness.report import print_report, write_outputs
     from harness.runstore import RunDir
@@ -111,6 +114,63 @@ def _plugin_failure(e: Any, debug: bool) -> None:
     raise typer.Exit(2)
 
 
+@contextmanager
+def _guard(debug: bool = False, interrupted: str | None = None) -> Iterator[None]:
+    """Turn the user's and the environment's failures into one ``error:`` line and exit 2: config
+    mistakes (ConfigError, incl. a locked or damaged run directory), a defense's failure (its own
+    frames), OS failures (a read-only folder, a full disk: harness.errors). Ctrl-C prints
+    ``interrupted`` and exits 130 (without it, the interrupt propagates)."""
+    from harness.errors import os_error_message
+    from harness.plugin_errors import PluginError
+
+    try:
+        yield
+    except ConfigError as e:
+        _fail(str(e))
+    except PluginError as e:
+        _plugin_failure(e, debug)
+    except OSError as e:
+        _fail(os_error_message(e))
+    except KeyboardInterrupt:
+        if interrupted is None:
+            raise
+        err_console.print(f"[yellow]interrupted:[/] {interrupted}", highlight=False)
+        raise typer.Exit(130)
+
+
+def _run_lock(path: Path, wait: bool, shared: bool = False) -> Any:
+    """The run directory's lock (harness.runlock), saying so while it waits and when it takes over
+    the lock of a process that died holding it."""
+    from harness.runlock import RunLock
+
+    def waiting(holder: Any) -> None:
+        who = holder.describe() if holder is not None else "another process"
+        console.print(f"waiting for {who} to finish with {path} (--wait)...", highlight=False)
+
+    class _Lock:
+        def __enter__(self) -> Any:
+            self.lock = RunLock(path, shared=shared, wait=wait, on_wait=waiting).acquire()
+            if self.lock.took_over is not None:
+                console.print(f"[yellow]note:[/] took over the lock of {self.lock.took_over.describe()}, which ended "
+                              "without releasing it", highlight=False)
+            return self.lock
+
+        def __exit__(self, *exc: Any) -> None:
+            self.lock.release()
+
+    return _Lock()
+
+
+def _existing_run(run_dir: Path) -> Any:
+    """A run directory that must already exist (attack, report, submit): refused before any lock
+    (which would create the folder)."""
+    from harness.runstore import RunDir
+
+    run = RunDir(run_dir)
+    run.require()
+    return run
+
+
 _RESUME_FLAGS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size"}
 
 
@@ -129,6 +189,9 @@ def _resume_config(run_dir: Path, overrides: dict[str, Any]) -> Any:
     if not overrides:
         return cfg
     return validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides))
+
+
+WAIT_HELP = "if another harness process is using the run directory, wait for it instead of stopping"
 
 
 @app.command()
@@ -157,14 +220,14 @@ def evaluate(
     save_models: bool = typer.Option(False, "--save-models",
                                      help="also save each served model's torch state (e.g. DFKD's teachers reuse "
                                           "undefended models)"),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
     debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
     """Train S models per level (resuming finished ones), run the attacks and print the report."""
-    from harness.executors import make_executor
-    from harness.plugin_errors import PluginError
-    from harness.runner import heal_signals, prepare_run, train_all
+    from harness.runner import open_run, plan_run
 
-    try:
+    with _guard(debug, interrupted="every finished model is saved and the run's results are as before; run the "
+                                   "same command again to resume."):
         check_torch_builds()
         overrides = parse_set_options(set_)
         _refuse_set_keys(overrides)
@@ -207,97 +270,110 @@ def evaluate(
         check_engine(cfg.run.executor, cfg.run)  # installed and answering, before anything is written
         t0 = time.perf_counter()
         with console.status("loading data and building the audit design..."):
-            prep = prepare_run(cfg, run_dir)
-        t_prep = time.perf_counter() - t0
-        run = prep.run
-        console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
-        for note in [*run.healed, *heal_signals(prep)]:
-            console.print(f"[yellow]repaired:[/] {note}", highlight=False)
-        if prep.defense.reuses_undefended:
-            sources = run.load_manifest().get("undefended_runs", {})
-            for lv in prep.levels:
-                src = sources.get(lv)
-                console.print(f"Undefended models for {lv}: " + (
-                    f"{src['saved_models']} of {cfg.audit.models} reused from {src['run']}" if src else
-                    "trained here (no matching undefended run with --save-models found)"), highlight=False)
-        from harness.runner import resolve_device
+            plan = plan_run(cfg, run_dir)  # every check; nothing written yet
+        with _run_lock(plan.path, wait):
+            with console.status("loading data and building the audit design..."):
+                prep = open_run(plan)
+            t_prep = time.perf_counter() - t0
+            _train_and_attack(prep, cfg, t_prep, details)
 
-        executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device), cfg.run, run.path)
-        from harness.runner import pending_jobs
 
-        jobs = pending_jobs(prep)
-        total = cfg.audit.models * len(prep.levels)
-        if len(jobs) < total:
-            console.print(f"Resuming: {total - len(jobs)} of {total} models already trained.")
-            if cfg.run.save_models:
-                unsaved = total - len(jobs) - sum(len(run.saved_models(lv, cfg.audit.models)) for lv in prep.levels)
-                if unsaved > 0:
-                    console.print(f"[yellow]note:[/] {unsaved} finished models were trained without --save-models "
-                                  "and stay unsaved (delete the run directory to retrain them with it).")
-        t1 = time.perf_counter()
-        if jobs:
-            from harness.runner import group_size, make_defense
+def _train_and_attack(prep: Any, cfg: Any, t_prep: float, details: bool) -> None:
+    """Train the run's pending models, record the timings, then run the attack phase (the run's
+    lock held by the caller)."""
+    from harness.executors import make_executor
+    from harness.runner import heal_signals, pending_jobs, resolve_device, train_all
 
-            defense_obj = make_defense(cfg)
-            g = group_size(cfg, defense_obj)
-            stacked = " (stacked: one batched loop per group)" if defense_obj.can_group(cfg.train) else ""
-            grouping = f" in groups of {g}{stacked}" if g > 1 else ""
-            console.print(f"Training {len(jobs)} models{grouping} with {executor.description}.")
-            with Progress(
-                TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                TimeRemainingColumn(), console=console,
-            ) as progress:
-                tasks = {
-                    lv: progress.add_task(f"train {lv}",
-                                          total=cfg.audit.models,
-                                          completed=cfg.audit.models - sum(j.level == lv for j in jobs))
-                    for lv in prep.levels
-                }
-                done = {lv: cfg.audit.models - sum(j.level == lv for j in jobs) for lv in prep.levels}
+    run = prep.run
+    console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
+    for note in [*run.healed, *heal_signals(prep)]:
+        console.print(f"[yellow]repaired:[/] {note}", highlight=False)
+    if prep.defense.reuses_undefended:
+        sources = run.load_manifest().get("undefended_runs", {})
+        for lv in prep.levels:
+            src = sources.get(lv)
+            console.print(f"Undefended models for {lv}: " + (
+                f"{src['saved_models']} of {cfg.audit.models} reused from {src['run']}" if src else
+                "trained here (no matching undefended run with --save-models found)"), highlight=False)
+    executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device), cfg.run, run.path)
+    jobs = pending_jobs(prep)
+    total = cfg.audit.models * len(prep.levels)
+    if len(jobs) < total:
+        console.print(f"Resuming: {total - len(jobs)} of {total} models already trained.")
+        if cfg.run.save_models:
+            unsaved = total - len(jobs) - sum(len(run.saved_models(lv, cfg.audit.models)) for lv in prep.levels)
+            if unsaved > 0:
+                console.print(f"[yellow]note:[/] {unsaved} finished models were trained without --save-models "
+                              "and stay unsaved (delete the run directory to retrain them with it).")
+    t1 = time.perf_counter()
+    if jobs:
+        from harness.runner import group_size, make_defense
 
-                def on_done(job: Any, meta: Any) -> None:
-                    done[job.level] += 1
-
-                def refresh() -> None:  # finished models + the fraction reported by running ones
-                    for lv in prep.levels:
-                        progress.update(tasks[lv], completed=done[lv] + sum(run.read_progress(lv).values()))
-
-                with _Every(1.0, refresh):
-                    train_all(prep, executor, on_done=on_done)
-                refresh()
-        if jobs:  # accumulate over resumed invocations
-            manifest = run.load_manifest()
-            tm = manifest.get("timings", {})
-            manifest["timings"] = {
-                "prepare_seconds": tm.get("prepare_seconds", 0.0) + t_prep,
-                "train_wall_seconds": tm.get("train_wall_seconds", 0.0) + time.perf_counter() - t1,
-                "invocations": tm.get("invocations", 0) + 1,
-                "executor": executor.description,
+        defense_obj = make_defense(cfg)
+        g = group_size(cfg, defense_obj)
+        stacked = " (stacked: one batched loop per group)" if defense_obj.can_group(cfg.train) else ""
+        grouping = f" in groups of {g}{stacked}" if g > 1 else ""
+        console.print(f"Training {len(jobs)} models{grouping} with {executor.description}.")
+        with Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), console=console,
+        ) as progress:
+            tasks = {
+                lv: progress.add_task(f"train {lv}",
+                                      total=cfg.audit.models,
+                                      completed=cfg.audit.models - sum(j.level == lv for j in jobs))
+                for lv in prep.levels
             }
-            run.save_manifest(manifest)
-        _attack_and_report(run.path, details)
-    except ConfigError as e:
-        _fail(str(e))
-    except PluginError as e:
-        _plugin_failure(e, debug)
-    except KeyboardInterrupt:
-        err_console.print(
-            "[yellow]interrupted:[/] every finished model is saved; run the same command again to resume."
-        )
-        raise typer.Exit(130)
+            done = {lv: cfg.audit.models - sum(j.level == lv for j in jobs) for lv in prep.levels}
+
+            def on_done(job: Any, meta: Any) -> None:
+                done[job.level] += 1
+
+            def refresh() -> None:  # finished models + the fraction reported by running ones
+                for lv in prep.levels:
+                    progress.update(tasks[lv], completed=done[lv] + sum(run.read_progress(lv).values()))
+
+            with _Every(1.0, refresh):
+                train_all(prep, executor, on_done=on_done)
+            refresh()
+    if jobs:  # accumulate over resumed invocations
+        manifest = run.load_manifest()
+        tm = manifest.get("timings", {})
+        manifest["timings"] = {
+            "prepare_seconds": tm.get("prepare_seconds", 0.0) + t_prep,
+            "train_wall_seconds": tm.get("train_wall_seconds", 0.0) + time.perf_counter() - t1,
+            "invocations": tm.get("invocations", 0) + 1,
+            "executor": executor.description,
+        }
+        run.save_manifest(manifest)
+    _attack_and_report(run.path, details)
 
 
 @app.command()
 def attack(
     run_dir: Path = typer.Argument(..., help="a run directory made by `harness evaluate`"),
     details: bool = typer.Option(False, help="list every attack variant"),
-    set_: list[str] = typer.Option([], "--set", help="change attack settings: --set attack.names=\\[lira]"),
+    set_: list[str] = typer.Option([], "--set", help="change the run's saved attack settings: --set attack.names=\\[lira] "
+                                   "(saved in RUN_DIR/config.json with the new results when the attacks finish)"),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
 ) -> None:
     """Re-run the attacks on a run's saved signals (no retraining) and rewrite its reports."""
-    try:
-        _attack_and_report(run_dir, details, parse_set_options(set_))
-    except ConfigError as e:
-        _fail(str(e))
+    with _guard(interrupted="nothing was changed: results.json and the run's saved attack settings (config.json) "
+                            "are as before"):
+        overrides = parse_set_options(set_)
+        run = _existing_run(run_dir)
+        with _run_lock(run_dir, wait):
+            if run.recover():
+                console.print("[yellow]repaired:[/] finished writing the results of an interrupted attack phase",
+                              highlight=False)
+            if overrides:
+                listed = ", ".join(f"{k}={v}" for k, v in overrides.items())
+                console.print(f"Changing the run's saved attack settings: {listed}; they are saved in "
+                              f"{run_dir / 'config.json'} together with the new results when the attacks finish "
+                              "(an interrupted run changes neither).", highlight=False)
+            _attack_and_report(run_dir, details, overrides)
+            if overrides:
+                console.print(f"Saved the new attack settings in {run_dir / 'config.json'}.", highlight=False)
 
 
 @app.command()
@@ -306,46 +382,60 @@ def report(
     details: bool = typer.Option(False, help="list every attack variant"),
     html: bool = typer.Option(False, "--html", help="also write RUN_DIR/report.html: the run's leaderboard page "
                               "(ROC figures, attack table, config, provenance), self-contained"),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
 ) -> None:
     """Re-print the tables of a finished run and re-export table.csv / attacks.csv."""
-    from harness.report import attacks_frame, load_results, print_report, summary_frame
+    from harness.report import csv_files, load_results, print_report
+    from harness.runstore import RunDir, commit_files
 
     path = run_dir / "results.json"
-    if not path.is_file():
-        _fail(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
-    try:
-        results = load_results(run_dir)
-        if not isinstance(results, dict) or "population" not in results and "sample" not in results:
-            raise ValueError("not a results file of this harness")
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        _fail(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
-              f"`harness attack {run_dir}` rewrites it from the saved signals")
-    summary_frame(results).to_csv(run_dir / "table.csv", index=False)
-    attacks_frame(results).to_csv(run_dir / "attacks.csv", index=False)
-    print_report(results, console, details=details)
-    if html:
-        from leaderboard.site import entry_html
+    with _guard():
+        if not path.is_file():
+            _fail(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
+        with _run_lock(run_dir, wait):
+            RunDir(run_dir).recover()
+            try:
+                results = load_results(run_dir)
+                if not isinstance(results, dict) or "population" not in results and "sample" not in results:
+                    raise ValueError("not a results file of this harness")
+            except (OSError, UnicodeDecodeError, ValueError) as e:
+                _fail(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                      f"`harness attack {run_dir}` rewrites it from the saved signals")
+            files = csv_files(results)
+            print_report(results, console, details=details)
+            if html:
+                from leaderboard.site import entry_html
 
-        try:
-            page = entry_html(results, {"source": "run"}, results_href="results.json", index_href=None)
-        except (KeyError, TypeError, IndexError, StopIteration) as e:
-            _fail(f"{path} lacks what the page needs ({type(e).__name__}: {e}); `harness attack {run_dir}` rewrites it")
-        (run_dir / "report.html").write_text(page)
-        console.print(f"page: {run_dir / 'report.html'}", highlight=False)
+                try:
+                    page = entry_html(results, {"source": "run"}, results_href="results.json", index_href=None)
+                except (KeyError, TypeError, IndexError, StopIteration) as e:
+                    _fail(f"{path} lacks what the page needs ({type(e).__name__}: {e}); `harness attack {run_dir}` "
+                          "rewrites it")
+                files["report.html"] = page.encode()
+            commit_files(run_dir, files)
+            if html:
+                console.print(f"page: {run_dir / 'report.html'}", highlight=False)
 
 
 @app.command()
 def submit(
     run_dir: Path = typer.Argument(..., help="a finished run directory"),
     out: Path = typer.Option(Path("entry.tar.gz"), "-o", "--out", help="the bundle to write"),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
 ) -> None:
     """Bundle a finished run for the leaderboard: results, design, signals and their hashes."""
     from leaderboard.submit import SubmissionError, make_bundle
 
-    try:
-        hashes = make_bundle(run_dir, out)
-    except SubmissionError as e:
-        _fail(str(e))
+    with _guard():
+        if out.is_dir():
+            raise ConfigError(f"-o {out} is a folder; name the bundle file to write (e.g. {out / 'entry.tar.gz'})")
+        run = _existing_run(run_dir)
+        with _run_lock(run_dir, wait, shared=True):  # no writer may change the run while it is read
+            run.recover()
+            try:
+                hashes = make_bundle(run_dir, out)
+            except SubmissionError as e:
+                _fail(str(e))
     console.print(f"{out}: {len(hashes)} files with their SHA-256; add it with "
                   f"`harness leaderboard add {out} --site SITE`", highlight=False)
 
@@ -413,10 +503,9 @@ def audit_one_run_cmd(
     from rich.table import Table
 
     from harness.audit_one_run import GAMES, audit_one_run
-    from harness.plugin_errors import PluginError
     from harness.runstore import atomic_write_json
 
-    try:
+    with _guard(debug, interrupted="nothing was saved"):
         check_torch_builds()
         overrides = parse_set_options(set_)
         _refuse_set_keys(overrides)
@@ -428,15 +517,14 @@ def audit_one_run_cmd(
             raise ConfigError(f"--tau values must lie in [0.5, 0.99], got {tau}")
         if game not in GAMES:
             raise ConfigError(f"--game must be one of {', '.join(GAMES)}, got {game!r}")
+        out_dir = Path(cfg.run.out)
+        if out_dir.exists() and not out_dir.is_dir():
+            raise ConfigError(f"--out {out_dir} is a file; it must be the folder for the JSON result")
         with console.status(f"training one {defense} model with {canaries} label-flip canaries..."):
             res = audit_one_run(cfg, canaries, tau or None, game)
-    except ConfigError as e:
-        _fail(str(e))
-    except PluginError as e:
-        _plugin_failure(e, debug)
-    name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
-    path = Path(cfg.run.out) / f"audit-one-run-{name}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
-    atomic_write_json(path, res)
+        name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
+        path = out_dir / f"audit-one-run-{name}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
+        atomic_write_json(path, res)
     if as_json:
         print(_json.dumps(res))
         return

@@ -383,19 +383,23 @@ def _recipe_fields(defense: Defense) -> dict[str, Any]:
 
 
 def evaluate_run(
-    run: RunDir, levels: list[str] | None = None, attack_overrides: dict[str, Any] | None = None
+    run: RunDir, levels: list[str] | None = None, attack_overrides: dict[str, Any] | None = None,
+    cfg: ExperimentConfig | None = None,
 ) -> tuple[dict[str, Any], dict]:
     """Attack every level of a finished run; return results.json's content and the ROC curves.
 
-    ``attack_overrides`` (dotted ``attack.*`` keys only: they do not change any model) update the
-    run's attack settings, which are then saved in its config.json.
+    ``cfg`` is the configuration to attack with (default: the run's config.json); it must describe
+    the run's models (the run fingerprint is checked where it can be re-computed). ``attack_overrides``
+    (dotted ``attack.*`` keys only: they do not change any model) update its attack settings.
+    Nothing is written here: results.json records the configuration it was computed with
+    (``config``), and :func:`harness.report.write_outputs` saves that as the run's config.json in the
+    same commit as the results, so the saved attack settings and the results change together.
     """
     from harness import __version__
     from harness.config import apply_overrides, validate_config
     from harness.runner import make_defense
-    from harness.runstore import atomic_write_json
 
-    cfg = run.load_config()
+    cfg = cfg if cfg is not None else run.load_config()
     if attack_overrides:
         bad = [k for k in attack_overrides if not k.startswith("attack.")]
         if bad:
@@ -406,7 +410,6 @@ def evaluate_run(
         merged = settle_attack_params(merged, attack_overrides,
                                       run_attack_names(merged, resolve("defenses", cfg.defense)))
         cfg = validate_config(merged)
-        atomic_write_json(run.config_path, cfg.model_dump(mode="json"))
     manifest = run.load_manifest()
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)

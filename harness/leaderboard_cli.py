@@ -10,7 +10,9 @@ User mistakes print one ``error:`` line and exit with code 2.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import typer
 from rich.console import Console
@@ -25,6 +27,22 @@ err_console = Console(stderr=True)
 def _fail(msg: str, code: int = 2) -> None:
     err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+@contextmanager
+def _os_errors() -> Iterator[None]:
+    """An OS failure (a read-only site folder, a full disk) as one error line, exit 2."""
+    from harness.errors import os_error_message
+
+    try:
+        yield
+    except OSError as e:
+        _fail(os_error_message(e))
+
+
+def _site_folder(path: Path, flag: str) -> None:
+    if path.exists() and not path.is_dir():
+        _fail(f"{flag} {path} is a file; it must be the site folder")
 
 
 def _skipped(skipped: list[tuple[Path, str]]) -> None:
@@ -43,8 +61,10 @@ def build(
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         _fail(f"not found: {', '.join(missing)}")
+    _site_folder(out, "--out")
     skipped: list[tuple[Path, str]] = []
-    rows = build_site(paths, out, skipped)
+    with _os_errors():
+        rows = build_site(paths, out, skipped)
     _skipped(skipped)
     if not rows:
         _fail("no usable results.json found under the given paths")
@@ -62,8 +82,10 @@ def add(
     """Verify a submitted bundle (hashes, fingerprints, and the attacks re-run on its signals) and add it."""
     from leaderboard.submit import SubmissionError, add_bundle
 
+    _site_folder(site, "--site")
     try:
-        eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
+        with _os_errors():
+            eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
     except SubmissionError as e:
         _fail(f"refused: {e}")
     console.print(f"accepted: {eid} -> {site / 'entries' / eid} (unverified until `harness leaderboard verify`)",
@@ -81,7 +103,8 @@ def verify(
     from leaderboard.submit import SubmissionError, verify_entry
 
     try:
-        by = verify_entry(site, entry, rerun)
+        with _os_errors():
+            by = verify_entry(site, entry, rerun)
     except SubmissionError as e:
         _fail(f"not verified: {e}")
     console.print(f"verified: {entry}: {by}", highlight=False)

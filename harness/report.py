@@ -17,7 +17,7 @@ from rich.table import Table
 
 from harness.evaluation import fpr_key, run_label_privacy, run_privacy
 from harness.metrics import AttackMetrics, thin_roc
-from harness.runstore import atomic_write_bytes, atomic_write_json
+from harness.runstore import commit_files
 
 
 def _targets(results: dict[str, Any]) -> list[float]:
@@ -103,16 +103,29 @@ def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """A JSON file's bytes as the run directory writes them (indent 2, trailing newline)."""
+    return (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode()
+
+
+def csv_files(results: dict[str, Any]) -> dict[str, bytes]:
+    """table.csv (one row per level) and attacks.csv (every variant) from a results object."""
+    return {"table.csv": summary_frame(results).to_csv(index=False).encode(),
+            "attacks.csv": attacks_frame(results).to_csv(index=False).encode()}
+
+
 def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dict[tuple[str, str], AttackMetrics]]) -> None:
-    """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv."""
-    atomic_write_json(run_path / "results.json", results)
-    atomic_write_bytes(run_path / "table.csv", summary_frame(results).to_csv(index=False).encode())
-    atomic_write_bytes(run_path / "attacks.csv", attacks_frame(results).to_csv(index=False).encode())
+    """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv
+    and config.json (the configuration these results were computed with, so the run's saved attack
+    settings are those of its results), all replaced as one change (:func:`harness.runstore.commit_files`):
+    an interrupted attack phase leaves every one of them as it was, a finished one all of them new."""
+    files = {"results.json": json_bytes(results), **csv_files(results), "config.json": json_bytes(results["config"])}
     for level, by_attack in curves.items():
         for (name, variant), m in by_attack.items():
             roc = thin_roc(m.roc)
             df = pd.DataFrame({"fpr": roc.fpr, "tpr": roc.tpr, "threshold": roc.thresholds})
-            atomic_write_bytes(run_path / "roc" / f"{level}__{name}__{variant}.csv", df.to_csv(index=False).encode())
+            files[f"roc/{level}__{name}__{variant}.csv"] = df.to_csv(index=False).encode()
+    commit_files(run_path, files)
 
 
 def load_results(run_path: Path) -> dict[str, Any]:

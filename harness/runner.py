@@ -189,13 +189,32 @@ class Prepared:
     defense: Defense
 
 
-def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
-    """Check everything that can be checked before training (defense, attacks, device, data sizes,
-    canaries), then create (or re-open) the run directory and save each level's design. Nothing is
-    written before every check has passed."""
+@dataclass(frozen=True)
+class RunPlan:
+    """A run checked and designed, nothing written yet (:func:`plan_run`): the directory it will
+    use, its manifest and each experiment's design."""
+
+    path: Path
+    cfg: ExperimentConfig
+    data: ImageDataset
+    designs: list[LevelDesign]
+    fingerprint: str
+    defense: Defense
+    manifest: dict[str, Any]
+
+
+def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
+    """Check everything that can be checked before training (defense, its declared attacks, device,
+    data sizes, canaries) and design each experiment; nothing is written. The run directory is
+    ``run_dir`` or the default one (:func:`default_run_dir`)."""
     from harness.evaluation import attack_names, check_declared_attacks, load_attacks
     from harness.signals import check_signals
 
+    if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"--run-dir {run_dir} is a file, not a run directory")
+    out = Path(cfg.run.out)
+    if run_dir is None and out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out} is a file; it must be the folder that holds run directories")
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)
     check_defense_config(defense, cfg)
@@ -213,7 +232,7 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
     except ValueError as e:
         raise ConfigError(f"{cfg.defense}: {e}") from None
     fp = run_fingerprint(cfg, data)
-    run = RunDir(run_dir or default_run_dir(cfg, fp))
+    path = run_dir or default_run_dir(cfg, fp)
     manifest = {
         "harness_version": __version__,
         "fingerprint": fp,
@@ -226,13 +245,29 @@ def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
         from harness.teachers import resolve_teachers
 
         manifest["undefended_runs"] = resolve_teachers(cfg, data.fingerprint(), designs,
-                                                       defense.params.get("teacher_run"), run.path)
-    run.init(cfg, fp, manifest, data)
+                                                       defense.params.get("teacher_run"), path)
+    return RunPlan(path=path, cfg=cfg, data=data, designs=designs, fingerprint=fp, defense=defense, manifest=manifest)
+
+
+def open_run(plan: RunPlan) -> Prepared:
+    """Create the planned run directory, or re-open it (checking it holds the same run and
+    repairing damaged files), and save each experiment's design. Hold the run's lock
+    (:class:`harness.runlock.RunLock`) around this and everything that follows."""
+    run = RunDir(plan.path)
+    run.recover()
+    run.init(plan.cfg, plan.fingerprint, plan.manifest, plan.data)
     levels = []
-    for ld in designs:
-        run.save_level(ld, ld.fingerprint(fp))
+    for ld in plan.designs:
+        run.save_level(ld, ld.fingerprint(plan.fingerprint))
         levels.append(ld.level)
-    return Prepared(run=run, cfg=cfg, data=data, levels=levels, fingerprint=fp, defense=defense)
+    return Prepared(run=run, cfg=plan.cfg, data=plan.data, levels=levels, fingerprint=plan.fingerprint,
+                    defense=plan.defense)
+
+
+def prepare_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> Prepared:
+    """:func:`plan_run` then :func:`open_run`, without a lock (tests and scripts that own the
+    directory); the CLI takes the run's lock between the two."""
+    return open_run(plan_run(cfg, run_dir))
 
 
 # --- one job ---------------------------------------------------------------------------------

@@ -93,8 +93,29 @@ def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
+def _named(e: OSError, path: Path) -> OSError:
+    """``e`` with ``path`` as its file name when it has none (a failed write() on a descriptor)."""
+    if e.filename is None:
+        return type(e)(e.errno, e.strerror, str(path)) if e.errno is not None else e
+    return e
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``."""
+    """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``. On any
+    failure (a full disk) the temp file is removed and ``path`` is as before; the OSError names it."""
+    try:
+        tmp = _temp_file(path, data)
+    except OSError as e:
+        raise _named(e, path) from None
+    try:
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def _temp_file(path: Path, data: bytes) -> Path:
+    """``data`` written and fsynced to a temp file beside ``path`` (``.<name>.<random>.tmp``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
@@ -103,11 +124,63 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         if os.path.exists(tmp):
             os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise _named(e, path) from None
         raise
+    return Path(tmp)
+
+
+COMMIT_JOURNAL = ".commit.json"
+
+
+def commit_files(root: Path, files: dict[str, bytes]) -> None:
+    """Replace several files under ``root`` (relative paths -> contents) as one change: every new
+    file is written to a temp file first; then a journal listing the renames is written atomically
+    (the commit point); then the renames are done and the journal removed. Interrupted before the
+    commit point, nothing has changed (the temps are removed); after it, :func:`recover_commit`
+    finishes the renames, so a reader never sees some files new and others old for long, and the
+    next command sees all of them new."""
+    root = root.absolute()
+    temps: list[tuple[Path, Path]] = []
+    try:
+        for rel, data in files.items():
+            final = root / rel
+            temps.append((_temp_file(final, data), final))
+        atomic_write_json(root / COMMIT_JOURNAL, {"moves": [[str(t.relative_to(root)), str(f.relative_to(root))]
+                                                            for t, f in temps]})
+    except BaseException:
+        for t, _ in temps:
+            t.unlink(missing_ok=True)
+        raise
+    recover_commit(root)
+
+
+def recover_commit(root: Path) -> bool:
+    """Finish a commit whose journal is in ``root`` (its renames; idempotent) and remove the temp
+    files of commits that never reached their commit point; True when a commit was finished."""
+    journal = root / COMMIT_JOURNAL
+    finished = False
+    if journal.is_file():
+        try:
+            moves = json.loads(journal.read_text())["moves"]
+        except (OSError, ValueError, KeyError, TypeError):
+            moves = None  # written atomically, so unreadable means not ours: set aside below
+        if moves is None:
+            move_aside(journal)
+        else:
+            for tmp, final in moves:
+                if (root / tmp).is_file():
+                    os.replace(root / tmp, root / final)
+            journal.unlink(missing_ok=True)
+            finished = True
+    for folder in (root, root / "roc"):
+        if folder.is_dir():
+            for t in folder.glob(".*.tmp"):
+                t.unlink(missing_ok=True)
+    return finished
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
@@ -197,6 +270,15 @@ class RunDir:
         moved = move_aside(path)
         self.healed.append(f"{path.relative_to(self.path)} was damaged ({reason}): moved aside to {moved.name} "
                            "and rebuilt")
+
+    def recover(self) -> bool:
+        """Finish an interrupted commit of the attack phase's outputs (:func:`commit_files`); call
+        with the run's lock held. True when one was finished."""
+        return recover_commit(self.path) if self.path.is_dir() else False
+
+    def commit(self, files: dict[str, bytes]) -> None:
+        """Replace ``files`` (paths relative to the run directory) as one change (:func:`commit_files`)."""
+        commit_files(self.path, files)
 
     # --- top level -------------------------------------------------------------------------
     @property
@@ -460,7 +542,12 @@ class RunDir:
         return self.level_dir(level) / "progress" / f"model_{index:04d}.txt"
 
     def write_progress(self, level: str, index: int, fraction: float) -> None:
-        atomic_write_bytes(self.progress_path(level, index), f"{fraction:.4f}".encode())
+        """Best effort: a progress file that cannot be written (a full disk) only stalls the bar; the
+        job's real writes (its signals) report the problem."""
+        try:
+            atomic_write_bytes(self.progress_path(level, index), f"{fraction:.4f}".encode())
+        except OSError:
+            pass
 
     def read_progress(self, level: str) -> dict[int, float]:
         """Fraction done of each model whose job is running (as last reported by the job)."""

@@ -13,13 +13,16 @@ one line saying why, unless:
    limits; tarfile's ``data`` filter on top);
 2. every file is listed in ``hashes.json`` with its hash, and every listed file is there;
 3. results.json has the keys of docs/results-json.md and the manifest's run fingerprint, and its
-   config is config.json's; the run fingerprint re-computed from config.json, data.npz and the
+   config describes config.json's models (the two may differ in attack and run settings only:
+   results.json records the settings of its own numbers, and config.json holds the run's settings
+   for its next attack phase, which an interrupted ``harness evaluate`` may have changed); the run
+   fingerprint re-computed from config.json, data.npz and the
    defense's source equals the manifest's (when the bundle was trained with this harness version,
    the only case in which it can be re-computed); the dataset's fingerprint equals the manifest's;
    each level's design re-hashes to the level fingerprint in the manifest, and each model's
    signals file carries that fingerprint and its own model index, for all S models;
-4. the attacks, re-run on the submitted signals with the submitted config (the code path of
-   ``harness attack``, whose bootstrap is seeded), give every submitted number again, to
+4. the attacks, re-run on the submitted signals with the config results.json records (the code
+   path of ``harness attack``, whose bootstrap is seeded), give every submitted number again, to
    :data:`TOLERANCE`: each attack variant's TPR at every FPR, its CI and AUC in every experiment,
    each level's headline, and every other key of results.json except ``timings`` and
    ``harness_version``.
@@ -247,12 +250,26 @@ def _read_results(root: Path) -> dict[str, Any]:
         absent = [k for k in LEVEL_KEYS if not isinstance(results[lv], dict) or k not in results[lv]]
         if absent:
             raise SubmissionError(f"results.json {lv} lacks {', '.join(absent)}")
-    if cfg != results["config"]:
-        raise SubmissionError("config.json differs from the config in results.json")
-    if not isinstance(cfg, dict) or cfg.get("defense") != results["defense"]:
-        raise SubmissionError(f"results.json names the defense {results['defense']!r} but its config "
+    if not isinstance(cfg, dict) or cfg.get("defense") != results["defense"] or \
+            not isinstance(results["config"], dict) or results["config"].get("defense") != results["defense"]:
+        raise SubmissionError(f"results.json names the defense {results['defense']!r} but config.json "
                               f"{cfg.get('defense') if isinstance(cfg, dict) else None!r}")
+    if cfg != results["config"] and _models_of(cfg) != _models_of(results["config"]):
+        raise SubmissionError("config.json and the config in results.json describe different models (they may "
+                              "differ in attack and run settings only: results.json records the ones its numbers "
+                              "were computed with)")
     return results
+
+
+def _models_of(raw: Any) -> Any:
+    """The model-determining part of a raw config (ExperimentConfig.model_determining); a config
+    that does not validate is compared as it is."""
+    from harness.config import ConfigError, validate_config
+
+    try:
+        return validate_config(raw).model_determining()
+    except ConfigError:
+        return raw
 
 
 def _point_plugin_at_bundle(root: Path, bundle: Path, defense: str, trust_plugin: bool) -> str:
@@ -451,8 +468,11 @@ def verify_bundle(bundle: Path, trust_plugin: bool = False) -> tuple[dict[str, A
             raise SubmissionError(f"{_rel(e.path, root)} in the bundle is unreadable ({e.reason})") from None
         except (ValueError, KeyError, TypeError) as e:  # ConfigError, RunDirError, a plugin that fails to load
             raise SubmissionError(f"the bundle's run cannot be read ({_one_line(e, root)})") from None
-        try:
-            recomputed, _ = evaluate_run(RunDir(root))
+        try:  # with the configuration results.json records (its attack settings are those of its numbers)
+            from harness.config import validate_config
+
+            cfg = validate_config({**results["config"], "defense": plugin_copy or defense})
+            recomputed, _ = evaluate_run(RunDir(root), cfg=cfg)
         except Exception as e:  # whatever the submitted files make the attacks raise refuses the bundle
             raise SubmissionError(f"re-running the attacks failed ({_one_line(e, root)})") from None
         recomputed["defense"] = defense  # the plugin's path as submitted, not the temporary copy's

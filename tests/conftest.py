@@ -30,3 +30,31 @@ def tiny_overrides(**extra) -> dict:
     }
     base.update(extra)
     return base
+
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``mount(size, readonly=False) -> Path``: a tmpfs of ``size`` (e.g. "4m") mounted under
+    tmp_path, unmounted afterwards; skips with the reason where this process cannot mount one
+    (not root, or a container without the capability)."""
+    import os
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(size: str, readonly: bool = False) -> Path:
+        target = tmp_path / f"tmpfs{len(mounted)}"
+        target.mkdir()
+        if os.geteuid() != 0:
+            pytest.skip("mounting a tmpfs needs root (CI runs as root; this user is not)")
+        opts = f"size={size}" + (",ro" if readonly else "")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", opts, "tmpfs", str(target)], capture_output=True,
+                              text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip() or proc.returncode}")
+        mounted.append(target)
+        return target
+
+    yield mount
+    for target in reversed(mounted):
+        subprocess.run(["umount", "-l", str(target)], capture_output=True)

@@ -1,0 +1,319 @@
+"""Nothing lost, nothing inconsistent: one writer per run directory (a lock), attack settings and
+results changed together (one journaled commit), and OS failures (read-only folders, files where
+folders belong, a full disk) as one error line with nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.runlock import LOCK_NAME, RunLock, RunLockedError
+from harness.runstore import COMMIT_JOURNAL, commit_files, recover_commit
+
+runner = CliRunner()
+ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
+        "attack.bootstrap=20", "--workers", "1", "--level", "population"]
+CLI = [sys.executable, "-c", "from harness.cli import main; main()"]
+ENV = {**os.environ, "COLUMNS": "300"}
+
+
+def _error_lines(output: str) -> list[str]:
+    return [ln for ln in output.splitlines() if ln.startswith("error:")]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("runs")
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(out), *ARGS])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.fixture()
+def run_copy(finished_run, tmp_path) -> Path:
+    dst = tmp_path / "run"
+    shutil.copytree(finished_run, dst)
+    return dst
+
+
+# --- the lock ------------------------------------------------------------------------------------
+
+HOLDER = """
+import sys, time
+from harness.runlock import RunLock
+lock = RunLock(sys.argv[1], command="harness evaluate held-by-test").acquire()
+print("locked", flush=True)
+time.sleep(float(sys.argv[2]))
+lock.release()
+"""
+
+
+def _hold(run_dir: Path, seconds: float) -> subprocess.Popen:
+    """A process that holds the run directory's lock for ``seconds`` (started once it holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), str(seconds)], stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_a_second_lock_names_the_first_holder_and_a_released_one_is_free(tmp_path):
+    with RunLock(tmp_path / "run", command="harness evaluate x"):
+        with pytest.raises(RunLockedError, match=rf"in use by process {os.getpid()} on .* \(`harness evaluate x`"):
+            RunLock(tmp_path / "run").acquire()
+        with pytest.raises(RunLockedError, match=f"in use by process {os.getpid()}"):  # a reader waits for writers
+            RunLock(tmp_path / "run", shared=True).acquire()
+    with RunLock(tmp_path / "run") as again:
+        assert again.took_over is None  # a clean release leaves no record behind
+    with RunLock(tmp_path / "run", shared=True), RunLock(tmp_path / "run", shared=True):  # readers share
+        with pytest.raises(RunLockedError, match="another process reading it"):  # a writer waits for them
+            RunLock(tmp_path / "run").acquire()
+
+
+def test_evaluate_on_a_locked_run_directory_exits_2_naming_the_pid_and_trains_nothing(run_copy):
+    shutil.rmtree(run_copy / "population" / "signals")
+    holder = _hold(run_copy, 60)
+    try:
+        proc = subprocess.run([*CLI, "evaluate", "undefended", "--run-dir", str(run_copy), *ARGS], capture_output=True,
+                              text=True, env=ENV, timeout=120)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (error,) = _error_lines(proc.stderr)
+    assert f"is in use by process {holder.pid} on" in error and "harness evaluate held-by-test" in error
+    assert "--wait" in error
+    assert not (run_copy / "population" / "signals").exists()
+
+
+@pytest.mark.slow
+def test_wait_waits_for_the_holder_then_runs(run_copy):
+    holder = _hold(run_copy, 3)
+    proc = subprocess.run([*CLI, "attack", str(run_copy), "--wait"], capture_output=True, text=True, env=ENV,
+                          timeout=120)
+    holder.wait()
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"waiting for process {holder.pid}" in proc.stdout and "Results:" in proc.stdout
+
+
+def test_the_lock_of_a_killed_process_is_taken_over(run_copy):
+    holder = _hold(run_copy, 600)
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+    assert json.loads((run_copy / LOCK_NAME).read_text())["pid"] == holder.pid  # its record is still there
+    res = runner.invoke(app, ["attack", str(run_copy)])
+    assert res.exit_code == 0, res.output
+    assert f"took over the lock of process {holder.pid}" in " ".join(res.output.split())
+    assert (run_copy / LOCK_NAME).read_text() == ""
+
+
+SLOW = """
+import time
+from defenses.undefended import Undefended
+
+
+class Slow(Undefended):
+    name = "slow"
+
+    def fit(self, train, ctx):
+        time.sleep(1.5)
+        return super().fit(train, ctx)
+"""
+
+
+@pytest.mark.slow
+def test_two_evaluates_on_one_run_train_it_once(tmp_path):
+    out = tmp_path / "runs"
+    plugin = tmp_path / "slow.py"
+    plugin.write_text(SLOW)  # about 10 s of training: the second command starts while the first trains
+    cmd = [*CLI, "evaluate", f"{plugin}:Slow", "--out", str(out), *ARGS]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    deadline = time.time() + 60
+    while not list(out.glob(f"*/{LOCK_NAME}")) and time.time() < deadline:
+        time.sleep(0.05)
+    second = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
+    third = subprocess.run([*cmd, "--wait"], capture_output=True, text=True, env=ENV, timeout=300)
+    out1, err1 = first.communicate(timeout=300)
+    assert first.returncode == 0, out1 + err1
+    assert second.returncode == 2 and f"in use by process {first.pid}" in second.stderr, second.stdout + second.stderr
+    assert third.returncode == 0, third.stdout + third.stderr
+    assert "Training 6 models" in out1 and "Training" not in third.stdout  # the waiting one found them all trained
+    assert "Resuming: 6 of 6 models already trained" in third.stdout
+
+
+# --- attack settings and results change together -----------------------------------------------------
+
+def test_commit_is_all_or_nothing_and_an_interrupted_one_is_rolled_forward(tmp_path, monkeypatch):
+    for name in ("a.txt", "b.txt", "sub/c.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("old")
+    real_replace, calls = os.replace, []
+
+    def crash_on_second(src, dst):  # Ctrl-C between the renames, after the commit point (the journal's rename)
+        calls.append(dst)
+        if len(calls) == 3:  # journal, a.txt, then b.txt is interrupted
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", crash_on_second)
+    with pytest.raises(KeyboardInterrupt):
+        commit_files(tmp_path, {"a.txt": b"new", "b.txt": b"new", "sub/c.txt": b"new"})
+    monkeypatch.setattr(os, "replace", real_replace)
+    assert (tmp_path / COMMIT_JOURNAL).is_file() and (tmp_path / "a.txt").read_text() == "new"
+    assert recover_commit(tmp_path)
+    assert [(tmp_path / n).read_text() for n in ("a.txt", "b.txt", "sub/c.txt")] == ["new"] * 3
+    assert not (tmp_path / COMMIT_JOURNAL).exists() and not list(tmp_path.rglob("*.tmp"))
+
+    def crash_while_writing(*a, **k):  # Ctrl-C before the commit point: nothing changes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("harness.runstore.atomic_write_json", crash_while_writing)
+    with pytest.raises(KeyboardInterrupt):
+        commit_files(tmp_path, {"a.txt": b"newer", "b.txt": b"newer"})
+    assert (tmp_path / "a.txt").read_text() == "new" and not list(tmp_path.rglob("*.tmp"))
+    assert not recover_commit(tmp_path)
+
+
+def _attack_with_sigint(run_dir: Path, bootstrap: int) -> subprocess.CompletedProcess:
+    """``harness attack RUN --set attack.bootstrap=N``, SIGINT once it has announced the new settings."""
+    proc = subprocess.Popen([*CLI, "attack", str(run_dir), "--set", f"attack.bootstrap={bootstrap}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if "Changing the run's saved attack settings" in line:
+            break
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
+
+
+def test_interrupted_attack_with_new_settings_changes_nothing_and_the_bundle_is_accepted(run_copy, tmp_path):
+    before = {n: (run_copy / n).read_bytes() for n in ("config.json", "results.json", "table.csv", "attacks.csv")}
+    proc = _attack_with_sigint(run_copy, 400_000)
+    assert proc.returncode == 130, proc.stdout + proc.stderr
+    assert "interrupted: nothing was changed" in proc.stderr and "Traceback" not in proc.stderr
+    assert {n: (run_copy / n).read_bytes() for n in before} == before
+    assert not list(run_copy.rglob("*.tmp")) and not (run_copy / COMMIT_JOURNAL).exists()
+    bundle = tmp_path / "e.tgz"
+    sub = runner.invoke(app, ["submit", str(run_copy), "-o", str(bundle)])
+    assert sub.exit_code == 0, sub.output
+    add = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site")])
+    assert add.exit_code == 0 and "accepted" in add.output, add.output
+
+
+def test_attack_set_says_it_changes_the_saved_settings_and_saves_them_with_the_results(run_copy):
+    res = runner.invoke(app, ["attack", str(run_copy), "--set", "attack.bootstrap=30"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "Changing the run's saved attack settings: attack.bootstrap=30" in text
+    assert "Saved the new attack settings in" in text
+    cfg = json.loads((run_copy / "config.json").read_text())
+    assert cfg["attack"]["bootstrap"] == 30 == json.loads((run_copy / "results.json").read_text())["config"]["attack"]["bootstrap"]
+
+
+def test_settings_changed_by_an_interrupted_evaluate_do_not_break_the_bundle(run_copy, tmp_path):
+    """An interrupted `harness evaluate --set attack...` leaves config.json with its new attack
+    settings and results.json with the settings of its own numbers: the bundle verifies with those."""
+    cfg = json.loads((run_copy / "config.json").read_text())
+    cfg["attack"]["bootstrap"] = 7
+    cfg["run"]["workers"] = 2
+    (run_copy / "config.json").write_text(json.dumps(cfg, indent=2))
+    bundle = tmp_path / "e.tgz"
+    assert runner.invoke(app, ["submit", str(run_copy), "-o", str(bundle)]).exit_code == 0
+    add = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site")])
+    assert add.exit_code == 0, add.output
+    cfg["train"]["lr"] = 0.5  # but a config.json of other models is refused
+    (run_copy / "config.json").write_text(json.dumps(cfg, indent=2))
+    assert runner.invoke(app, ["submit", str(run_copy), "-o", str(bundle)]).exit_code == 0
+    add = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site2")])
+    assert add.exit_code == 2 and "describe different models" in add.output, add.output
+
+
+def test_a_commit_interrupted_after_its_commit_point_is_finished_by_the_next_command(run_copy):
+    new = {"results.json": b'{"stale": false}\n', "config.json": (run_copy / "config.json").read_bytes()}
+    real = (run_copy / "results.json").read_bytes()
+    new["results.json"] = real  # the same content: the point is the journal and the temp files
+    tmp = run_copy / ".results.json.abc.tmp"
+    tmp.write_bytes(real.replace(b'"seed"', b'"seed"', 1))
+    (run_copy / COMMIT_JOURNAL).write_text(json.dumps({"moves": [[tmp.name, "results.json"]]}))
+    (run_copy / ".table.csv.zzz.tmp").write_text("an uncommitted temp file")
+    res = runner.invoke(app, ["attack", str(run_copy)])
+    assert res.exit_code == 0, res.output
+    assert "finished writing the results of an interrupted attack phase" in " ".join(res.output.split())
+    assert not (run_copy / COMMIT_JOURNAL).exists() and not list(run_copy.glob(".*.tmp"))
+
+
+# --- OS failures: one line, exit 2, nothing half-written ---------------------------------------------
+
+def test_a_file_given_as_run_dir_or_out_is_one_line(tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    for args in (["--run-dir", str(f)], ["--out", str(f)]):
+        res = runner.invoke(app, ["evaluate", "undefended", *args, *ARGS])
+        assert res.exit_code == 2, res.output
+        (error,) = _error_lines(res.output)
+        assert "is a file" in error
+    assert f.read_text() == "x"
+
+
+def test_leaderboard_build_out_a_file_is_one_line(finished_run, tmp_path):
+    f = tmp_path / "afile"
+    f.write_text("x")
+    res = runner.invoke(app, ["leaderboard", "build", str(finished_run), "--out", str(f)])
+    assert res.exit_code == 2 and "--out" in res.output and "is a file" in res.output, res.output
+    assert f.read_text() == "x"
+
+
+def test_a_read_only_out_is_one_line(tmp_path, tmpfs):
+    ro = tmpfs("1m", readonly=True)
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(ro / "runs"), *ARGS])
+    assert res.exit_code == 2, res.output
+    (error,) = _error_lines(res.output)
+    assert "Read-only file system" in error and "choose a writable folder" in error
+    assert "Traceback" not in res.output
+
+
+def test_report_and_audit_one_run_into_a_read_only_folder_are_one_line(finished_run, tmpfs):
+    ro = tmpfs("1m", readonly=True)
+    res = runner.invoke(app, ["audit-one-run", "undefended", "--canaries", "20", "--epochs", "1", "--out", str(ro)])
+    assert res.exit_code == 2 and "Read-only file system" in "".join(_error_lines(res.output)), res.output
+
+
+@pytest.mark.slow
+def test_a_full_disk_stops_with_one_line_and_the_run_resumes_once_space_is_freed(tmp_path, tmpfs):
+    disk = tmpfs("2m")
+    filler = disk / "filler"
+    filler.write_bytes(b"\0" * (1400 * 1024))  # about 600 KB left: data, designs and a few models fit
+    out = disk / "runs"
+    proc = subprocess.run([*CLI, "evaluate", "undefended", "--out", str(out), *ARGS], capture_output=True, text=True,
+                          env=ENV, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (error,) = _error_lines(proc.stderr)
+    assert "No space left on device" in error and "free some space and run the same command again" in error
+    assert "Traceback" not in proc.stderr
+    (run_dir,) = out.iterdir()
+    saved = sorted(run_dir.glob("population/signals/model_*.npz"))
+    assert 0 < len(saved) < 6, saved  # some models finished before the disk filled
+    assert not list(run_dir.rglob("*.tmp"))  # nothing half-written
+    for f in saved:
+        with np.load(f) as z:
+            assert "logits" in z.files
+    filler.unlink()
+    again = subprocess.run([*CLI, "evaluate", "undefended", "--out", str(out), *ARGS], capture_output=True, text=True,
+                           env=ENV, timeout=300)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert f"Resuming: {len(saved)} of 6 models already trained" in again.stdout
+    assert (run_dir / "results.json").is_file()
