@@ -290,6 +290,15 @@ def test_report_and_audit_one_run_into_a_read_only_folder_are_one_line(finished_
     ro = tmpfs("1m", readonly=True)
     res = runner.invoke(app, ["audit-one-run", "undefended", "--canaries", "20", "--epochs", "1", "--out", str(ro)])
     assert res.exit_code == 2 and "Read-only file system" in "".join(_error_lines(res.output)), res.output
+    disk = tmpfs("8m")
+    shutil.copytree(finished_run, disk / "run")
+    before = {p: p.read_bytes() for p in (disk / "run").rglob("*") if p.is_file()}
+    assert subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True).returncode == 0
+    res = runner.invoke(app, ["report", str(disk / "run")])
+    assert res.exit_code == 2, res.output
+    (error,) = _error_lines(res.output)
+    assert "Read-only file system" in error
+    assert {p: p.read_bytes() for p in (disk / "run").rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.slow
