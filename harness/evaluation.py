@@ -242,18 +242,23 @@ def _headline_key(hk: str):
 
 @dataclass(frozen=True)
 class Candidate:
-    """One headline candidate: an attack's primary variant on one experiment, with its scores."""
+    """One candidate of a best-of figure: an attack variant on one experiment, with its scores and,
+    when the run bootstraps, its per-replicate TPRs (the run's shared draws)."""
 
     label: str  # "<experiment>/<attack>:<variant>"
     entry: dict[str, Any]
     scores: np.ndarray  # (S, C_e), evaluated canaries only
     membership: np.ndarray  # (S, C_e)
+    samples: dict[float, np.ndarray] | None = None  # AttackMetrics.samples
 
 
-def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
-    """The headline over ``candidates`` (primary variants only): the best by :func:`_headline_key`,
-    with a selection-aware bootstrap CI that re-makes the selection in every replicate."""
-    from harness.metrics import bootstrap_selected_tpr_ci
+def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = "candidate") -> tuple[
+        dict[str, Any], Any]:
+    """The best of ``candidates`` by :func:`_headline_key` (ties: the earlier candidate), with a
+    selection-aware bootstrap CI that re-makes the selection in every replicate; returns the record
+    and the :class:`~harness.metrics.Selection` (None without a bootstrap). ``what`` names the
+    candidates in ``ci_method``."""
+    from harness.metrics import bootstrap_draws, bootstrap_tpr_samples, select_from_samples
 
     hk = fpr_key(headline_fpr(cfg))
     key = _headline_key(hk)
@@ -263,14 +268,20 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
             best = c
     e = best.entry
     targets = [0.0, *cfg.attack.fprs]
+    selection = None
     if cfg.attack.bootstrap > 0:
-        ci = bootstrap_selected_tpr_ci([(c.scores, c.membership) for c in candidates], targets,
-                                       select_at=headline_fpr(cfg), replicates=cfg.attack.bootstrap,
-                                       confidence=cfg.attack.confidence, seed=cfg.seed)
-        ci_json = {fpr_key(t): list(v) for t, v in ci.items()}
+        if all(c.samples is not None for c in candidates):  # computed with the run's draws already
+            samples = [c.samples for c in candidates]
+        else:
+            draws = bootstrap_draws(candidates[0].scores.shape[0], cfg.attack.bootstrap, cfg.seed)
+            wanted = sorted({*targets, headline_fpr(cfg)})
+            samples = [bootstrap_tpr_samples(c.scores, c.membership, wanted, draws) for c in candidates]
+        selection = select_from_samples(samples, targets, select_at=headline_fpr(cfg),
+                                        confidence=cfg.attack.confidence)
+        ci_json = {fpr_key(t): list(v) for t, v in selection.ci.items()}
     else:
         ci_json = {fpr_key(t): [float("nan"), float("nan")] for t in targets}
-    return {
+    record = {
         "name": e["name"],
         "variant": e["variant"],
         "access": e.get("access", "black-box"),
@@ -281,8 +292,50 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
         "source": best.label,
         "candidates": [c.label for c in candidates],
         "ci_method": (f"percentile bootstrap over victim models; the selection of the best of the "
-                      f"{len(candidates)} candidate(s) at the headline FPR is re-made in every replicate"),
+                      f"{len(candidates)} {what}(s) at the headline FPR is re-made in every replicate"),
     }
+    return record, selection
+
+
+def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
+    """The headline over ``candidates`` (primary variants of the defense's adaptive attacks):
+    :func:`select_best`'s record."""
+    return select_best(candidates, cfg)[0]
+
+
+#: why an attack is left out of the strongest figure: it reads outputs the deployed model never serves
+PRE_DEFENSE = "reads the outputs before the defense's test-time step (raw_query), which the deployed model does not serve"
+
+
+def strongest_figure(pool: list[Candidate], headline: dict[str, Any], cfg: ExperimentConfig,
+                     excluded: dict[str, str]) -> dict[str, Any]:
+    """The strongest figure of a level: the best of *every* attack variant that ran on what the
+    deployed model serves (``pool``: the headline's candidates first, so that a tie keeps the
+    headline's), with a CI that re-makes that choice over all of them in every replicate.
+
+    Beside the pre-declared headline, it cannot understate the leak by which attacks a defense
+    declares; being a maximum over many variants, it is biased upward, which its CI carries.
+    ``beats_headline``: its CI's lower limit at the headline FPR lies above the headline's TPR
+    there (the gap exceeds its uncertainty)."""
+    record, _ = select_best(pool, cfg, what="attack variant")
+    hk = fpr_key(headline_fpr(cfg))
+    tpr, head = record["tpr_at_fpr"][hk], headline["tpr_at_fpr"][hk]
+    lo = record["tpr_ci"][hk][0]
+    resolved = bool(record["resolved"][hk] and headline["resolved"][hk])
+    record["excluded_attacks"] = dict(excluded)
+    record["beats_headline"] = bool(resolved and tpr > head and lo == lo and lo > head)
+    return record
+
+
+def strongest_warning(level: str, strongest: dict[str, Any], headline: dict[str, Any], fpr: float) -> str:
+    """The report's line when the strongest figure beats the headline by more than its CI."""
+    k = fpr_key(fpr)
+    lo, hi = strongest["tpr_ci"][k]
+    return (f"{level} level: {strongest['name']}:{strongest['variant']} ({strongest['access']}; "
+            f"{strongest['source'].split('/')[0]}) finds {100 * strongest['tpr_at_fpr'][k]:.1f}% "
+            f"[{100 * lo:.1f}, {100 * hi:.1f}] at {100 * fpr:g}% FPR, above the headline's "
+            f"{100 * headline['tpr_at_fpr'][k]:.1f}% ({headline['name']}:{headline['variant']}) by more than its CI: "
+            "the headline, taken over the defense's declared adaptive attacks, understates the leak")
 
 
 def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
@@ -298,7 +351,10 @@ def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
 class LevelEvaluation:
     result: dict[str, Any]
     curves: dict[tuple[str, str], AttackMetrics]
-    candidates: list[Candidate]
+    candidates: list[Candidate]  # the headline's: primary variants of the headline attacks
+    others: list[Candidate]  # every other variant in the strongest figure's pool
+    excluded: dict[str, str]  # attacks left out of that pool, with the reason
+    selection: Any  # the headline's harness.metrics.Selection (None without a bootstrap)
 
 
 def evaluate_level(
@@ -316,10 +372,10 @@ def evaluate_level(
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
-    from harness.signals import attack_access, signal_table
+    from harness.signals import attack_access, reads_pre_defense_outputs, signal_table
 
     table = signal_table(attacks)
-    entries, curves, candidates, skipped = [], {}, [], {}
+    entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
         if lacking:
@@ -330,6 +386,9 @@ def evaluate_level(
             skipped[attack.name] = why
             continue
         access = attack_access(attack, table)
+        pre_defense = reads_pre_defense_outputs(attack, table)
+        if pre_defense:
+            excluded[attack.name] = PRE_DEFENSE
         variants = attack.score(inp)
         primary = attack.primary(list(variants), inp)
         if primary not in variants:
@@ -341,13 +400,17 @@ def evaluate_level(
             entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
                      **_metrics_json(m),
                      "eps_lower": _eps_lower_json(scores[:, ev], mem_ev)}
+            cand = Candidate(f"{level}/{attack.name}:{variant}", entry, scores[:, ev], mem_ev, m.samples)
             if variant == primary:
                 entry["eps_lower_one_run"] = _one_run_json(scores[:, ev], mem_ev, num_canaries=len(ev))
-                if attack.name in headline_attacks:
-                    candidates.append(Candidate(f"{level}/{attack.name}:{variant}", entry, scores[:, ev], mem_ev))
+            if variant == primary and attack.name in headline_attacks:
+                candidates.append(cand)
+            elif not pre_defense:
+                others.append(cand)
             entries.append(entry)
     if not candidates:
         raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran")
+    best, selection = select_best(candidates, cfg)
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
         "canary": ld.canary,
@@ -362,7 +425,9 @@ def evaluate_level(
         "attack_params": {a.name: a.params() for a in attacks if a.params()},
         "skipped_attacks": skipped,
         "headline_attacks": sorted({c.entry["name"] for c in candidates}),
-        "best": select_headline(candidates, cfg),
+        "best": best,
+        "strongest": strongest_figure([c for c in candidates if c.entry["name"] not in excluded] + others, best, cfg,
+                                      excluded),
         "privacy": _privacy_json(ls.metas),
         "label_privacy": _label_privacy_json(ls.metas),
         "compute": {
@@ -371,7 +436,34 @@ def evaluate_level(
             "devices": sorted({m["device"] for m in ls.metas}),
         },
     }
-    return LevelEvaluation(result, curves, candidates)
+    return LevelEvaluation(result, curves, candidates, others, excluded, selection)
+
+
+def _ratio_json(results: dict[str, Any], selections: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
+    """Sample-level over population-level headline TPR at the headline FPR, with a percentile
+    bootstrap CI over victim models: both levels share the S model indices and the run's draws, so
+    each replicate's ratio pairs the two levels' re-selected headlines on the same victims
+    (:func:`harness.metrics.ratio_interval`). ``ratio`` is None when the population headline is 0
+    (infinite) or either figure is unresolved; ``ci`` is None without a bootstrap."""
+    from harness.metrics import ratio_interval
+
+    fpr = headline_fpr(cfg)
+    k = fpr_key(fpr)
+    p, s = results["population"]["best"], results["sample"]["best"]
+    resolved = bool(p["resolved"][k] and s["resolved"][k])
+    pv, sv = p["tpr_at_fpr"][k], s["tpr_at_fpr"][k]
+    out: dict[str, Any] = {"fpr": fpr, "population": pv, "sample": sv, "resolved": resolved,
+                           "ratio": sv / pv if resolved and pv > 0 else None, "ci": None, "replicates_used": 0}
+    pop, smp = selections.get("population"), selections.get("sample")
+    if resolved and pop is not None and smp is not None:
+        lo, hi, used = ratio_interval(smp.samples[fpr], pop.samples[fpr], cfg.attack.confidence)
+        if used:
+            out["ci"] = [lo, hi]
+        out["replicates_used"] = used
+    out["method"] = ("percentile bootstrap over victim models (inverted-CDF quantiles): each replicate draws the S "
+                     "victims once, re-selects both levels' headlines on them and takes the ratio; a replicate whose "
+                     "population figure is 0 has an infinite ratio (0 / 0 replicates are left out)")
+    return out
 
 
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
@@ -435,6 +527,9 @@ def evaluate_run(
     curves: dict[str, dict] = {}
     by_experiment: dict[str, dict[str, Any]] = {}
     sample_candidates: list[Candidate] = []
+    sample_others: list[Candidate] = []
+    excluded: dict[str, str] = {}
+    selections: dict[str, Any] = {}
     headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
     first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
     if first is not None and "label-only" not in headline_attacks and is_one_hot(first.signals["logits"]):
@@ -447,18 +542,31 @@ def evaluate_run(
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None)
         curves[level] = lev.curves
+        excluded.update(lev.excluded)
         if level == "population":
             results[level] = lev.result
+            selections["population"] = lev.selection
         else:
             by_experiment[level] = lev.result
             sample_candidates += lev.candidates
+            sample_others += lev.others
     if by_experiment:
         # the sample-level headline: the best primary variant over every canary experiment, its CI
-        # re-making that choice (over canaries and adaptive attacks) in every bootstrap replicate
-        best = select_headline(sample_candidates, cfg)
-        strongest = by_experiment[best["source"].split("/")[0]]
-        results["sample"] = {**strongest, "canaries": [r["canary"] for r in by_experiment.values()], "best": best}
+        # re-making that choice (over canaries and adaptive attacks) in every bootstrap replicate;
+        # the strongest figure: the same over every variant of every canary experiment
+        best, selections["sample"] = select_best(sample_candidates, cfg)
+        strongest = strongest_figure([c for c in sample_candidates if c.entry["name"] not in excluded] + sample_others,
+                                     best, cfg, excluded)
+        headline_experiment = by_experiment[best["source"].split("/")[0]]
+        results["sample"] = {**headline_experiment, "canaries": [r["canary"] for r in by_experiment.values()],
+                             "best": best, "strongest": strongest}
         results["sample_by_canary"] = {r["canary"]: r for r in by_experiment.values()}
+    warnings = [strongest_warning(lv, results[lv]["strongest"], results[lv]["best"], headline_fpr(cfg))
+                for lv in ("population", "sample") if lv in results and results[lv]["strongest"]["beats_headline"]]
+    if warnings:
+        results["warnings"] = warnings
+    if "population" in results and "sample" in results:
+        results["sample_population_ratio"] = _ratio_json(results, selections, cfg)
     privacy = run_privacy(results)
     if privacy is not None:
         results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)

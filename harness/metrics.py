@@ -209,6 +209,37 @@ def bootstrap_tpr_ci(
     return {t: percentile_interval(samples[t], confidence) for t in targets}
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The bootstrap of a best-of-several figure: per target, each replicate's TPR of the candidate
+    that replicate selects (``samples``), which candidate it was (``chosen``), and the percentile
+    interval (``ci``)."""
+
+    ci: dict[float, tuple[float, float]]
+    samples: dict[float, np.ndarray]
+    chosen: np.ndarray
+
+
+def select_from_samples(
+    samples: list[dict[float, np.ndarray]], targets: list[float], *, select_at: float, confidence: float
+) -> Selection:
+    """Re-make a best-of-candidates choice in every bootstrap replicate: ``samples[j][t]`` holds
+    candidate j's TPR@t in each replicate (:func:`bootstrap_tpr_samples` with the same draws for
+    every candidate). Each replicate selects the largest TPR at ``select_at`` (ties: the larger TPR
+    at FPR 0, then the earlier candidate) and keeps that candidate's TPR at every target."""
+    if not samples:
+        raise ValueError("no candidates")
+    key = np.nan_to_num(np.stack([smp[select_at] for smp in samples]), nan=-1.0)  # (n, B)
+    tie = np.nan_to_num(np.stack([smp[0.0] for smp in samples]), nan=-1.0)
+    best = key == key.max(axis=0, keepdims=True)
+    best &= tie == np.where(best, tie, -2.0).max(axis=0, keepdims=True)
+    chosen = best.argmax(axis=0)  # the first remaining candidate
+    cols = np.arange(key.shape[1])
+    picked = {t: np.stack([smp[t] for smp in samples])[chosen, cols] for t in targets}
+    return Selection(ci={t: percentile_interval(v, confidence) for t, v in picked.items()}, samples=picked,
+                     chosen=chosen)
+
+
 def bootstrap_selected_tpr_ci(
     candidates: list[tuple[np.ndarray, np.ndarray]],
     targets: list[float],
@@ -236,13 +267,23 @@ def bootstrap_selected_tpr_ci(
     draws = bootstrap_draws(s_models, replicates, seed)
     wanted = sorted({*targets, select_at, 0.0})
     samples = [bootstrap_tpr_samples(sc, mem, wanted, draws) for sc, mem in candidates]
-    key = np.nan_to_num(np.stack([smp[select_at] for smp in samples]), nan=-1.0)  # (n, B)
-    tie = np.nan_to_num(np.stack([smp[0.0] for smp in samples]), nan=-1.0)
-    best = key == key.max(axis=0, keepdims=True)
-    best &= tie == np.where(best, tie, -2.0).max(axis=0, keepdims=True)
-    chosen = best.argmax(axis=0)  # the first remaining candidate
-    cols = np.arange(len(draws))
-    return {t: percentile_interval(np.stack([smp[t] for smp in samples])[chosen, cols], confidence) for t in targets}
+    return select_from_samples(samples, targets, select_at=select_at, confidence=confidence).ci
+
+
+def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, confidence: float) -> tuple[float, float, int]:
+    """Percentile interval of the per-replicate ratio ``numerator / denominator`` (paired replicates):
+    a zero denominator under a positive numerator is an infinite ratio, 0 / 0 and NaN replicates are
+    left out; quantiles by the inverted CDF (no interpolation, so an infinite upper end stays
+    infinite). Returns (low, high, replicates used); (nan, nan, 0) when none is defined."""
+    num, den = np.asarray(numerator, np.float64), np.asarray(denominator, np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, np.nan))
+    r = r[~np.isnan(r)]
+    if not len(r):
+        return float("nan"), float("nan"), 0
+    alpha = (1 - confidence) / 2
+    lo, hi = np.quantile(r, [alpha, 1 - alpha], method="inverted_cdf")
+    return float(lo), float(hi), int(len(r))
 
 
 @dataclass(frozen=True)
@@ -255,6 +296,9 @@ class AttackMetrics:
     num_pos: int
     num_neg: int
     roc: Roc
+    #: each bootstrap replicate's TPR per target (the draws of :func:`bootstrap_draws` with the run's
+    #: seed, shared by every variant), for selection-aware intervals; None without a bootstrap
+    samples: dict[float, np.ndarray] | None = None
 
 
 def evaluate_scores(
@@ -272,11 +316,12 @@ def evaluate_scores(
     mem = membership[:, evaluated]
     roc = roc_curve(sc, mem)
     targets = [0.0, *fprs]
-    ci = (
-        bootstrap_tpr_ci(sc, mem, targets, replicates=bootstrap, confidence=confidence, seed=seed)
-        if bootstrap > 0
-        else {t: (float("nan"), float("nan")) for t in targets}
-    )
+    samples = None
+    if bootstrap > 0:
+        samples = bootstrap_tpr_samples(sc, mem, targets, bootstrap_draws(sc.shape[0], bootstrap, seed))
+        ci = {t: percentile_interval(samples[t], confidence) for t in targets}
+    else:
+        ci = {t: (float("nan"), float("nan")) for t in targets}
     return AttackMetrics(
         tpr_at_fpr={t: tpr_at_fpr(roc, t) for t in targets},
         tpr_ci=ci,
@@ -286,4 +331,5 @@ def evaluate_scores(
         num_pos=roc.num_pos,
         num_neg=roc.num_neg,
         roc=roc,
+        samples=samples,
     )

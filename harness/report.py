@@ -56,8 +56,17 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
         row["eps_lower_one_run"] = (entry.get("eps_lower_one_run") or {}).get("epsilon")
         row["eps_lower_nominal"] = entry["eps_lower"]["epsilon"] if "eps_lower" in entry else None
         row["num_guesses"] = r["num_guesses"]
+        st = r.get("strongest")
+        if st is not None:  # results.json files from before the strongest figure have none
+            row["strongest_attack"] = f"{st['name']}:{st['variant']}"
+            row["strongest_experiment"] = st["source"].split("/")[0]
+            for t in _targets(results):
+                k = fpr_key(t)
+                _tpr_columns(row, f"strongest_{k}", st["tpr_at_fpr"][k], st["tpr_ci"][k], st["resolved"][k])
+            row["strongest_beats_headline"] = st["beats_headline"]
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    return frame.rename(columns={c: c.replace("tpr@strongest_", "strongest_tpr@") for c in frame.columns})
 
 
 def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -148,6 +157,31 @@ def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int, with_ci: bool = Tru
     return _pct(entry["tpr_at_fpr"][k]) + ci
 
 
+def _times(v: float) -> str:
+    return "∞" if v == float("inf") else f"{v:.1f}"
+
+
+def ratio_line(results: dict[str, Any]) -> str:
+    """Sample- vs population-level headline at the headline FPR: the ratio with its bootstrap CI
+    (``sample_population_ratio``), or the two figures alone where the ratio has no CI (no bootstrap,
+    or a results.json from before the CI) or is infinite."""
+    hk = fpr_key(results["headline_fpr"])
+    at = f"TPR@{100 * results['headline_fpr']:g}% FPR"
+    p, s = results["population"]["best"], results["sample"]["best"]
+    if not (p["resolved"][hk] and s["resolved"][hk]):
+        return (f"Sample vs population level at {100 * results['headline_fpr']:g}% FPR: unresolved "
+                "(too few non-member guesses for that FPR).")
+    pv, sv = p["tpr_at_fpr"][hk], s["tpr_at_fpr"][hk]
+    if pv == 0:
+        return f"Sample-level {at} is {_pct(sv)}; the population level found no member at this FPR."
+    ratio = results.get("sample_population_ratio") or {}
+    if ratio.get("ci") is None or ratio.get("ratio") is None:
+        return f"Sample-level {at}: {_pct(sv)}; population level: {_pct(pv)} (no CI for their ratio: not shown)."
+    lo, hi = ratio["ci"]
+    return (f"Sample-level {at} is {_times(ratio['ratio'])}x [{_times(lo)}, {_times(hi)}] the population-level figure "
+            f"({_pct(sv)} vs {_pct(pv)}; 95% CI, bootstrap over victim models).")
+
+
 def _is_primary(e: dict[str, Any]) -> bool:
     """results.json files written before primary variants existed mark none: show all of theirs."""
     return bool(e.get("primary", True))
@@ -170,8 +204,9 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                   caption="TPR@x%: TPR at FPR <= x% of the headline (the best primary variant of the defense's "
-                          "adaptive attacks, chosen at the headline FPR); [..]: 95% CI, percentile bootstrap over victim "
-                          "models, re-making that choice in every replicate")
+                          "adaptive attacks, chosen at the headline FPR); strongest: the best of every attack and "
+                          "variant that ran (! where its CI lies above the headline); [..]: 95% CI, percentile "
+                          "bootstrap over victim models, re-making the choice in every replicate")
     table.add_column("")
     for level in levels:
         table.add_column(f"{level} level", justify="right")
@@ -186,6 +221,18 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(h, t, e["num_neg"]) for h, e in zip(heads, bests)])
     table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
     table.add_row("headline attack", *[f"{e['name']} {e['variant']} ({e.get('access', 'black-box')})" for e in bests])
+    strongest = [results[lv].get("strongest") for lv in levels]
+    if any(st is not None for st in strongest):  # every attack and variant that ran, beside the headline
+        hf = results["headline_fpr"]
+        table.add_row(f"strongest TPR@{100 * hf:g}% (any attack)",
+                      *["-" if st is None else _tpr_cell(st, hf, e["num_neg"]) + (" [bold yellow]![/]" if st["beats_headline"]
+                                                                                  else "")
+                        for st, e in zip(strongest, bests)])
+        table.add_row("strongest attack", *["-" if st is None else
+                                            f"{st['name']} {st['variant']} ({st.get('access', 'black-box')})"
+                                            + (f", {st['source'].split('/')[0]}" if lv == "sample" and
+                                               len(results.get("sample_by_canary", {})) > 1 else "")
+                                            for lv, st in zip(levels, strongest)])
     # every non-ablation attack's primary variant, beside the headline (e.g. RMIA beside LiRA)
     names = list(dict.fromkeys(e["name"] for lv in levels for e in results[lv]["attacks"]
                                if _is_primary(e) and e["name"] != "lira-raw"))
@@ -220,17 +267,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                                                f"({r['best']['name']}, {r['best'].get('access', 'black-box')})"]))
     console.print(table)
     if "population" in results and "sample" in results:
-        p, s = results["population"]["best"], results["sample"]["best"]
-        if not (p["resolved"][hk] and s["resolved"][hk]):
-            console.print(f"Sample vs population level at {100 * results['headline_fpr']:g}% FPR: unresolved "
-                          "(too few non-member guesses for that FPR).")
-        else:
-            pv, sv = p["tpr_at_fpr"][hk], s["tpr_at_fpr"][hk]
-            at = f"TPR@{100 * results['headline_fpr']:g}% FPR"
-            if pv > 0:
-                console.print(f"Sample-level {at} is {sv / pv:.1f}x the population-level figure ({_pct(sv)} vs {_pct(pv)}).")
-            else:
-                console.print(f"Sample-level {at} is {_pct(sv)}; the population level found no member at this FPR.")
+        console.print(ratio_line(results), highlight=False)
     per_attack = Table(title="primary variant of each attack" if not details else "every attack variant",
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                        caption="headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
@@ -249,6 +286,8 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     console.print(per_attack)
     for note in results.get("notes", []):
         console.print(f"[yellow]note:[/] {note}", highlight=False)
+    for warning in results.get("warnings", []):
+        console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
     skipped = {f"{lv}: {a}": why for lv, res in _experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
     for what, why in skipped.items():
         console.print(f"[yellow]skipped[/] {what} ({why})")

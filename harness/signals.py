@@ -188,6 +188,12 @@ def needed_signals(attacks: Iterable[Attack]) -> list[str]:
     return sorted({"logits", *(n for a in attacks for n in a.needs)})
 
 
+def reads_pre_defense_outputs(attack: Attack, table: dict[str, Signal]) -> bool:
+    """Whether the attack reads outputs from before a test-time defense (a signal that needs
+    ``raw_query``, e.g. ``lira-raw``): an ablation of what the deployed model never serves."""
+    return any(table[n].requires == "raw_query" for n in attack.needs if n in table)
+
+
 def attack_access(attack: Attack, table: dict[str, Signal]) -> str:
     """``white-box`` if any signal the attack reads is, else ``black-box``."""
     return "white-box" if any(table[n].access == "white-box" for n in attack.needs if n in table) else "black-box"

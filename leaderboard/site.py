@@ -27,7 +27,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
-from leaderboard.build import read_json_object, read_results, to_markdown
+from leaderboard.build import rank_order, read_json_object, read_results, to_markdown
 from leaderboard.plots import privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -45,8 +45,8 @@ rows.sort(function(a,b){var x=a.cells[i].dataset.sort,y=b.cells[i].dataset.sort;
 var c=(isNaN(nx)||isNaN(ny))?String(x).localeCompare(String(y)):nx-ny;return asc?c:-c;});
 rows.forEach(function(r){body.appendChild(r);});});});});"""
 
-COLUMNS = ("defense", "setting", "test acc", "population TPR", "sample TPR", "ratio", "canary", "attack",
-           "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models", "device-hours", "verified")
+COLUMNS = ("defense", "setting", "test acc", "population TPR", "sample TPR", "strongest sample TPR", "ratio",
+           "canary", "attack", "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models", "device-hours", "verified")
 
 
 def entry_id(results: dict[str, Any]) -> str:
@@ -58,9 +58,18 @@ def entry_id(results: dict[str, Any]) -> str:
     return f"{slug}-{tag}-{str(results.get('fingerprint', ''))[:12]}"
 
 
-def _ci(level: dict[str, Any], k: str) -> tuple[float, float] | None:
-    ci = level["best"].get("tpr_ci", {}).get(k)
+def _ci(level: dict[str, Any], k: str, which: str = "best") -> tuple[float, float] | None:
+    ci = (level.get(which) or {}).get("tpr_ci", {}).get(k)
     return (ci[0], ci[1]) if ci and all(isinstance(v, (int, float)) and v == v for v in ci) else None
+
+
+def _ratio(results: dict[str, Any]) -> tuple[float, tuple[float, float]] | None:
+    """(ratio, CI) of the sample- over population-level headline, only where results.json has a CI
+    for it (a ratio without one is not shown)."""
+    r = results.get("sample_population_ratio") or {}
+    if r.get("ratio") is None or not r.get("ci"):
+        return None
+    return float(r["ratio"]), (float(r["ci"][0]), float(r["ci"][1]))
 
 
 def _compute(results: dict[str, Any]) -> tuple[int, float | None, list[str]]:
@@ -93,15 +102,14 @@ def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], ei
     """The index row of an entry: its leaderboard.build row ``base`` plus CIs, compute and status."""
     k = repr(float(results.get("headline_fpr", 0.001)))
     models, hours, devices = _compute(results)
-    pop, smp = base["population TPR"], base["sample TPR"]
-    ratio = smp / pop if isinstance(pop, float) and isinstance(smp, float) and pop > 0 else None
     return {
         **base,
         "id": eid,
         "setting": f"{results['dataset']}/{results['preset']}",
         "population CI": _ci(results["population"], k) if "population" in results else None,
         "sample CI": _ci(results["sample"], k) if "sample" in results else None,
-        "ratio": ratio,
+        "strongest sample CI": _ci(results["sample"], k, "strongest") if "sample" in results else None,
+        "ratio": _ratio(results),
         "attack": base["sample attack"],
         "models": models,
         "device-hours": hours,
@@ -123,21 +131,30 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
         name = str(r["defense"])
         return (f'<a href="entries/{escape(r["id"], quote=True)}/index.html" title="{escape(name, quote=True)}">'
                 f'{escape(name)}</a>', name)
-    if col in ("population TPR", "sample TPR"):
-        ci = r["population CI" if col.startswith("pop") else "sample CI"]
+    if col in ("population TPR", "sample TPR", "strongest sample TPR"):
+        ci = r[{"population TPR": "population CI", "sample TPR": "sample CI"}.get(col, "strongest sample CI")]
         txt = _pct(v) + (f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and isinstance(v, float) else "")
+        if col == "strongest sample TPR" and isinstance(v, float):
+            txt += f' <span class="muted">{escape(r["strongest sample attack"])}</span>'
+            if r.get("sample beats headline"):
+                txt += (' <span class="loses" title="the strongest attack beats the headline by more than its CI: '
+                        'the headline understates the leak">&#9888; above the headline</span>')
         return txt, f"{v:.6f}" if isinstance(v, float) else "9"
     if col == "test acc":
         return _pct(v), f"{v:.6f}" if isinstance(v, float) else "-1"
-    if col == "ratio":
-        return (f"{v:.1f}x" if v is not None else "-"), f"{v:.6f}" if v is not None else "-1"
+    if col == "ratio":  # shown only with its bootstrap CI
+        if v is None:
+            return "-", "-1"
+        value, (lo, hi) = v
+        up = "∞" if hi == float("inf") else f"{hi:.1f}"
+        return f'{value:.1f}x <span class="muted">[{lo:.1f}, {up}]</span>', f"{value:.6f}"
     if col == "DP-SGD at same acc":
         b = r.get("baseline")
         if r["is_dpsgd"]:
             return "(DP-SGD)", "-1"
         if b is None:
             return "no baseline", "-1"
-        beats = isinstance(r["sample TPR"], float) and r["sample TPR"] < b
+        beats = isinstance(r["rank TPR"], float) and r["rank TPR"] < b
         cls, word = ("beats", "beats it") if beats else ("loses", "does not beat it")
         return f'{100 * b:.1f}% <span class="{cls}">{word}</span>', f"{b:.6f}"
     if col == "DP ε" and not isinstance(v, float) and isinstance(r.get("label ε"), float):
@@ -157,18 +174,19 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
 
 def index_html(rows: list[dict[str, Any]]) -> str:
     frontiers: dict[str, list[tuple[float, float]]] = {}
-    for r in rows:
-        if r["is_dpsgd"] and isinstance(r["sample TPR"], float):
-            frontiers.setdefault(r["setting"], []).append((r["test acc"], r["sample TPR"]))
+    for r in rows:  # every comparison uses the ranking figure: the larger of headline and strongest
+        if r["is_dpsgd"] and isinstance(r["rank TPR"], float):
+            frontiers.setdefault(r["setting"], []).append((r["test acc"], r["rank TPR"]))
     for r in rows:
         r["baseline"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
                          if not r["is_dpsgd"] else None)
     settings = sorted({r["setting"] for r in rows})
     one = len(settings) == 1  # then the title names the setting and the labels only the defenses
-    points = [(str(r["defense"]) if one else f"{r['defense']} ({r['setting']})", r["test acc"], r["sample TPR"],
-               r["is_dpsgd"]) for r in rows if isinstance(r["sample TPR"], float)]
+    points = [(str(r["defense"]) if one else f"{r['defense']} ({r['setting']})", r["test acc"], r["rank TPR"],
+               r["is_dpsgd"]) for r in rows if isinstance(r["rank TPR"], float)]
     figure = privacy_utility_svg(points, frontiers, f"Privacy vs utility{', ' + settings[0] if one else ''} "
-                                 "(sample-level TPR at 0.1% FPR: lower is more private)")
+                                 "(sample-level TPR at 0.1% FPR, the larger of headline and strongest attack: "
+                                 "lower is more private)")
     head = "".join(f'<th class="{"name" if c == "defense" else ""}">{escape(c)}</th>' for c in COLUMNS)
     body = []
     for r in rows:
@@ -178,12 +196,15 @@ def index_html(rows: list[dict[str, Any]]) -> str:
             cells.append(f'<td class="{"name" if c == "defense" else ""}" data-sort="{escape(key, quote=True)}">{html}</td>')
         body.append("<tr>" + "".join(cells) + "</tr>")
     return _page("privacy-harness leaderboard", f"""<h1>privacy-harness leaderboard</h1>
-<p>TPR at 0.1% FPR of each entry's headline attack (the best primary variant of the defense's adaptive attacks)
-at the population level (audit samples as they are) and the sample level (the defense's canaries, built to mimic
-the most vulnerable samples), with 95% bootstrap CIs over victim models. Lower is more private. <b>DP-SGD at same
-acc</b>: the DP-SGD baselines' sample-level TPR interpolated at the entry's accuracy (same dataset and preset); a
-defense is only interesting if it beats it. Empirical ε ≥: one-run lower bound of the headline variant. Click a
-column header to sort.</p>
+<p>TPR at 0.1% FPR of each entry's headline attack (the best primary variant of the defense's adaptive attacks,
+declared before any result) at the population level (audit samples as they are) and the sample level (the defense's
+canaries, built to mimic the most vulnerable samples), with 95% bootstrap CIs over victim models. <b>Strongest</b>:
+the best of every attack and variant that ran, with a CI that carries that choice; &#9888; where it beats the
+headline by more than its CI. Rows rank by the larger of the two sample-level figures; lower is more private.
+<b>Ratio</b>: sample- over population-level headline, with its bootstrap CI. <b>DP-SGD at same acc</b>: the DP-SGD
+baselines' sample-level figure (the same larger one) interpolated at the entry's accuracy (same dataset and
+preset); a defense is only interesting if it beats it. Empirical ε ≥: one-run lower bound of the headline variant.
+Click a column header to sort.</p>
 <table class="sortable" id="board"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
 <div class="plots">{figure}</div>
 <p class="muted">{len(rows)} entries. Built by privacy-harness from results.json files; every number links to its
@@ -210,6 +231,42 @@ def _attack_table(level_name: str, level: dict[str, Any], targets: list[str]) ->
                     f'<td>{escape(a.get("access", ""))}</td>'
                     + "".join(tds) + f'<td>{a["auc"]:.3f}</td></tr>')
     return f'<table><tr><th class="name">experiment</th><th class="name">attack</th><th class="name">variant</th><th>access</th>{head}<th>AUC</th></tr>{"".join(rows)}</table>'
+
+
+def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
+    """Per level, the headline and the strongest figure (every attack and variant that ran), each
+    with its selection-aware CI at every FPR, and the sample/population ratio with its CI."""
+    head = "".join(f"<th>TPR@{100 * float(k):g}% FPR</th>" for k in targets)
+    rows = []
+    for lv in ("population", "sample"):
+        if lv not in results:
+            continue
+        for which, label in (("best", "headline"), ("strongest", "strongest")):
+            fig = results[lv].get(which)
+            if fig is None:
+                continue
+            tds = []
+            for k in targets:
+                if not fig["resolved"].get(k, True):
+                    tds.append("<td>unresolved</td>")
+                    continue
+                ci = fig["tpr_ci"].get(k)
+                c = f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and ci[0] == ci[0] else ""
+                tds.append(f"<td>{100 * fig['tpr_at_fpr'][k]:.1f}%{c}</td>")
+            flag = ' <span class="loses">&#9888; above the headline</span>' if fig.get("beats_headline") else ""
+            rows.append(f'<tr><td class="name">{escape(lv)}</td><td class="name">{label}{flag}</td>'
+                        f'<td class="name" title="{escape(fig["source"], quote=True)}">{escape(fig["name"])}</td>'
+                        f'<td class="name">{escape(fig["variant"])}</td><td>{escape(fig.get("access", ""))}</td>'
+                        f'<td>{len(fig.get("candidates", []))}</td>' + "".join(tds) + "</tr>")
+    ratio = _ratio(results)
+    note = ""
+    if ratio is not None:
+        value, (lo, hi) = ratio
+        up = "∞" if hi == float("inf") else f"{hi:.1f}"
+        note = (f'<p>Sample- over population-level headline at the headline FPR: <b>{value:.1f}x</b> '
+                f'<span class="muted">[{lo:.1f}, {up}], 95% bootstrap CI over victim models</span></p>')
+    return (f'<table><tr><th class="name">level</th><th class="name">figure</th><th class="name">attack</th>'
+            f'<th class="name">variant</th><th>access</th><th>chosen among</th>{head}</tr>{"".join(rows)}</table>{note}')
 
 
 def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -259,12 +316,16 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
     prov_rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="wrap">'
                         f'{escape(str(v) if v is not None else "-")}</td></tr>' for k, v in prov.items())
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in results.get("notes", []))
+    notes += "".join(f'<li class="loses"><b>warning:</b> {escape(str(w))}</li>' for w in results.get("warnings", []))
     back = f'<p><a href="{escape(index_href, quote=True)}">← leaderboard</a></p>' if index_href else ""
     title = f"{results['defense']} ({results['dataset']}/{results['preset']})"
     return _page(f"privacy-harness: {title}", f"""{back}<h1 class="name" title="{escape(title, quote=True)}"
 style="max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{escape(title)}</h1>
 <p><a href="{escape(results_href, quote=True)}" download>download results.json</a></p>
 {f'<ul>{notes}</ul>' if notes else ''}
+<h2>Headline and strongest attack</h2><p class="muted">headline: the best primary variant of the defense's
+adaptive attacks (declared before any result); strongest: the best of every attack and variant that ran on the
+served outputs; each CI re-makes its choice in every bootstrap replicate.</p>{_figures_table(results, targets)}
 <div class="plots">{''.join(figures)}</div>
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's headline; 95% CIs from a bootstrap
 over victim models; "unresolved": the FPR is below 1 / (number of negative guesses).</p>{''.join(tables)}
@@ -309,7 +370,7 @@ def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[d
         except (ValueError, KeyError, TypeError, IndexError, StopIteration) as e:
             if skipped is not None:
                 skipped.append((f, str(e) or type(e).__name__))
-    rows.sort(key=lambda r: (0, r["sample TPR"]) if isinstance(r["sample TPR"], float) else (1, 0.0))
+    rows.sort(key=rank_order)
     site.mkdir(parents=True, exist_ok=True)
     (site / "index.html").write_text(index_html(rows))
     (site / "leaderboard.md").write_text(to_markdown(rows))
