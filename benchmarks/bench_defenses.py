@@ -5,7 +5,9 @@
 
 Runs ``harness evaluate DEFENSE`` (resuming finished runs) for each defense, plus SELENA with plain
 mislabeled canaries for comparison with its duplicates canaries, then prints a Markdown table:
-population-level vs sample-level TPR@0.1% FPR of the headline attacks, test accuracy, the DP
+population-level vs sample-level TPR@0.1% FPR of the headline attacks, beside each the strongest figure
+(every attack variant that ran, ``**!**`` where it beats the headline by more than its CI), the
+sample/population ratio with its bootstrap CI, test accuracy, the DP
 epsilon (or label-DP epsilon) where the defense records one, the one-run empirical epsilon lower
 bound of the sample-level headline, RMIA's primary variant beside, and each run's own time (the prepare,
 training and attack phases its results.json records from the invocations that trained it, so a resumed
@@ -52,13 +54,30 @@ def pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def headline(level: dict) -> str:
-    """TPR@0.1% of the headline with its selection-aware CI, or 'unresolved'."""
-    b = level["best"]
+def headline(level: dict, which: str = "best") -> str:
+    """TPR@0.1% of the headline (or of the strongest figure) with its selection-aware CI, or 'unresolved'."""
+    b = level[which]
     if not b["resolved"]["0.001"]:
         return "unresolved"
     lo, hi = b["tpr_ci"]["0.001"]
     return f"{pct(b['tpr_at_fpr']['0.001'])} [{100 * lo:.1f}, {100 * hi:.1f}]"
+
+
+def strongest(level: dict) -> str:
+    """The strongest figure (every attack variant that ran), its attack, and '!' where it beats the
+    headline by more than its CI."""
+    st = level["strongest"]
+    flag = " **!**" if st["beats_headline"] else ""
+    return f"{headline(level, 'strongest')} ({st['name']}:{st['variant']}){flag}"
+
+
+def ratio(results: dict) -> str:
+    """Sample / population headline ratio with its bootstrap CI, '-' without one."""
+    r = results.get("sample_population_ratio") or {}
+    if r.get("ratio") is None or not r.get("ci"):
+        return "-"
+    lo, hi = r["ci"]
+    return f"{r['ratio']:.1f}x [{lo:.1f}, {'∞' if hi == float('inf') else f'{hi:.1f}'}]"
 
 
 def primary(level: dict, attack: str) -> dict | None:
@@ -93,9 +112,9 @@ def main() -> None:
         label_eps = (run_label_privacy(r) or {}).get("label_epsilon")
         eps_cell = f"{eps:.3g}" if eps is not None else f"label {label_eps:.3g}" if label_eps is not None else "-"
         rows.append(
-            f"| {' '.join((d, *extra))} | {headline(pop)} | {headline(smp)} "
-            f"({', '.join(smp.get('canaries', [smp['canary']]))}; best: {smp['canary']}, {smp['best']['name']}, "
-            f"{smp['best'].get('access', 'black-box')}) | "
+            f"| {' '.join((d, *extra))} | {headline(pop)} | {strongest(pop)} | {headline(smp)} "
+            f"({', '.join(smp.get('canaries', [smp['canary']]))}; headline from: {smp['canary']}, "
+            f"{smp['best']['name']}, {smp['best'].get('access', 'black-box')}) | {strongest(smp)} | {ratio(r)} | "
             f"{primary_tpr(pop, 'rmia')} / {primary_tpr(smp, 'rmia')} | "
             f"{pct(pop['test_accuracy']['mean'])} | {pct(smp['test_accuracy']['mean'])} | "
             f"{eps_cell} | {one_run_eps(smp)} | {wall:.0f} s |"
@@ -127,9 +146,10 @@ def main() -> None:
                          + f"; uniform noise (not the paper's) {pct(u['sample']['best']['tpr_at_fpr']['0.001'])} "
                          f"({wall_u:.0f} s)")
     print(f"preset: {args.preset}")
-    print("| defense | population TPR@0.1% [95% CI] | sample TPR@0.1% [95% CI] (canaries; strongest) | "
-          "RMIA pop. / sample | test acc (pop.) | test acc (sample) | epsilon | one-run ε ≥ (sample) | wall |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| defense | population TPR@0.1% [95% CI] | strongest, population | sample TPR@0.1% [95% CI] (canaries; "
+          "headline from) | strongest, sample | sample / population [95% CI] | RMIA pop. / sample | test acc (pop.) | "
+          "test acc (sample) | epsilon | one-run ε ≥ (sample) | wall |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
     for n in notes:
         print(f"- {n}")
