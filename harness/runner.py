@@ -254,7 +254,8 @@ def open_run(plan: RunPlan) -> Prepared:
     repairing damaged files), and save each experiment's design. Hold the run's lock
     (:class:`harness.runlock.RunLock`) around this and everything that follows."""
     run = RunDir(plan.path)
-    run.recover()
+    if run.recover():
+        run.healed.append("finished writing the results of an interrupted attack phase")
     run.init(plan.cfg, plan.fingerprint, plan.manifest, plan.data)
     levels = []
     for ld in plan.designs:
