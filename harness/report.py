@@ -196,7 +196,6 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     with ``details``)."""
     console = console or Console()
     targets = _targets(results)
-    hk = fpr_key(results["headline_fpr"])
     title = (
         f"{results['defense']} on {results['dataset']} ({results['preset']}): "
         f"{results['num_models']} models, {results['audit_size']} audit samples, seed {results['seed']}"

@@ -18,6 +18,35 @@ def cifar_subset() -> Path:
     return CIFAR_SUBSET
 
 
+#: `harness evaluate` options of a few-second population-level run (6 models, 20 audit samples, 2 epochs)
+TINY_ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
+             "attack.bootstrap=20", "--workers", "1", "--level", "population"]
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory) -> Path:
+    """A finished undefended run of TINY_ARGS, one per test module (tests copy it: ``run_copy``)."""
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    out = tmp_path_factory.mktemp("runs")
+    res = CliRunner().invoke(app, ["evaluate", "undefended", "--out", str(out), *TINY_ARGS])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = out.iterdir()
+    return run_dir
+
+
+@pytest.fixture()
+def run_copy(finished_run, tmp_path) -> Path:
+    """A copy of ``finished_run`` that a test may damage, lock or re-attack."""
+    import shutil
+
+    dst = tmp_path / "run"
+    shutil.copytree(finished_run, dst)
+    return dst
+
+
 def tiny_overrides(**extra) -> dict:
     """A few-second digits experiment: 6 models, 60 audit samples, 4 epochs, few bootstrap draws."""
     base = {

@@ -12,34 +12,18 @@ import pytest
 import torch
 from typer.testing import CliRunner
 
+from conftest import TINY_ARGS
 from harness.cli import app
 from harness.config import ConfigError, build_config
 from harness.data import DataError, load_npz
 from harness.runner import make_defense
 
 runner = CliRunner()
-ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
-        "attack.bootstrap=20", "--workers", "1", "--level", "population"]
+ARGS = TINY_ARGS
 
 
 def _numbers(results: dict) -> dict:
     return {(e["name"], e["variant"]): (e["tpr_at_fpr"], e["auc"]) for e in results["population"]["attacks"]}
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("runs")
-    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(out), *ARGS])
-    assert res.exit_code == 0, res.output
-    (run_dir,) = out.iterdir()
-    return run_dir
-
-
-@pytest.fixture()
-def run_copy(finished_run, tmp_path) -> Path:
-    dst = tmp_path / "run"
-    shutil.copytree(finished_run, dst)
-    return dst
 
 
 def _error_lines(output: str) -> list[str]:

@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from conftest import TINY_ARGS
 from harness.cli import app
 from harness.plugin_errors import CheckedServed, PluginError
 
 runner = CliRunner()
-ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
-        "attack.bootstrap=20", "--workers", "1", "--level", "population"]
+ARGS = TINY_ARGS
 
 PLUGINS = textwrap.dedent('''
     import numpy as np

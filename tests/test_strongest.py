@@ -17,8 +17,7 @@ from typer.testing import CliRunner
 from harness.cli import app
 from harness.config import build_config
 from harness.evaluation import PRE_DEFENSE, Candidate, _metrics_json, select_best, strongest_figure
-from harness.metrics import (bootstrap_selected_tpr_ci, bootstrap_tpr_samples, bootstrap_draws, evaluate_scores,
-                             ratio_interval)
+from harness.metrics import bootstrap_selected_tpr_ci, evaluate_scores, ratio_interval
 
 runner = CliRunner()
 
@@ -113,16 +112,19 @@ def test_ratio_interval_handles_zero_populations_and_pairs_replicates():
     assert np.isnan(ratio_interval(np.array([0.0]), np.array([0.0]), 0.9)[0])
 
 
-@pytest.fixture(scope="module")
-def noisy_run(tmp_path_factory) -> Path:
-    tmp = tmp_path_factory.mktemp("noisy")
-    plugin = tmp / "noisy.py"
+def _plugin_run(tmp: Path, cls: str) -> tuple[Path, str]:
+    """Evaluate one of NOISY's classes at the SMALL scale: (its run directory, the command's output)."""
+    plugin = tmp / "plugins.py"
     plugin.write_text(NOISY)
-    res = runner.invoke(app, ["evaluate", f"{plugin}:NoisyLogits", "--out", str(tmp / "runs"), *SMALL],
-                        env={"COLUMNS": "200"})
+    res = runner.invoke(app, ["evaluate", f"{plugin}:{cls}", "--out", str(tmp / "runs"), *SMALL], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     (run_dir,) = (tmp / "runs").iterdir()
-    return run_dir
+    return run_dir, res.output
+
+
+@pytest.fixture(scope="module")
+def noisy_run(tmp_path_factory) -> Path:
+    return _plugin_run(tmp_path_factory.mktemp("noisy"), "NoisyLogits")[0]
 
 
 def test_noisy_logit_plugin_report_shows_the_strongest_figure_beside_the_headline_with_the_warning(noisy_run):
@@ -147,20 +149,14 @@ def test_noisy_logit_plugin_report_shows_the_strongest_figure_beside_the_headlin
 
 
 def test_a_plugin_declaring_only_the_threshold_attack_is_flagged(tmp_path):
-    plugin = tmp_path / "p.py"
-    plugin.write_text(NOISY)
-    res = runner.invoke(app, ["evaluate", f"{plugin}:ThresholdOnly", "--out", str(tmp_path / "runs"), *SMALL],
-                        env={"COLUMNS": "200"})
-    assert res.exit_code == 0, res.output
-    (run_dir,) = (tmp_path / "runs").iterdir()
+    run_dir, output = _plugin_run(tmp_path, "ThresholdOnly")
     r = json.loads((run_dir / "results.json").read_text())
     assert r["sample"]["best"]["name"] == "threshold" and r["sample"]["strongest"]["name"] in ("lira", "rmia")
-    assert r["sample"]["strongest"]["beats_headline"] and "understates the leak" in " ".join(res.output.split())
+    assert r["sample"]["strongest"]["beats_headline"] and "understates the leak" in " ".join(output.split())
 
 
 def test_leaderboard_ranks_by_the_larger_of_headline_and_strongest(noisy_run, tmp_path):
     from leaderboard.build import collect
-    from leaderboard.site import rebuild
 
     base = json.loads((noisy_run / "results.json").read_text())
     k = "0.01"
