@@ -487,7 +487,7 @@ def evaluate_run(
     (``config``), and :func:`harness.report.write_outputs` saves that as the run's config.json in the
     same commit as the results, so the saved attack settings and the results change together.
     """
-    from harness import __version__
+    from harness import __version__, models_version_of
     from harness.config import apply_overrides, validate_config
     from harness.runner import make_defense
 
@@ -516,7 +516,7 @@ def evaluate_run(
         "audit_size": cfg.audit.size,
         "seed": cfg.seed,
         "harness_version": __version__,
-        "trained_with_version": manifest.get("harness_version"),
+        "trained_with_version": models_version_of(manifest),
         "fingerprint": manifest["fingerprint"],
         "data_fingerprint": manifest.get("data_fingerprint"),
         "created": manifest.get("created"),

@@ -21,7 +21,7 @@ import torch
 
 from canaries.base import CanaryContext
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
-from harness import __version__, plugin_errors
+from harness import MODELS_VERSION, __version__, plugin_errors
 from harness.config import ConfigError, ExperimentConfig
 from harness.data import AugmentSpec, ImageDataset, load_dataset
 from harness.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
@@ -121,7 +121,7 @@ def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
         {
             "config": config,
             "data": data.fingerprint(),
-            "harness_version": __version__,
+            "harness_version": MODELS_VERSION,  # the key runs have always hashed; the models version
             "defense_source": source_fingerprint(cfg.defense),
         }
     )
@@ -235,6 +235,7 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     path = run_dir or default_run_dir(cfg, fp)
     manifest = {
         "harness_version": __version__,
+        "models_version": MODELS_VERSION,
         "fingerprint": fp,
         "defense": cfg.defense,
         "preset": cfg.preset,

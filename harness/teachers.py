@@ -26,18 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from defenses.base import SavedModel
-from harness import __version__
+from harness import MODELS_VERSION, models_version_of
 from harness.config import ConfigError, ExperimentConfig
 from harness.runstore import LevelDesign, RunDir, RunDirError, sha256_arrays, sha256_json
 
 COMPONENTS = ("harness version", "data", "design", "canaries", "recipe", "seed")
 
 
-def training_fingerprints(cfg: ExperimentConfig, data_fingerprint: str, ld: LevelDesign) -> dict[str, Any]:
-    """{component: fingerprint} of what determines the undefended models of one level (module doc)."""
+def training_fingerprints(cfg: ExperimentConfig, data_fingerprint: str, ld: LevelDesign,
+                          models_version: str | None = MODELS_VERSION) -> dict[str, Any]:
+    """{component: fingerprint} of what determines the undefended models of one level (module doc);
+    ``models_version``: of the code that trained them (a saved run's, from its manifest)."""
     d, c = ld.design, ld.canaries
     return {
-        "harness version": __version__,
+        "harness version": models_version,
         "data": data_fingerprint,
         "design": sha256_arrays(d.audit_indices, d.membership),
         "canaries": sha256_json({"canary": ld.canary, "arrays": sha256_arrays(c.x, c.y, c.extra_x, c.extra_y)}),
@@ -88,7 +90,8 @@ def _match(run: RunDir, cfg: ExperimentConfig, data_fingerprint: str,
     except (RunDirError, OSError, ValueError, KeyError):
         return f"its {ld.level} design cannot be read", None
     diffs = _differences(training_fingerprints(cfg, data_fingerprint, ld),
-                         training_fingerprints(their_cfg, str(manifest.get("data_fingerprint")), their_ld))
+                         training_fingerprints(their_cfg, str(manifest.get("data_fingerprint")), their_ld,
+                                               models_version_of(manifest)))
     if diffs:
         return "; ".join(diffs) + " differ(s) (that run's vs this run's)", None
     saved = run.saved_models(ld.level, cfg.audit.models)

@@ -163,11 +163,11 @@ def make_bundle(run_dir: Path, out: Path) -> dict[str, str]:
 
 def _check_plugin_source(run_dir: Path, results: dict[str, Any]) -> None:
     """The plugin file as it is now must be the one the run trained with (same run fingerprint)."""
-    from harness import __version__
+    from harness import MODELS_VERSION, models_version_of
     from harness.runstore import RunDir
 
     run = RunDir(run_dir)
-    if run.load_manifest().get("harness_version") != __version__:
+    if models_version_of(run.load_manifest()) != MODELS_VERSION:
         return  # trained by another version: the fingerprint cannot be re-computed here
     try:
         fp = run_fingerprint_of(run.load_config(), run.load_data())
@@ -293,7 +293,7 @@ def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> s
     """:func:`harness.runner.run_fingerprint` of ``cfg``; for a file plugin, with its code read from
     ``plugin_copy`` (``path.py:ClassName`` of the bundled source) while the config keeps the path
     the run was started with, which the fingerprint also hashes. Tested equal to the runner's."""
-    from harness import __version__
+    from harness import MODELS_VERSION
     from harness.registry import resolve, source_fingerprint
     from harness.runner import run_fingerprint
     from harness.runstore import sha256_json
@@ -303,13 +303,13 @@ def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> s
     config = cfg.model_determining()
     for name in getattr(resolve("defenses", plugin_copy), "plumbing_params", ()):
         config["defense_params"].pop(name, None)
-    return sha256_json({"config": config, "data": data.fingerprint(), "harness_version": __version__,
+    return sha256_json({"config": config, "data": data.fingerprint(), "harness_version": MODELS_VERSION,
                         "defense_source": source_fingerprint(plugin_copy)})
 
 
 def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | None) -> None:
     """Run fingerprint (re-computed where possible), data, designs and every model's signals."""
-    from harness import __version__
+    from harness import MODELS_VERSION, models_version_of
     from harness.config import validate_config
     from harness.runstore import RunDir
 
@@ -320,7 +320,7 @@ def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | 
     data = run.load_data()
     if manifest.get("data_fingerprint") not in (None, data.fingerprint()):
         raise SubmissionError("data.npz does not match the manifest's data fingerprint")
-    if manifest.get("harness_version") == __version__:  # else the fingerprint hashes another version's code
+    if models_version_of(manifest) == MODELS_VERSION:  # else the fingerprint hashes another version's code
         fp = run_fingerprint_of(validate_config(results["config"]), data, plugin_copy)
         if fp != manifest["fingerprint"]:
             raise SubmissionError(f"the run fingerprint re-computed from config.json, data.npz and the defense "
