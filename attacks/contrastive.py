@@ -3,7 +3,7 @@ protocol notes section 3.5).
 
 An encoder pre-trained with a contrastive objective maps two augmented views of a *training*
 image closer together than views of an image it never saw. Per audit sample and per fixed query
-view, the signal (:func:`harness.signals.contrastive_similarity`) holds the Fisher-transformed
+view, the signal (:func:`harness.run.signals.contrastive_similarity`) holds the Fisher-transformed
 cosine similarity ``log((1 + s) / (1 - s))`` of two SSL-augmented copies, for R seeded
 repetitions that are identical for every model. The attack averages the first ``repetitions``
 (default 6, the paper's) and scores the per-view values with leave-one-out online LiRA
@@ -23,7 +23,7 @@ import numpy as np
 
 from attacks.base import Attack, AttackInput
 from attacks.lira import lira_scores
-from harness.signals import CONTRASTIVE_REPETITIONS
+from harness.core.signals import CONTRASTIVE_REPETITIONS
 
 
 def check_repetitions(repetitions: object) -> int:

@@ -23,7 +23,7 @@ from attacks.base import Attack, AttackInput
 from attacks.contrastive import check_repetitions
 from attacks.lira import lira_scores
 from attacks.scores import logit_score
-from harness.signals import CONTRASTIVE_REPETITIONS
+from harness.core.signals import CONTRASTIVE_REPETITIONS
 
 
 class SSLViewLiRA(Attack):

@@ -24,9 +24,9 @@ from attacks.base import AttackInput
 from attacks.lira import lira_scores
 from attacks.rmia import label_log_prob, rmia_scores
 from attacks.scores import logit_score
-from harness.evaluation import load_level_signals
-from harness.metrics import auc, roc_curve, tpr_at_fpr
-from harness.runstore import RunDir
+from harness.audit.attack_phase import load_level_signals
+from harness.core.metrics import auc, roc_curve, tpr_at_fpr
+from harness.run.runstore import RunDir
 from harness_cli import evaluate_into
 
 

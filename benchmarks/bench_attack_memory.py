@@ -10,7 +10,7 @@ Prints the signals' size, the process's peak resident memory before and after th
 (the memory the chunks save). ``--dtype`` is the stored signals' dtype (``audit.signal_dtype``).
 ``--from-disk`` writes each model's signals to its own .npz file in a temporary folder (one model in
 memory at a time, as the training jobs do), then stacks them with the harness's loader
-(:func:`harness.evaluation.load_level_signals`) before the attack, and the load time is printed.
+(:func:`harness.audit.attack_phase.load_level_signals`) before the attack, and the load time is printed.
 ``--json`` prints the same figures as one JSON line (benchmarks/bench_gpu.py reads it).
 """
 
@@ -27,9 +27,9 @@ import numpy as np
 
 import attacks.lira as lira
 from attacks.base import AttackInput
-from harness.design import balanced_membership
-from harness.evaluation import load_level_signals
-from harness.runstore import ModelSignals, atomic_write_npz
+from harness.core.design import balanced_membership
+from harness.audit.attack_phase import load_level_signals
+from harness.run.runstore import ModelSignals, atomic_write_npz
 
 
 def peak_mib() -> float:
@@ -37,7 +37,7 @@ def peak_mib() -> float:
 
 
 class SignalFiles:
-    """One .npz per model, read back as :class:`harness.runstore.RunDir` reads a level's signals."""
+    """One .npz per model, read back as :class:`harness.run.runstore.RunDir` reads a level's signals."""
 
     def __init__(self, folder: Path) -> None:
         self.folder = folder

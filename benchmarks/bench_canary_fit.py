@@ -28,8 +28,8 @@ import time
 
 import numpy as np
 
-from harness.config import ConfigError, build_config, parse_set_options
-from harness.runner import TrainJob, prepare_run, train_one
+from harness.core.config import ConfigError, build_config, parse_set_options
+from harness.run.runner import TrainJob, prepare_run, train_one
 
 
 def measure(defense: str, preset: str, setting: str, data_dir: str | None, models: int) -> list[str]:

@@ -19,11 +19,11 @@ import torch
 
 from attacks.base import AttackInput
 from defenses.base import FitContext
-from harness.config import build_config
-from harness.data import load_dataset
-from harness.evaluation import attack_names, load_attacks
-from harness.metrics import evaluate_scores
-from harness.runner import build_level, collect_signals, make_defense, model_seed, training_set
+from harness.core.config import build_config
+from harness.core.data import load_dataset
+from harness.audit.attack_phase import attack_names, load_attacks
+from harness.core.metrics import evaluate_scores
+from harness.run.runner import build_level, collect_signals, make_defense, model_seed, training_set
 
 
 def bench_training(cfg, repeats: int) -> dict[str, float]:

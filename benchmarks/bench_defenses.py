@@ -27,7 +27,7 @@ from pathlib import Path
 
 from harness_cli import evaluate_into
 
-from harness.evaluation import run_label_privacy, run_privacy
+from harness.audit.attack_phase import run_label_privacy, run_privacy
 
 # ``--defenses subsample`` wraps DP-SGD (medium) and trains each model on a random half of the data
 SUBSAMPLE = ("--inner", "dpsgd-medium", "--rate", "0.5")

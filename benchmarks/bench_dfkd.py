@@ -30,8 +30,8 @@ import torch
 
 from defenses.base import FitContext, LabeledImages, TorchClassifier
 from defenses.dfkd import DFKD
-from harness.config import build_config
-from harness.data import load_digits
+from harness.core.config import build_config
+from harness.core.data import load_digits
 
 
 def parse_setting(text: str) -> dict:

@@ -71,9 +71,9 @@ def device_name(device: str) -> str:
 def bench_epoch(data_dir: Path, device: str, epochs: int, overrides: list[str]) -> dict[str, Any]:
     from defenses.base import FitContext, LabeledImages
     from defenses.training import init_network, train_classifier
-    from harness.config import build_config, parse_set_options
-    from harness.data import load_dataset
-    from harness.runner import configure_determinism
+    from harness.core.config import build_config, parse_set_options
+    from harness.core.data import load_dataset
+    from harness.run.runner import configure_determinism
 
     cfg = build_config("paper", {**parse_set_options(overrides), "data.path": str(data_dir), "train.epochs": epochs})
     configure_determinism(device, cfg.run.deterministic)  # as harness evaluate trains (run.deterministic)

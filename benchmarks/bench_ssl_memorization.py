@@ -8,7 +8,7 @@
 Default table: for each setting, pre-train one SSL encoder (``defenses.ssl``) on the first n
 training images, then score n training images and n held-out images by the white-box contrastive
 signal (the mean over views and repetitions of the Fisher-transformed similarity of two SSL views,
-``harness.signals.contrastive_similarity``) and print the AUC of training vs held-out (0.5: no
+``harness.run.signals.contrastive_similarity``) and print the AUC of training vs held-out (0.5: no
 memorization visible to the attack), the final pre-training loss and the probe's test accuracy.
 
 ``--canaries``: the audit's own question on the quick preset's data. C of the digits training
@@ -39,9 +39,9 @@ from sklearn.metrics import roc_auc_score
 
 from defenses.base import FitContext, LabeledImages
 from defenses.ssl import MoCo, SimCLR
-from harness.config import DataConfig, TrainConfig
-from harness.data import load_dataset
-from harness.signals import contrastive_similarity
+from harness.core.config import DataConfig, TrainConfig
+from harness.core.data import load_dataset
+from harness.run.signals import contrastive_similarity
 
 # name -> (dataset, n images, defense class, parameters)
 ROWS: dict[str, tuple[str, int, type, dict]] = {
@@ -97,7 +97,7 @@ CANARY_ROWS: dict[str, tuple[int, type, dict]] = {
 def measure_canaries(num_canaries: int, cls: type, extra: dict, models: int, seed: int = 0) -> str:
     from canaries.base import CanaryContext
     from canaries.ood import OutOfDistribution
-    from harness.design import balanced_membership
+    from harness.core.design import balanced_membership
 
     data = load_dataset(DataConfig(name="digits", test_size=497), 0)
     rng = np.random.default_rng(seed)

@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from harness.core.design import PaperDraws  # noqa: F401 (part of CanaryContext)
+
 
 @dataclass(frozen=True)
 class Canaries:
@@ -40,21 +42,6 @@ class Canaries:
             raise ValueError("canary images must be uint8")
         if not self.evaluated.any():
             raise ValueError("a canary generator must evaluate at least one sample")
-
-
-@dataclass(frozen=True)
-class PaperDraws:
-    """The paper code's per-sample random draws for the C audit samples (protocol notes §1.3),
-    taken at the samples' pool indices from the whole-pool arrays:
-
-    - ``label_offsets`` (C,) in 0..K-2: ``label_changes``; the wrong label is ``r if r < y else r + 1``;
-    - ``colors`` (C, 3) uint8: the blank canaries' RGB colours;
-    - ``blank_labels`` (C,) in 0..K-1: the blank canaries' labels.
-    """
-
-    label_offsets: np.ndarray
-    colors: np.ndarray
-    blank_labels: np.ndarray
 
 
 @dataclass(frozen=True)

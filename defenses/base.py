@@ -15,8 +15,8 @@ from typing import Any, Callable, ClassVar
 import numpy as np
 import torch
 
-from harness.config import TrainConfig
-from harness.data import AugmentSpec
+from harness.core.config import TrainConfig
+from harness.core.data import AugmentSpec
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,7 @@ class FitContext:
 
     ``undefended``: for a defense that declares ``reuses_undefended``, the undefended model with
     this model's training set, seed and recipe, when the runner found one saved in a matching run
-    (every training fingerprint checked, :mod:`harness.teachers`); None otherwise (train it).
+    (every training fingerprint checked, :mod:`harness.run.teachers`); None otherwise (train it).
     """
 
     seed: int
@@ -82,7 +82,7 @@ class ServedModel(ABC):
 
     def view_augmentation(self) -> Any:
         """The random augmentation the model was trained to be invariant to (an
-        :class:`harness.ssl_augment.SSLAugment` for the self-supervised defenses), or None: the
+        :class:`defenses.ssl_augment.SSLAugment` for the self-supervised defenses), or None: the
         contrastive signals draw their views with it (an adaptive attack knows the training recipe)."""
         return None
 
@@ -200,7 +200,7 @@ class Defense(ABC):
     ablation_attacks: ClassVar[tuple[str, ...]] = ()  # run and reported, never a headline
     #: what the served model offers besides ``query``: ``"raw_query"`` (outputs before a test-time
     #: defense) and/or ``"features"`` (white-box encoder features); signals that need one of these
-    #: are refused before training for a defense that does not declare it (harness.signals)
+    #: are refused before training for a defense that does not declare it (harness.run.signals)
     provides: ClassVar[frozenset[str]] = frozenset()
     param_defaults: ClassVar[dict[str, Any]] = {}
     #: the ``train.*`` fields ``fit`` reads (None: all of them); an override of any other is refused
@@ -222,7 +222,7 @@ class Defense(ABC):
     @classmethod
     def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:
         """(``train_fields``, {train field: the dotted override it becomes}, ``recipe_note``), given the
-        raw ``defense_params`` (see :mod:`harness.overrides`)."""
+        raw ``defense_params`` (see :mod:`harness.core.overrides`)."""
         return cls.train_fields, {f: f"defense_params.{p}" for f, p in cls.train_aliases.items()}, cls.recipe_note
 
     def __init__(self, **params: Any) -> None:

@@ -8,7 +8,7 @@ teacher alone, and yet inherits the teacher's memorization of its mislabeled can
 
 1. **Teacher**: the undefended recipe (``train.*``, the model's seed) on the model's training set,
    or the same model read from an undefended run saved with ``--save-models``
-   (:mod:`harness.teachers`; ``defense_params.teacher_run`` names it, else one is looked up under
+   (:mod:`harness.run.teachers`; ``defense_params.teacher_run`` names it, else one is looked up under
    ``run.out``). Its architecture must have BatchNorm layers (``mlp-bn``, ``cnn``, ``wrn16-4``).
 2. **Synthesis**, every round: a fresh latent batch z ~ N(0, I) (``synth_batch`` x ``latent_dim``)
    and a new Adam optimizer (generator lr ``generator_lr``, z lr ``z_lr``, betas (0.5, 0.999)).
@@ -54,8 +54,8 @@ from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, Serve
                            is_number)
 from defenses.models import BATCHNORM_KINDS, build_model
 from defenses.training import init_network, seeded_init, train_classifier
-from harness.augment import random_augment
-from harness.data import AugmentSpec
+from harness.core.augment import random_augment
+from harness.core.data import AugmentSpec
 
 # Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag])); the teacher
 # uses the model seed itself, so that it is the undefended model of the same index.

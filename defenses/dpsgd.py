@@ -11,7 +11,7 @@ One logical step ``t`` (1-based), for a training set of N samples:
    ``poisson_rate: b_over_n`` uses ``q = min(1, B / N)`` and expected batch size ``q N`` (= B).
    An empty batch still takes a (pure noise) step, as the mechanism requires.
 2. Augmentation multiplicity (De et al. 2022): each sampled image is repeated K times and every
-   copy gets its own random flip/shift (``harness.augment.random_augment``); the per-sample
+   copy gets its own random flip/shift (``harness.core.augment.random_augment``); the per-sample
    gradient is the gradient of the mean loss over the K copies,
    ``g_i = (1/K) sum_k grad loss(f(aug_k(x_i)), y_i)``, computed with ``torch.func``
    (``vmap(grad(.))`` over samples, the K copies a batch inside each sample).
@@ -58,7 +58,7 @@ from torch.func import functional_call, grad, vmap
 
 from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
 from defenses.training import init_network
-from harness.augment import random_augment
+from harness.core.augment import random_augment
 
 Grads = dict[str, torch.Tensor]
 

@@ -35,7 +35,7 @@ class ResNet18CIFAR(nn.Module):
 
     def __init__(self, in_channels: int) -> None:
         super().__init__()
-        from harness.install_check import import_torchvision
+        from harness.core.install_check import import_torchvision
 
         import_torchvision("the resnet18 encoder")
         from torchvision.models import resnet18

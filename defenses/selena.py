@@ -56,7 +56,7 @@ from scipy.special import softmax
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier, is_int
 from defenses.training import init_network, train_classifier
-from harness.config import TrainConfig
+from harness.core.config import TrainConfig
 
 # Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag, ...])).
 _QUERY_SETS, _TEACHER, _STUDENT, _HASH_KEY = 0, 1, 2, 3

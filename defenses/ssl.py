@@ -3,7 +3,7 @@ section 6.4; protocol notes section 4.6).
 
 The claim under test: labels touch only a linear probe, so the served classifier should leak
 little. The encoder is pre-trained without labels on the model's training set (canaries
-included), with the SSL augmentation (:mod:`harness.ssl_augment`, drawn per sample):
+included), with the SSL augmentation (:mod:`defenses.ssl_augment`, drawn per sample):
 
 - **SimCLR** (Chen et al. 2020): projection ``Linear(f, f, no bias) -> BN -> ReLU -> Linear(f, 128)``
   and the NT-Xent loss at temperature 0.5 (:func:`nt_xent`);
@@ -40,8 +40,8 @@ from torch import nn
 from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
 from defenses.encoders import ENCODER_KINDS, build_encoder
 from defenses.training import seeded_init
-from harness.data import AugmentSpec
-from harness.ssl_augment import SSLAugment
+from harness.core.data import AugmentSpec
+from defenses.ssl_augment import SSLAugment
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -169,9 +169,9 @@ class SSLDefense(Defense):
 
     def check_config(self, cfg: Any) -> None:
         """The ResNet-18 encoder is torchvision's: a missing or mismatched torchvision stops the run
-        here, before training, with one line (harness.install_check)."""
+        here, before training, with one line (harness.core.install_check)."""
         if self.params["encoder"] == "resnet18":
-            from harness.install_check import import_torchvision
+            from harness.core.install_check import import_torchvision
 
             import_torchvision("the resnet18 encoder (defense_params.encoder)")
 

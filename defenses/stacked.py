@@ -33,8 +33,8 @@ from torch import nn
 from defenses.base import FitContext, LabeledImages, Normalizer
 from defenses.models import MLP
 from defenses.training import lr_factor
-from harness.augment import random_augment
-from harness.config import TrainConfig
+from harness.core.augment import random_augment
+from harness.core.config import TrainConfig
 
 
 def stackable(cfg: TrainConfig) -> bool:

@@ -7,8 +7,9 @@ model's seed). The audit design is unchanged, so a member audit sample is actual
 probability P1 only. Lower inclusion probability lowers every MI bound: for an eps-DP trainer, the
 positive accuracy of any attack is at most ``(1 + e^{-eps} (1 - P1)/P1)^{-1}``, and the epsilon that
 gives the same bound at P1 as eps0 gives at 1/2 is ``eps0 + ln((1 - P1)/P1)`` (Thudi et al., sec. 4).
-The served model's ``info()`` carries the inner defense's facts plus ``subsample_rate`` and, when
-the inner defense reports an epsilon, those P1-aware bounds.
+The served model's ``info()`` carries the inner defense's facts plus ``subsample_rate``; when the
+inner defense reports an epsilon, the attack phase adds those P1-aware bounds to the run's
+``privacy`` record (``subsample_bounds``).
 """
 
 from __future__ import annotations
@@ -37,20 +38,10 @@ class SubsampledServed(ServedModel):
         return self.inner.model_state()
 
     def info(self) -> dict[str, Any]:
-        from harness.bounds.thudi import epsilon_for_prior, pos_acc_upper
-
-        info = {**self.inner.info(), "subsample_rate": self.rate, "subsample_kept": self.kept,
+        """The inner defense's facts and the subsampling (the attack phase derives the P1-aware
+        bounds from them: harness.audit.attack_phase, ``subsample_bounds``)."""
+        return {**self.inner.info(), "subsample_rate": self.rate, "subsample_kept": self.kept,
                 "subsample_total": self.total}
-        eps = info.get("epsilon")
-        if eps is not None and np.isfinite(eps):
-            p1 = self.rate / 2  # an audit sample is a member with prob. 1/2, then kept with prob. rate
-            info["subsample_bounds"] = {
-                "prior": p1,
-                "pos_acc_upper": pos_acc_upper(eps, p1),
-                "pos_acc_upper_without_subsampling": pos_acc_upper(eps, 0.5),
-                "equivalent_epsilon_at_half": epsilon_for_prior(eps, p1),
-            }
-        return info
 
 
 class Subsample(Defense):
@@ -60,7 +51,7 @@ class Subsample(Defense):
 
     @classmethod
     def _inner_cls(cls, params: dict[str, Any]) -> type[Defense]:
-        from harness.registry import resolve
+        from harness.core.registry import resolve
 
         return resolve("defenses", str(params.get("inner", cls.param_defaults["inner"])))
 
@@ -81,7 +72,7 @@ class Subsample(Defense):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        from harness.registry import resolve
+        from harness.core.registry import resolve
 
         rate = self.params["rate"]
         if not isinstance(rate, (int, float)) or not 0 < rate <= 1:

@@ -18,8 +18,8 @@ from torch import nn
 
 from defenses.base import FitContext, LabeledImages, Normalizer
 from defenses.models import build_model
-from harness.augment import random_augment
-from harness.config import TrainConfig
+from harness.core.augment import random_augment
+from harness.core.config import TrainConfig
 
 LossFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 

@@ -8,7 +8,7 @@ except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.3.0"
 
 #: The version of the code that trains the models: part of every run fingerprint
-#: (:func:`harness.runner.run_fingerprint`) and recorded in each run's manifest (``models_version``).
+#: (:func:`harness.run.runner.run_fingerprint`) and recorded in each run's manifest (``models_version``).
 #: A release whose code trains different models for the same config (even by float rounding) bumps
 #: it; a release that changes only attacks, metrics or reports keeps it, so its runs resume and are
 #: re-attacked instead of retrained (0.3.0 trains exactly as 0.2.1 did).

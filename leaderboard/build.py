@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.evaluation import run_label_privacy, run_privacy
+from harness.audit.attack_phase import run_label_privacy, run_privacy
 
 COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR", "sample TPR",
            "strongest sample TPR", "canary", "sample attack", "strongest sample attack", "DP ε", "label ε",

@@ -75,13 +75,13 @@ def sha256_file(path: Path) -> str:
 
 
 def _is_plugin(defense: Any) -> bool:
-    from harness.registry import is_file_reference
+    from harness.core.registry import is_file_reference
 
     return is_file_reference(str(defense))
 
 
 def _bundle_files(run_dir: Path, results: dict[str, Any]) -> list[str]:
-    from harness.runstore import DamagedFileError, RunDir, RunDirError
+    from harness.run.runstore import DamagedFileError, RunDir, RunDirError
 
     run = RunDir(run_dir)
     files = ["results.json", "manifest.json", "config.json", "data.npz"]
@@ -163,8 +163,8 @@ def make_bundle(run_dir: Path, out: Path) -> dict[str, str]:
 
 def _check_plugin_source(run_dir: Path, results: dict[str, Any]) -> None:
     """The plugin file as it is now must be the one the run trained with (same run fingerprint)."""
-    from harness import MODELS_VERSION, models_version_of
-    from harness.runstore import RunDir
+    from harness.core.version import MODELS_VERSION, models_version_of
+    from harness.run.runstore import RunDir
 
     run = RunDir(run_dir)
     if models_version_of(run.load_manifest()) != MODELS_VERSION:
@@ -264,7 +264,7 @@ def _read_results(root: Path) -> dict[str, Any]:
 def _models_of(raw: Any) -> Any:
     """The model-determining part of a raw config (ExperimentConfig.model_determining); a config
     that does not validate is compared as it is."""
-    from harness.config import ConfigError, validate_config
+    from harness.core.config import ConfigError, validate_config
 
     try:
         return validate_config(raw).model_determining()
@@ -290,13 +290,13 @@ def _point_plugin_at_bundle(root: Path, bundle: Path, defense: str, trust_plugin
 
 
 def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> str:
-    """:func:`harness.runner.run_fingerprint` of ``cfg``; for a file plugin, with its code read from
+    """:func:`harness.run.runner.run_fingerprint` of ``cfg``; for a file plugin, with its code read from
     ``plugin_copy`` (``path.py:ClassName`` of the bundled source) while the config keeps the path
     the run was started with, which the fingerprint also hashes. Tested equal to the runner's."""
-    from harness import MODELS_VERSION
-    from harness.registry import resolve, source_fingerprint
-    from harness.runner import run_fingerprint
-    from harness.runstore import sha256_json
+    from harness.core.version import MODELS_VERSION
+    from harness.core.registry import resolve, source_fingerprint
+    from harness.run.runner import run_fingerprint
+    from harness.run.runstore import sha256_json
 
     if plugin_copy is None:
         return run_fingerprint(cfg, data)
@@ -309,9 +309,9 @@ def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> s
 
 def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | None) -> None:
     """Run fingerprint (re-computed where possible), data, designs and every model's signals."""
-    from harness import MODELS_VERSION, models_version_of
-    from harness.config import validate_config
-    from harness.runstore import RunDir
+    from harness.core.version import MODELS_VERSION, models_version_of
+    from harness.core.config import validate_config
+    from harness.run.runstore import RunDir
 
     run = RunDir(root)
     manifest = run.load_manifest()
@@ -449,9 +449,9 @@ def verify_bundle(bundle: Path, trust_plugin: bool = False) -> tuple[dict[str, A
     """Check ``bundle`` (module docstring); return (its results, the bundle's SHA-256) or raise
     :class:`SubmissionError` with the one-line reason. ``trust_plugin`` allows importing a
     file-plugin defense's bundled source."""
-    from harness import __version__
-    from harness.evaluation import evaluate_run
-    from harness.runstore import DamagedFileError, RunDir
+    from harness.core.version import __version__
+    from harness.audit.attack_phase import evaluate_run
+    from harness.run.runstore import DamagedFileError, RunDir
 
     if not bundle.is_file():
         raise SubmissionError(f"{bundle} does not exist")
@@ -469,7 +469,7 @@ def verify_bundle(bundle: Path, trust_plugin: bool = False) -> tuple[dict[str, A
         except (ValueError, KeyError, TypeError) as e:  # ConfigError, RunDirError, a plugin that fails to load
             raise SubmissionError(f"the bundle's run cannot be read ({_one_line(e, root)})") from None
         try:  # with the configuration results.json records (its attack settings are those of its numbers)
-            from harness.config import validate_config
+            from harness.core.config import validate_config
 
             cfg = validate_config({**results["config"], "defense": plugin_copy or defense})
             recomputed, _ = evaluate_run(RunDir(root), cfg=cfg)

@@ -33,7 +33,7 @@ def toy_cifar(tmp_path, cifar_subset) -> Path:
 
 
 def test_toy_cifar_is_a_small_cifar_folder(toy_cifar):
-    from harness.data import load_cifar10
+    from harness.core.data import load_cifar10
 
     d = load_cifar10(toy_cifar, download=False)
     assert d.x_train.shape == (120, 3, 32, 32) and d.x_test.shape == (60, 3, 32, 32)

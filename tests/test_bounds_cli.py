@@ -7,7 +7,7 @@ import time
 import pytest
 from typer.testing import CliRunner
 
-from harness.bounds_cli import bound_app
+from harness.cli.bound import bound_app
 
 runner = CliRunner()
 
@@ -94,7 +94,7 @@ def test_tiny_noise_gives_vacuous_bounds():
 
 
 def test_non_finite_numbers_become_null():
-    from harness.bounds_cli import _finite_or_none
+    from harness.cli.bound import _finite_or_none
 
     obj = _finite_or_none({"epsilon": math.inf, "nested": {"x": math.nan, "y": 1.5}, "n": 3})
     assert json.loads(json.dumps(obj, allow_nan=False)) == {"epsilon": None, "nested": {"x": None, "y": 1.5}, "n": 3}

@@ -3,9 +3,9 @@ import numpy as np
 from canaries.base import CanaryContext
 from canaries.mislabeled import Mislabeled, random_wrong_labels
 from canaries.none import NoCanaries
-from harness.config import build_config
-from harness.data import load_digits
-from harness.runner import build_level
+from harness.core.config import build_config
+from harness.core.data import load_digits
+from harness.run.runner import build_level
 
 
 def test_every_mislabeled_label_differs_from_the_true_one():

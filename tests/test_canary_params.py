@@ -4,8 +4,8 @@ one command."""
 import numpy as np
 import pytest
 
-from harness.config import ConfigError, build_config
-from harness.runner import prepare_run
+from harness.core.config import ConfigError, build_config
+from harness.run.runner import prepare_run
 
 
 def test_each_generator_gets_only_its_own_parameters(tmp_path):
@@ -64,8 +64,8 @@ def test_preset_canary_parameters_are_defaults_for_canaries_the_run_audits():
 def test_the_paper_preset_reads_the_papers_ood_file_from_the_data_folder(tmp_path):
     import torch
 
-    from harness.data import AugmentSpec, ImageDataset
-    from harness.runner import build_level
+    from harness.core.data import AugmentSpec, ImageDataset
+    from harness.run.runner import build_level
 
     cfg = build_config("paper", {"defense": "dpsgd-medium", "data.path": str(tmp_path), "audit.size": 4,
                                  "audit.models": 6, "audit.population_samples": 0})

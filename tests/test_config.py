@@ -2,7 +2,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import ConfigError, build_config, parse_set_options, preset_names
+from harness.core.config import ConfigError, build_config, parse_set_options, preset_names
 
 
 def test_presets_load_and_validate():

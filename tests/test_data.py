@@ -2,9 +2,9 @@ import numpy as np
 import pytest
 import torch
 
-from harness.augment import random_augment, shift_flip
-from harness.config import ConfigError, build_config
-from harness.data import AugmentSpec, DataError, digits_arrays, load_cifar10, load_digits, load_npz
+from harness.core.augment import random_augment, shift_flip
+from harness.core.config import ConfigError, build_config
+from harness.core.data import AugmentSpec, DataError, digits_arrays, load_cifar10, load_digits, load_npz
 
 
 def test_digits_is_embedded_and_split_by_seed():

@@ -1,8 +1,8 @@
 import numpy as np
 import pytest
 
-from harness.config import ConfigError
-from harness.design import make_design
+from harness.core.config import ConfigError
+from harness.core.design import make_design
 
 
 @pytest.mark.parametrize("models,size", [(4, 10), (32, 200), (64, 500)])

@@ -3,8 +3,8 @@
 import torch
 
 from conftest import tiny_overrides
-from harness.config import build_config
-from harness.runner import TrainJob, configure_determinism, prepare_run, train_one
+from harness.core.config import build_config
+from harness.run.runner import TrainJob, configure_determinism, prepare_run, train_one
 
 
 def test_cuda_determinism_is_on_by_default_and_switchable(monkeypatch):

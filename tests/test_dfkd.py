@@ -15,11 +15,11 @@ from typer.testing import CliRunner
 from defenses.base import FitContext, LabeledImages
 from defenses.dfkd import DFKD, BNStatistics, Generator, kd_loss, shared_view
 from defenses.models import BATCHNORM_KINDS, MODEL_KINDS
-from harness.augment import shift_flip
+from harness.core.augment import shift_flip
 from harness.cli import app
-from harness.config import ConfigError, build_config
-from harness.data import AugmentSpec, load_digits
-from harness.runner import prepare_run
+from harness.core.config import ConfigError, build_config
+from harness.core.data import AugmentSpec, load_digits
+from harness.run.runner import prepare_run
 
 TINY = {"rounds": 4, "warmup": 1, "synth_batch": 24, "student_batch_size": 32, "student_passes": 2}
 
@@ -228,8 +228,8 @@ DFKD_TINY = {f"defense_params.{k}": v for k, v in TINY.items()}
 @pytest.fixture(scope="module")
 def undefended_run(tmp_path_factory):
     """A tiny undefended run (both levels) with saved models."""
-    from harness.executors import LocalExecutor
-    from harness.runner import train_all
+    from harness.run.executors import LocalExecutor
+    from harness.run.runner import train_all
 
     out = tmp_path_factory.mktemp("runs")
     cfg = build_config("quick", {"defense": "undefended", **RUN, "run.out": str(out), "run.save_models": True})
@@ -244,7 +244,7 @@ def _dfkd_cfg(out, **extra):
 
 @pytest.mark.slow
 def test_saved_models_rebuild_the_served_model(undefended_run):
-    from harness.runstore import RunDir
+    from harness.run.runstore import RunDir
 
     from defenses.models import rebuild_model
 
@@ -282,8 +282,8 @@ def test_teacher_run_is_refused_when_a_fingerprint_differs(undefended_run, tmp_p
 
 @pytest.mark.slow
 def test_teacher_run_must_be_an_undefended_run_with_saved_models(undefended_run, tmp_path):
-    from harness.executors import LocalExecutor
-    from harness.runner import train_all
+    from harness.run.executors import LocalExecutor
+    from harness.run.runner import train_all
 
     # an undefended run of the same design without --save-models: refused (no saved models)
     cfg_u = build_config("quick", {"defense": "undefended", **RUN, "run.out": str(tmp_path / "u")})
@@ -300,8 +300,8 @@ def test_reused_teachers_give_the_same_models_as_trained_ones(undefended_run, tm
     """With the teachers read from the undefended run (given, or found under run.out), the DFKD
     models equal those of a run that trains its own teachers: same seed, same training set, same
     recipe. The run fingerprint does not depend on teacher_run."""
-    from harness.executors import LocalExecutor
-    from harness.runner import train_all
+    from harness.run.executors import LocalExecutor
+    from harness.run.runner import train_all
 
     out, path = undefended_run
     given = prepare_run(_dfkd_cfg(tmp_path / "given", **{"defense_params.teacher_run": str(path)}))

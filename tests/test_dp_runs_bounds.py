@@ -60,7 +60,7 @@ def test_empirical_epsilon_never_exceeds_the_accountants(tmp_path, noise, epochs
                 assert 0.0 <= e["eps_lower_one_run"]["epsilon"] <= eps
             best_lower = max(best_lower, lo)
             for fpr, tpr in e["tpr_at_fpr"].items():
-                if float(fpr) == 0.0:  # no bound at FPR 0 (see harness.evaluation._bounds_json)
+                if float(fpr) == 0.0:  # no bound at FPR 0 (see harness.audit.attack_phase._bounds_json)
                     assert fpr not in r["bounds"]["tpr_at_fpr"]
                     continue
                 assert r["bounds"]["tpr_at_fpr"][fpr] >= float(fpr)

@@ -28,9 +28,9 @@ from defenses.dpsgd import (
     sum_clipped,
 )
 from defenses.models import build_model
-from harness.config import TrainConfig, build_config
-from harness.data import load_digits
-from harness.registry import resolve
+from harness.core.config import TrainConfig, build_config
+from harness.core.data import load_digits
+from harness.core.registry import resolve
 
 INFO_KEYS = {"epsilon", "delta", "noise_multiplier", "sample_rate", "steps", "accountant", "batch_size", "epochs",
              "augmult", "max_grad_norm"}

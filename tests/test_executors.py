@@ -16,8 +16,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import build_config
-from harness.runner import TrainJob, prepare_run, train_one
+from harness.core.config import build_config
+from harness.run.runner import TrainJob, prepare_run, train_one
 
 from conftest import tiny_overrides
 
@@ -118,8 +118,8 @@ def _parent_pid(_: int) -> int:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the local pool forks from a server on Linux only")
 def test_local_pool_workers_are_forks_of_the_server():
     """The local pool's workers are forked by the fork server (which imported torch and
-    harness.runner once), not spawned by this process: their parent is the server."""
-    from harness.executors import LocalExecutor, worker_context
+    harness.run.runner once), not spawned by this process: their parent is the server."""
+    from harness.run.executors import LocalExecutor, worker_context
 
     assert worker_context().get_start_method() == "forkserver"
     parents = {r for _, r in LocalExecutor(2).map(_parent_pid, [0, 1, 2])}
@@ -207,8 +207,8 @@ def test_ray_address_that_accepts_but_is_no_ray_cluster_times_out(monkeypatch):
     preflight gives up after its timeout (shortened here) with one line."""
     import socket
 
-    from harness import executors
-    from harness.config import ConfigError
+    from harness.run import executors
+    from harness.core.config import ConfigError
 
     monkeypatch.setattr(executors, "PREFLIGHT_TIMEOUT", 4.0)
     with socket.socket() as server:

@@ -13,10 +13,10 @@ from typer.testing import CliRunner
 
 from defenses.base import FitContext, LabeledImages
 from harness.cli import app
-from harness.config import ConfigError, build_config
-from harness.data import load_digits
-from harness.registry import BUILTINS
-from harness.runner import make_defense
+from harness.core.config import ConfigError, build_config
+from harness.core.data import load_digits
+from harness.core.registry import BUILTINS
+from harness.run.runner import make_defense
 
 DEFENSES = sorted(BUILTINS["defenses"])
 # a value different from every preset's for each recipe field (quick preset, digits)
@@ -93,8 +93,8 @@ def test_every_recipe_field_takes_effect_or_is_refused(defense, tiny):
 
 
 def test_epochs_reaches_dpsgd_as_its_own_parameter_and_changes_the_fingerprint(tmp_path):
-    from harness.data import load_dataset
-    from harness.runner import run_fingerprint
+    from harness.core.data import load_dataset
+    from harness.run.runner import run_fingerprint
 
     a = build_config("quick", {"defense": "dpsgd-medium"})
     b = build_config("quick", {"defense": "dpsgd-medium", "train.epochs": 5})

@@ -9,8 +9,8 @@ from defenses.base import FitContext, LabeledImages
 from defenses.hamp import HAMP, rank_remap, soft_label_confidence
 from defenses.models import build_model
 from defenses.relaxloss import relaxloss_loss
-from harness.config import build_config
-from harness.data import load_digits
+from harness.core.config import build_config
+from harness.core.data import load_digits
 
 
 @pytest.mark.parametrize("gamma,p,rest", [(0.95, 0.269814, 0.081132), (0.99, 0.170038, 0.092218),

@@ -8,9 +8,10 @@ import pytest
 
 from attacks.base import AttackInput
 from attacks.lira import LiRA
-from harness.config import build_config
-from harness.evaluation import Candidate, _metrics_json, select_headline
-from harness.metrics import bootstrap_selected_tpr_ci, bootstrap_tpr_ci, evaluate_scores
+from harness.core.config import build_config
+from harness.audit.attack_phase import _metrics_json
+from harness.audit.headline import Candidate, select_headline
+from harness.core.metrics import bootstrap_selected_tpr_ci, bootstrap_tpr_ci, evaluate_scores
 
 
 def _membership(s: int, c: int, rng: np.random.Generator) -> np.ndarray:

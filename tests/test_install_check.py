@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.install_check import build_mismatch, install_advice, package_version
+from harness.core.install_check import build_mismatch, install_advice, package_version
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -80,7 +80,7 @@ def test_a_torchvision_whose_ops_do_not_load_stops_the_resnet_encoder_before_tra
 
 def test_import_torchvision_passes_other_errors_through(tmp_path, monkeypatch):
     """Only a mismatch becomes the install line; an unrelated bug in an import stays a traceback."""
-    from harness.install_check import import_torchvision
+    from harness.core.install_check import import_torchvision
 
     fake = _fake_torchvision(tmp_path / "site", "0.29.2", "raise RuntimeError('something else entirely')\n")
     monkeypatch.syspath_prepend(str(fake))

@@ -4,7 +4,7 @@ from sklearn.linear_model import LogisticRegression
 
 from attacks.base import AttackInput
 from attacks.label_only import LabelOnly, fit_logistic_batched
-from harness.metrics import auc, roc_curve, tpr_at_fpr
+from harness.core.metrics import auc, roc_curve, tpr_at_fpr
 
 
 def _synthetic(p_nonmember_correct: float, s=32, c=100, a=18, k=10, seed=0):

@@ -13,10 +13,10 @@ from defenses.base import FitContext, LabeledImages
 from defenses.labeldp import (AGIBI, ALIBI, gaussian_label_epsilon, gaussian_posterior, gaussian_sigma_for,
                               laplace_posterior, laplace_scale)
 from defenses.training import train_classifier
-from harness.audit_one_run import alternatives, audit_one_run, play_games
+from harness.audit.label_flip import alternatives, audit_one_run, play_games
 from harness.bounds.empirical import weighted_acgr_game
-from harness.config import TrainConfig, build_config
-from harness.data import load_digits
+from harness.core.config import TrainConfig, build_config
+from harness.core.data import load_digits
 
 
 @pytest.fixture(scope="module")

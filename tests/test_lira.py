@@ -7,7 +7,7 @@ from scipy.stats import norm
 from attacks.base import AttackInput
 from attacks.lira import LiRA, LiRAOffline, lira_scores, loo_gaussian_stats
 from attacks.loo import dropped_shadow
-from harness.metrics import roc_curve, tpr_at_fpr
+from harness.core.metrics import roc_curve, tpr_at_fpr
 
 
 def _synthetic(models: int, samples: int, d: float, seed: int = 0):
@@ -82,7 +82,7 @@ def test_balanced_shadows_remove_the_design_artifact_at_small_s():
     # No membership signal at all, S = 6: with all S - 1 shadows, a member victim's IN estimates
     # come from 2 models and a non-member's from 3, and per-sample Gaussians fitted to 2 points
     # score members systematically lower (AUC far below 0.5). Balanced shadows score at chance.
-    from harness.metrics import auc
+    from harness.core.metrics import auc
 
     obs, mem = _synthetic(models=6, samples=3000, d=0.0, seed=7)
     obs = np.repeat(obs, 9, axis=2) + np.random.default_rng(8).normal(0, 1, (6, 3000, 9))  # 9 noisy views

@@ -5,7 +5,7 @@ import pytest
 
 from attacks.lira import chunked_scores, lira_scores
 from attacks.scores import SCORE_FUNCTIONS
-from harness.design import balanced_membership
+from harness.core.design import balanced_membership
 
 
 @pytest.mark.parametrize("online", [True, False])

@@ -3,7 +3,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from harness.metrics import bootstrap_tpr_ci, evaluate_scores, resolvable, roc_curve, thin_roc, tpr_at_fpr
+from harness.core.metrics import bootstrap_tpr_ci, evaluate_scores, resolvable, roc_curve, thin_roc, tpr_at_fpr
 
 
 def test_hand_made_roc_with_a_tie_between_member_and_non_member():
@@ -41,7 +41,7 @@ def test_matches_sklearn_on_random_scores_with_ties():
     fpr, tpr, _ = sk_roc_curve(member, scores)
     for t in (0.0, 0.001, 0.01, 0.1, 0.5):
         assert tpr_at_fpr(roc, t) == pytest.approx(tpr[fpr <= t][-1])
-    from harness.metrics import auc
+    from harness.core.metrics import auc
 
     assert auc(roc) == pytest.approx(roc_auc_score(member, scores))
     thin = thin_roc(roc)
@@ -94,7 +94,7 @@ def test_bootstrap_replicates_equal_the_weighted_pooled_roc_computed_directly():
     times counts w times), read with tpr_at_fpr: checked replicate by replicate against that
     direct computation, with ties, a strong and a weak attack, and FPR targets from 0 to 0.5 (the
     replicates are computed on a prefix of the sorted guesses, which must not change a value)."""
-    from harness.metrics import bootstrap_draws, bootstrap_tpr_samples
+    from harness.core.metrics import bootstrap_draws, bootstrap_tpr_samples
 
     rng = np.random.default_rng(5)
     s_models, c = 8, 60

@@ -6,10 +6,10 @@ import pytest
 
 from canaries.base import CanaryContext, PaperDraws
 from canaries.blank import Blank, fill_images
-from harness.config import build_config
-from harness.data import AugmentSpec, ImageDataset
-from harness.design import make_design, paper_rng_tree
-from harness.runner import build_level, model_seed
+from harness.core.config import build_config
+from harness.core.data import AugmentSpec, ImageDataset
+from harness.core.design import make_design, paper_rng_tree
+from harness.run.runner import build_level, model_seed
 
 
 def test_paper_rng_tree_reproduces_the_protocol_notes_oracles():

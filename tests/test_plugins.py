@@ -7,8 +7,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import ConfigError
-from harness.registry import available, resolve
+from harness.core.config import ConfigError
+from harness.core.registry import available, resolve
 
 PLUGIN = textwrap.dedent(
     '''

@@ -13,9 +13,9 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import build_config
-from harness.runner import TrainJob, prepare_run, train_one
-from harness.runstore import RunDir
+from harness.core.config import build_config
+from harness.run.runner import TrainJob, prepare_run, train_one
+from harness.run.runstore import RunDir
 
 from conftest import tiny_overrides
 

@@ -5,8 +5,8 @@ import pytest
 
 from attacks.base import AttackInput
 from attacks.rmia import RMIA, label_log_prob, rmia_scores
-from harness.config import ConfigError, build_config
-from harness.metrics import auc, roc_curve, tpr_at_fpr
+from harness.core.config import ConfigError, build_config
+from harness.core.metrics import auc, roc_curve, tpr_at_fpr
 
 MEM = np.array([[True], [False], [True], [False]])  # one audit sample, exactly half of S = 4 models
 P_X = np.log(np.array([[0.8], [0.2], [0.6], [0.3]]))
@@ -81,7 +81,7 @@ def test_rmia_views_parameters_and_missing_population():
 
 
 def test_a_run_without_population_samples_refuses_rmia_before_training(tmp_path):
-    from harness.runner import prepare_run
+    from harness.run.runner import prepare_run
 
     cfg = build_config("quick", {"audit.population_samples": 0, "run.out": str(tmp_path)})
     with pytest.raises(ConfigError, match="rmia.*population samples"):

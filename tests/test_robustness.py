@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from conftest import TINY_ARGS
 from harness.cli import app
-from harness.config import ConfigError, build_config
-from harness.data import DataError, load_npz
-from harness.runner import make_defense
+from harness.core.config import ConfigError, build_config
+from harness.core.data import DataError, load_npz
+from harness.run.runner import make_defense
 
 runner = CliRunner()
 ARGS = TINY_ARGS
@@ -208,7 +208,7 @@ def test_fit_failure_prints_one_line_and_the_plugins_frames_only(tmp_path, plugi
     (error,) = _error_lines(res.output)
     assert "failed in fit (population model 0): ZeroDivisionError: the plugin divided" in error
     assert "broken_plugins.py" in res.output and "helper_that_fails" in res.output
-    assert "harness/runner.py" not in res.output and "concurrent" not in res.output
+    assert "harness/run/runner.py" not in res.output and "concurrent" not in res.output
     debug = runner.invoke(app, ["evaluate", f"{plugin_file}:Crashes", "--out", str(tmp_path / "o"), *ARGS, "--debug"])
     assert debug.exit_code == 2 and "Traceback" in debug.output and "runner.py" in debug.output
 
@@ -264,7 +264,7 @@ def _entry(name, tpr_head, tpr0, auc):
 
 
 def test_headline_tie_rule_is_tpr_then_tpr_at_zero_then_auc_then_order():
-    from harness.evaluation import Candidate, select_headline
+    from harness.audit.headline import Candidate, select_headline
 
     cfg = build_config("quick", {"attack.bootstrap": 0})
     z = np.zeros((2, 2))
@@ -278,7 +278,7 @@ def test_headline_tie_rule_is_tpr_then_tpr_at_zero_then_auc_then_order():
 def test_report_tables_and_csv_mark_the_same_headline_and_blank_unresolved(finished_run):
     from rich.console import Console
 
-    from harness.report import attacks_frame, load_results, print_report, summary_frame
+    from harness.audit.report import attacks_frame, load_results, print_report, summary_frame
 
     results = load_results(finished_run)
     pop = results["population"]
@@ -331,7 +331,7 @@ LABELS_ONLY = textwrap.dedent('''
 
 
 def test_one_hot_outputs_get_the_label_only_attack_with_a_note(tmp_path, finished_run):
-    from harness.evaluation import LABEL_ONLY_NOTE, is_one_hot
+    from harness.audit.attack_phase import LABEL_ONLY_NOTE, is_one_hot
 
     assert is_one_hot(np.eye(3)[[0, 2, 1]]) and not is_one_hot(np.array([[0.9, 0.1, 0.0]]))
     assert not is_one_hot(np.array([[1.0, 1.0, 0.0]])) and not is_one_hot(np.zeros((0, 3)))

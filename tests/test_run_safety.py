@@ -19,8 +19,8 @@ from typer.testing import CliRunner
 
 from conftest import TINY_ARGS
 from harness.cli import app
-from harness.runlock import LOCK_NAME, RunLock, RunLockedError
-from harness.runstore import COMMIT_JOURNAL, commit_files, recover_commit
+from harness.run.runlock import LOCK_NAME, RunLock, RunLockedError
+from harness.run.runstore import COMMIT_JOURNAL, commit_files, recover_commit
 
 runner = CliRunner()
 ARGS = TINY_ARGS
@@ -36,7 +36,7 @@ def _error_lines(output: str) -> list[str]:
 
 HOLDER = """
 import sys, time
-from harness.runlock import RunLock
+from harness.run.runlock import RunLock
 lock = RunLock(sys.argv[1], command="harness evaluate held-by-test").acquire()
 print("locked", flush=True)
 time.sleep(float(sys.argv[2]))
@@ -162,7 +162,7 @@ def test_commit_is_all_or_nothing_and_an_interrupted_one_is_rolled_forward(tmp_p
     def crash_while_writing(*a, **k):  # Ctrl-C before the commit point: nothing changes
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("harness.runstore.atomic_write_json", crash_while_writing)
+    monkeypatch.setattr("harness.run.runstore.atomic_write_json", crash_while_writing)
     with pytest.raises(KeyboardInterrupt):
         commit_files(tmp_path, {"a.txt": b"newer", "b.txt": b"newer"})
     assert (tmp_path / "a.txt").read_text() == "new" and not list(tmp_path.rglob("*.tmp"))

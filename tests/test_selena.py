@@ -24,10 +24,10 @@ from defenses.selena import (
     hashed_query_set,
     teacher_masks,
 )
-from harness.config import TrainConfig, build_config
-from harness.data import load_digits
-from harness.registry import resolve
-from harness.runner import TrainJob, prepare_run, train_one
+from harness.core.config import TrainConfig, build_config
+from harness.core.data import load_digits
+from harness.core.registry import resolve
+from harness.run.runner import TrainJob, prepare_run, train_one
 
 from conftest import tiny_overrides
 

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import TINY_ARGS
 from harness.cli import app
-from harness.plugin_errors import CheckedServed, PluginError
+from harness.run.plugin_errors import CheckedServed, PluginError
 
 runner = CliRunner()
 ARGS = TINY_ARGS

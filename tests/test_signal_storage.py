@@ -8,10 +8,10 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import ConfigError
-from harness.evaluation import load_level_signals
-from harness.runstore import ModelSignals, RunDirError
-from harness.signals import stored
+from harness.core.config import ConfigError
+from harness.audit.attack_phase import load_level_signals
+from harness.run.runstore import ModelSignals, RunDirError
+from harness.run.signals import stored
 
 ARGS = ["--models", "6", "--audit-size", "60", "--epochs", "4", "--set", "train.width=64", "--set", "attack.bootstrap=50",
         "--workers", "1", "--level", "sample"]
@@ -80,7 +80,7 @@ def test_float16_signals_halve_the_files_and_keep_the_attack(tmp_path):
 
 
 def test_default_storage_keeps_earlier_fingerprints_and_float16_changes_it():
-    from harness.config import build_config
+    from harness.core.config import build_config
 
     assert "signal_dtype" not in build_config("quick").model_determining()["audit"]  # runs made before the field resume
     half = build_config("quick", {"audit.signal_dtype": "float16"}).model_determining()

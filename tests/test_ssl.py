@@ -15,11 +15,11 @@ from attacks.ssl_view_lira import SSLViewLiRA
 from defenses.base import FitContext, LabeledImages, Normalizer
 from defenses.encoders import build_encoder
 from defenses.ssl import KeyQueue, MoCo, SimCLR, momentum_update, nt_xent
-from harness.config import ConfigError, TrainConfig
-from harness.data import AugmentSpec
-from harness.metrics import evaluate_scores
-from harness.signals import check_signals, contrastive_similarity, fisher, ssl_view_outputs
-from harness.ssl_augment import SSLAugment, crop_boxes, grey, hsv_to_rgb, resized_crop, rgb_to_hsv, ssl_augment
+from harness.core.config import ConfigError, TrainConfig
+from harness.core.data import AugmentSpec
+from harness.core.metrics import evaluate_scores
+from harness.run.signals import check_signals, contrastive_similarity, fisher, ssl_view_outputs
+from defenses.ssl_augment import SSLAugment, crop_boxes, grey, hsv_to_rgb, resized_crop, rgb_to_hsv, ssl_augment
 
 
 # --- losses ---------------------------------------------------------------------------------
@@ -362,8 +362,8 @@ def test_batch_larger_than_a_training_set_refused_before_training(tmp_path):
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.config import build_config
-    from harness.runner import build_level, prepare_run, smallest_training_set, training_set
+    from harness.core.config import build_config
+    from harness.run.runner import build_level, prepare_run, smallest_training_set, training_set
 
     cfg = build_config("quick", {"defense": "ssl-simclr", "audit.models": 6, "run.out": str(tmp_path / "ok"),
                                  "run.level": "population"})

@@ -12,9 +12,9 @@ from torch import nn
 from defenses.base import FitContext, LabeledImages, Normalizer
 from defenses.stacked import stackable, train_stacked
 from defenses.training import init_network, train_classifier
-from harness.config import TrainConfig
-from harness.data import DataConfig, load_dataset
-from harness.runner import AUTO_GROUP_SIZE, TrainGroup, TrainJob, group_size, make_defense, make_groups
+from harness.core.config import TrainConfig
+from harness.core.data import DataConfig, load_dataset
+from harness.run.runner import AUTO_GROUP_SIZE, TrainGroup, TrainJob, group_size, make_defense, make_groups
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def test_groups_keep_levels_apart_and_respect_size():
 
 
 def test_auto_group_size_only_for_stackable_recipes():
-    from harness.config import validate_config
+    from harness.core.config import validate_config
 
     def cfg(defense: str, **train):
         return validate_config({"preset": "quick", "defense": defense, "data": {"name": "digits"},
@@ -114,9 +114,9 @@ def test_auto_group_size_only_for_stackable_recipes():
 
 def test_grouped_run_writes_every_model(tmp_path):
     """A run trained in groups saves one signals file per model, with its own seed and test accuracy."""
-    from harness.config import build_config
-    from harness.executors import LocalExecutor
-    from harness.runner import prepare_run, train_all
+    from harness.core.config import build_config
+    from harness.run.executors import LocalExecutor
+    from harness.run.runner import prepare_run, train_all
     from tests.conftest import tiny_overrides
 
     cfg = build_config("quick", tiny_overrides(**{"run.out": str(tmp_path), "run.group_size": 4,

@@ -15,9 +15,10 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.config import build_config
-from harness.evaluation import PRE_DEFENSE, Candidate, _metrics_json, select_best, strongest_figure
-from harness.metrics import bootstrap_selected_tpr_ci, evaluate_scores, ratio_interval
+from harness.core.config import build_config
+from harness.audit.attack_phase import _metrics_json
+from harness.audit.headline import PRE_DEFENSE, Candidate, select_best, strongest_figure
+from harness.core.metrics import bootstrap_selected_tpr_ci, evaluate_scores, ratio_interval
 
 runner = CliRunner()
 
@@ -184,7 +185,7 @@ def test_leaderboard_ranks_by_the_larger_of_headline_and_strongest(noisy_run, tm
 
 
 def test_ratio_has_a_ci_or_is_not_shown(noisy_run, tmp_path):
-    from harness.report import ratio_line
+    from harness.audit.report import ratio_line
 
     r = json.loads((noisy_run / "results.json").read_text())
     k = "0.01"

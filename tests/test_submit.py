@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.runstore import RunDir
+from harness.run.runstore import RunDir
 from leaderboard.submit import run_fingerprint_of, sha256_file
 
 runner = CliRunner()

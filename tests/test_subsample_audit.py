@@ -5,10 +5,10 @@ from typer.testing import CliRunner
 
 from defenses.base import FitContext, LabeledImages
 from defenses.subsample import Subsample
-from harness.audit_one_run import two_wrong_labels
+from harness.audit.label_flip import two_wrong_labels
 from harness.cli import app
-from harness.config import build_config
-from harness.data import load_digits
+from harness.core.config import build_config
+from harness.core.data import load_digits
 
 
 def test_two_wrong_labels_are_distinct_and_wrong():

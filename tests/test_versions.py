@@ -3,15 +3,15 @@ every run's fingerprint (runs resume and re-attack); one that trains other model
 
 from __future__ import annotations
 
-from harness import MODELS_VERSION, models_version_of
-from harness.config import build_config
-from harness.data import load_dataset
-from harness.runner import build_level, run_fingerprint
-from harness.teachers import training_fingerprints
+from harness.core.version import MODELS_VERSION, models_version_of
+from harness.core.config import build_config
+from harness.core.data import load_dataset
+from harness.run.runner import build_level, run_fingerprint
+from harness.run.teachers import training_fingerprints
 
 
 def test_the_run_fingerprint_follows_the_models_version_not_the_package_version(monkeypatch):
-    import harness.runner as runner
+    import harness.run.runner as runner
 
     cfg = build_config("quick", {"audit.models": 6})
     data = load_dataset(cfg.data, cfg.seed)
@@ -23,7 +23,7 @@ def test_the_run_fingerprint_follows_the_models_version_not_the_package_version(
 
 
 def test_a_teacher_run_of_another_models_version_is_told_apart():
-    from harness.teachers import _differences
+    from harness.run.teachers import _differences
 
     cfg = build_config("quick", {"audit.models": 6})
     data = load_dataset(cfg.data, cfg.seed)

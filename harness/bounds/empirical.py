@@ -46,7 +46,7 @@ from functools import lru_cache
 
 import numpy as np
 
-from harness.metrics import roc_curve
+from harness.core.metrics import roc_curve
 
 __all__ = [
     "EpsilonLowerBound",
@@ -202,7 +202,7 @@ def epsilon_lower_bound_roc(scores: np.ndarray, is_member: np.ndarray, delta: fl
                             bonferroni: bool = False) -> EpsilonLowerBound:
     """Empirical eps lower bound maximised over every threshold of the ROC of ``scores`` vs ``is_member``.
 
-    Thresholds are those of ``harness.metrics.roc_curve`` ("member" iff score >= threshold, ties
+    Thresholds are those of ``harness.core.metrics.roc_curve`` ("member" iff score >= threshold, ties
     move together). ``bonferroni`` uses alpha / (number of thresholds), which keeps the maximum a
     valid 1 - alpha bound; without it the maximum is optimistic (see the module docstring).
     """

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from harness.data import AugmentSpec
+from harness.core.data import AugmentSpec
 
 
 def shift_flip(x: torch.Tensor, dy: int, dx: int, flip: bool) -> torch.Tensor:

@@ -31,10 +31,10 @@ from scipy.special import softmax
 from defenses.base import FitContext, LabeledImages
 from harness.bounds.empirical import (LABEL_FLIP_THRESHOLDS, WEIGHTED_GAME_TAUS, label_flip_game,
                                       weighted_acgr_game)
-from harness import plugin_errors
-from harness.config import ConfigError, ExperimentConfig
-from harness.data import load_dataset
-from harness.runner import make_defense, resolve_device
+from harness.run import plugin_errors
+from harness.core.config import ConfigError, ExperimentConfig
+from harness.core.data import load_dataset
+from harness.run.runner import make_defense, resolve_device
 
 
 def two_wrong_labels(y: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:

@@ -21,10 +21,24 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from canaries.base import PaperDraws
-from harness.config import ConfigError
+from harness.core.errors import ConfigError
 
 RNG_MODES = ("harness", "paper")
+
+
+@dataclass(frozen=True)
+class PaperDraws:
+    """The paper code's per-sample random draws for the C audit samples (protocol notes §1.3),
+    taken at the samples' pool indices from the whole-pool arrays:
+
+    - ``label_offsets`` (C,) in 0..K-2: ``label_changes``; the wrong label is ``r if r < y else r + 1``;
+    - ``colors`` (C, 3) uint8: the blank canaries' RGB colours;
+    - ``blank_labels`` (C,) in 0..K-1: the blank canaries' labels.
+    """
+
+    label_offsets: np.ndarray
+    colors: np.ndarray
+    blank_labels: np.ndarray
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from defenses.base import SavedModel
-from harness import MODELS_VERSION, models_version_of
-from harness.config import ConfigError, ExperimentConfig
-from harness.runstore import LevelDesign, RunDir, RunDirError, sha256_arrays, sha256_json
+from harness.core.version import MODELS_VERSION, models_version_of
+from harness.core.config import ConfigError, ExperimentConfig
+from harness.run.runstore import LevelDesign, RunDir, RunDirError, sha256_arrays, sha256_json
 
 COMPONENTS = ("harness version", "data", "design", "canaries", "recipe", "seed")
 

@@ -41,9 +41,9 @@ from typing import Any
 import numpy as np
 
 from canaries.base import Canaries
-from harness.config import ConfigError, ExperimentConfig, validate_config
-from harness.data import ImageDataset
-from harness.design import AuditDesign
+from harness.core.config import ConfigError, ExperimentConfig, validate_config
+from harness.core.data import ImageDataset
+from harness.core.design import AuditDesign
 
 _UMASK = os.umask(0o022)
 os.umask(_UMASK)

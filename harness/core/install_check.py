@@ -6,7 +6,7 @@ torchvision were compiled with different CUDA major versions". That happens when
 installed from different indexes (a CPU torch from download.pytorch.org, then a CUDA torchvision
 from PyPI pulled in by ``pip install -e .``, or the reverse).
 
-Two checks, both ending in one :class:`~harness.config.ConfigError` line that says how to install
+Two checks, both ending in one :class:`~harness.core.config.ConfigError` line that says how to install
 matching builds:
 
 - :func:`check_torch_builds`, at the start of the commands that train: the build labels of the two
@@ -25,7 +25,7 @@ import re
 from pathlib import Path
 from types import ModuleType
 
-from harness.config import ConfigError
+from harness.core.errors import ConfigError
 
 TORCH_INDEX = "https://download.pytorch.org/whl"
 

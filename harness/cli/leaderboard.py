@@ -32,7 +32,7 @@ def _fail(msg: str, code: int = 2) -> None:
 @contextmanager
 def _os_errors() -> Iterator[None]:
     """An OS failure (a read-only site folder, a full disk) as one error line, exit 2."""
-    from harness.errors import os_error_message
+    from harness.core.errors import os_error_message
 
     try:
         yield

@@ -17,7 +17,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from harness.config import ConfigError
+from harness.core.errors import ConfigError
 
 BUILTINS: dict[str, dict[str, str]] = {
     "defenses": {

@@ -15,9 +15,10 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
-from harness.evaluation import fpr_key, run_label_privacy, run_privacy
-from harness.metrics import AttackMetrics, thin_roc
-from harness.runstore import commit_files
+from harness.audit.attack_phase import run_label_privacy, run_privacy
+from harness.audit.headline import fpr_key
+from harness.core.metrics import AttackMetrics, thin_roc
+from harness.run.runstore import commit_files
 
 
 def _targets(results: dict[str, Any]) -> list[float]:
@@ -79,7 +80,7 @@ def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def _is_headline(e: dict[str, Any], res: dict[str, Any]) -> bool:
     """Whether attack entry ``e`` is its experiment's headline (``res["best"]``, chosen by the tie
-    rule of :func:`harness.evaluation.select_headline`): every table marks that same row."""
+    rule of :func:`harness.audit.attack_phase.select_headline`): every table marks that same row."""
     return (e["name"], e["variant"]) == (res["best"]["name"], res["best"]["variant"])
 
 
@@ -126,7 +127,7 @@ def csv_files(results: dict[str, Any]) -> dict[str, bytes]:
 def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dict[tuple[str, str], AttackMetrics]]) -> None:
     """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv
     and config.json (the configuration these results were computed with, so the run's saved attack
-    settings are those of its results), all replaced as one change (:func:`harness.runstore.commit_files`):
+    settings are those of its results), all replaced as one change (:func:`harness.run.runstore.commit_files`):
     an interrupted attack phase leaves every one of them as it was, a finished one all of them new."""
     files = {"results.json": json_bytes(results), **csv_files(results), "config.json": json_bytes(results["config"])}
     for level, by_attack in curves.items():
@@ -248,7 +249,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     bounds = results.get("bounds")
     if bounds:
         table.add_row("DP ε (δ=1e-5)", *[f"{bounds['epsilon']:.3g}" for _ in bests])
-        for k, v in bounds["tpr_at_fpr"].items():  # positive FPRs only (harness.evaluation._bounds_json)
+        for k, v in bounds["tpr_at_fpr"].items():  # positive FPRs only (harness.audit.attack_phase._bounds_json)
             table.add_row(f"provable TPR@{100 * float(k):g}% ≤", *[_pct(v) for _ in bests])
     label = run_label_privacy(results)
     if label:  # ALIBI / AGIBI: a guarantee on labels only, beside the empirical bounds it should cap

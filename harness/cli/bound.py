@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from harness.config import ConfigError
+from harness.core.errors import ConfigError
 
 bound_app = typer.Typer(
     add_completion=False, no_args_is_help=True,

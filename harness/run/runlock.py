@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from harness.config import ConfigError
+from harness.core.errors import ConfigError
 
 LOCK_NAME = ".harness.lock"
 _WINDOWS_LOCK_OFFSET = 1 << 20  # Windows locks a byte range: one byte past the holder's record

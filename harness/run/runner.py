@@ -1,7 +1,7 @@
 """Prepare a run and train its S models per level, each in its own seeded job.
 
 Data flow: config -> data + audit design + canaries (saved in the run directory) -> one job per group of
-models of a level (:func:`group_size`) through an :class:`~harness.executors.Executor` -> each model trains on
+models of a level (:func:`group_size`) through an :class:`~harness.run.executors.Executor` -> each model trains on
 ``all non-audit samples + the audit samples it is a member of + the canaries' extra samples``,
 queries the served model on the audit samples under every query augmentation, and writes its
 signals atomically. Finished models are skipped when the same command runs again.
@@ -21,13 +21,14 @@ import torch
 
 from canaries.base import CanaryContext
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
-from harness import MODELS_VERSION, __version__, plugin_errors
-from harness.config import ConfigError, ExperimentConfig
-from harness.data import AugmentSpec, ImageDataset, load_dataset
-from harness.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
-from harness.executors import Executor
-from harness.registry import resolve, source_fingerprint
-from harness.runstore import LevelDesign, RunDir, sha256_json
+from harness.core.version import MODELS_VERSION, __version__
+from harness.run import plugin_errors
+from harness.core.config import ConfigError, ExperimentConfig
+from harness.core.data import AugmentSpec, ImageDataset, load_dataset
+from harness.core.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
+from harness.run.executors import Executor
+from harness.core.registry import resolve, source_fingerprint
+from harness.run.runstore import LevelDesign, RunDir, sha256_json
 
 
 def resolve_device(device: str) -> str:
@@ -113,7 +114,7 @@ def model_seed(seed: int, index: int, rng: str = "harness", num_models: int = 0)
 def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
     """Hash of everything that determines the models, apart from the per-level design and canaries.
     The defense's ``plumbing_params`` (e.g. DFKD's ``teacher_run``) are left out: they locate
-    inputs whose identity is checked separately (:mod:`harness.teachers`)."""
+    inputs whose identity is checked separately (:mod:`harness.run.teachers`)."""
     config = cfg.model_determining()
     for name in getattr(resolve("defenses", cfg.defense), "plumbing_params", ()):
         config["defense_params"].pop(name, None)
@@ -207,8 +208,8 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     """Check everything that can be checked before training (defense, its declared attacks, device,
     data sizes, canaries) and design each experiment; nothing is written. The run directory is
     ``run_dir`` or the default one (:func:`default_run_dir`)."""
-    from harness.evaluation import attack_names, check_declared_attacks, load_attacks
-    from harness.signals import check_signals
+    from harness.audit.attack_phase import attack_names, check_declared_attacks, load_attacks
+    from harness.run.signals import check_signals
 
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"--run-dir {run_dir} is a file, not a run directory")
@@ -242,8 +243,8 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
         "data_fingerprint": data.fingerprint(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
     }
-    if defense.reuses_undefended:  # saved undefended models to start from (harness/teachers.py)
-        from harness.teachers import resolve_teachers
+    if defense.reuses_undefended:  # saved undefended models to start from (harness/run/teachers.py)
+        from harness.run.teachers import resolve_teachers
 
         manifest["undefended_runs"] = resolve_teachers(cfg, data.fingerprint(), designs,
                                                        defense.params.get("teacher_run"), path)
@@ -253,7 +254,7 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
 def open_run(plan: RunPlan) -> Prepared:
     """Create the planned run directory, or re-open it (checking it holds the same run and
     repairing damaged files), and save each experiment's design. Hold the run's lock
-    (:class:`harness.runlock.RunLock`) around this and everything that follows."""
+    (:class:`harness.run.runlock.RunLock`) around this and everything that follows."""
     run = RunDir(plan.path)
     if run.recover():
         run.healed.append("finished writing the results of an interrupted attack phase")
@@ -311,9 +312,9 @@ def training_set(data: ImageDataset, ld: LevelDesign, index: int) -> LabeledImag
 
 def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dict]:
     """(names, table) of the signals a run's models save: what its attacks need
-    (:func:`harness.signals.needed_signals`)."""
-    from harness.evaluation import attack_names, load_attacks
-    from harness.signals import needed_signals, signal_table
+    (:func:`harness.run.signals.needed_signals`)."""
+    from harness.audit.attack_phase import attack_names, load_attacks
+    from harness.run.signals import needed_signals, signal_table
 
     attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)
     return needed_signals(attacks), signal_table(attacks)
@@ -321,9 +322,9 @@ def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dic
 
 def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense, x: np.ndarray, spec: AugmentSpec,
                     population_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
-    """The signals one model saves: every signal the run's attacks need (:mod:`harness.signals`),
+    """The signals one model saves: every signal the run's attacks need (:mod:`harness.run.signals`),
     on the audit samples ``x`` and, for population signals, on ``population_x``."""
-    from harness.signals import compute_signals, signal_seed, stored
+    from harness.run.signals import compute_signals, signal_seed, stored
 
     names, table = run_signals(cfg, defense)
     pop = population_x if population_x is not None else x[:0]
@@ -370,7 +371,7 @@ class _JobSetup:
 
         undefended = None
         if self.defense.reuses_undefended:
-            from harness.teachers import load_undefended
+            from harness.run.teachers import load_undefended
 
             source = run.load_manifest().get("undefended_runs", {}).get(self.level)
             if source is not None:

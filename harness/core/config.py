@@ -16,9 +16,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from harness.core.errors import ConfigError
+from harness.core.overrides import (apply_overrides, parse_set_options, route_overrides, run_attack_names,
+                                    settle_attack_params, settle_canary_params)
+from harness.core.registry import resolve
 
-class ConfigError(ValueError):
-    """A user mistake in the configuration (bad preset, unknown key, impossible value)."""
+__all__ = ["ConfigError", "apply_overrides", "parse_set_options", "build_config", "validate_config"]
 
 
 class _Strict(BaseModel):
@@ -36,7 +39,7 @@ class DataConfig(_Strict):
         default=None, gt=0, allow_inf_nan=False,
         description="npz only: pixel = value x scale, rounded, for images that are not uint8-range values "
         "(e.g. 255 for floats in [0, 1], 255/1023 for 10-bit integers); None = no conversion but the documented "
-        "ones (harness/data.py, load_npz)")
+        "ones (harness/core/data.py, load_npz)")
 
 
 class AuditConfig(_Strict):
@@ -51,7 +54,7 @@ class AuditConfig(_Strict):
         default_factory=dict, description="per-canary parameters: {canary name: {param: value}}"
     )
     rng: Literal["harness", "paper"] = Field(
-        default="harness", description="RNG tree of the design and canaries: ours, or the paper code's (harness/design.py)"
+        default="harness", description="RNG tree of the design and canaries: ours, or the paper code's (harness/core/design.py)"
     )
     population_samples: int = Field(
         default=1000, ge=0, description="test images every model is also queried on (RMIA's population samples z)"
@@ -260,38 +263,10 @@ def load_preset_mapping(preset: str) -> dict[str, Any]:
     return raw
 
 
-def _parse_value(text: str) -> Any:
-    """Parse an override's value as YAML so that ``16``, ``0.5``, ``true`` and ``[1, 2]`` get their types."""
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError:
-        return text
 
 
-def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    """Set dotted paths (``audit.models``) in a copy of ``raw``; values are kept as given."""
-    out = copy.deepcopy(raw)
-    for dotted, value in overrides.items():
-        keys = dotted.split(".")
-        node = out
-        for k in keys[:-1]:
-            nxt = node.setdefault(k, {})
-            if not isinstance(nxt, dict):
-                raise ConfigError(f"cannot set {dotted!r}: {k!r} is not a section")
-            node = nxt
-        node[keys[-1]] = value
-    return out
 
 
-def parse_set_options(items: list[str]) -> dict[str, Any]:
-    """Turn ``--set key.path=value`` strings into an override mapping (values parsed as YAML)."""
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
-        k, v = item.split("=", 1)
-        out[k.strip()] = _parse_value(v)
-    return out
 
 
 def _format_error(e: ValidationError) -> str:
@@ -353,13 +328,10 @@ def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[st
 def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> ExperimentConfig:
     """Load a preset, fold in its section for the chosen defense, check and apply overrides, validate.
 
-    Every override must take effect: :func:`harness.overrides.route_overrides` rewrites recipe
+    Every override must take effect: :func:`harness.core.overrides.route_overrides` rewrites recipe
     overrides a defense takes as its own parameters and refuses the ones nothing would read.
     Raises :class:`ConfigError` on any mistake.
     """
-    from harness.overrides import route_overrides, run_attack_names, settle_attack_params, settle_canary_params
-    from harness.registry import resolve
-
     overrides = overrides or {}
     raw = load_preset_mapping(preset)
     defense = str(overrides.get("defense", raw.get("defense", "undefended")))

@@ -13,22 +13,12 @@ import numpy as np
 
 from attacks.base import Attack, AttackInput
 from defenses.base import Defense
-from harness.config import ConfigError, ExperimentConfig
-from harness.metrics import AttackMetrics, evaluate_scores, roc_on_grid
-from harness.registry import resolve
-from harness.runstore import RunDir, RunDirError
-
-HEADLINE_FPR = 0.001
-
-
-def fpr_key(t: float) -> str:
-    """JSON key of a target FPR: ``repr`` of the float ("0.0", "0.001", "0.01")."""
-    return repr(float(t))
-
-
-def headline_fpr(cfg: ExperimentConfig) -> float:
-    return HEADLINE_FPR if HEADLINE_FPR in cfg.attack.fprs else min(cfg.attack.fprs, default=0.0)
-
+from harness.core.config import ConfigError, ExperimentConfig
+from harness.audit.headline import (PRE_DEFENSE, Candidate, fpr_key, headline_fpr, ratio_json, select_best,
+                                    strongest_figure, strongest_warning)
+from harness.core.metrics import AttackMetrics, evaluate_scores, roc_on_grid
+from harness.core.registry import resolve
+from harness.run.runstore import RunDir, RunDirError
 
 LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every model): the label-only attack was "
                    "added automatically and counts for the headline")
@@ -49,7 +39,7 @@ def check_declared_attacks(defense: Defense, name: str) -> None:
     """A defense's ``adaptive_attacks`` (its headline is taken over them) must be a non-empty tuple
     of attack names, and ``ablation_attacks`` a tuple of names none of which is also adaptive;
     refused before training (whether each can run on the defense's outputs is
-    :func:`harness.signals.check_signals`' part)."""
+    :func:`harness.run.signals.check_signals`' part)."""
     for attr in ("adaptive_attacks", "ablation_attacks"):
         value = getattr(defense, attr)
         if isinstance(value, str) or not isinstance(value, (tuple, list)) or \
@@ -169,12 +159,34 @@ def run_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The DP guarantee the models report (defense_info with an epsilon): the weakest over models."""
+    """The DP guarantee the models report (defense_info with an epsilon): the weakest over models.
+    For models trained on a random fraction of their data (the ``subsample`` wrapper's
+    ``subsample_rate``), the P1-aware bounds of Thudi et al. at that epsilon (:func:`_subsample_bounds`)."""
     infos = [m.get("defense_info") or {} for m in metas]
     if not all("epsilon" in i for i in infos):
         return None
     worst = max(infos, key=lambda i: float("inf") if i["epsilon"] is None else i["epsilon"])
-    return {**worst, "epsilon_min": min(i["epsilon"] for i in infos)}
+    out = {**worst, "epsilon_min": min(i["epsilon"] for i in infos)}
+    if "subsample_rate" in worst and "subsample_bounds" not in worst:  # runs before 0.3.0 stored them
+        bounds = _subsample_bounds(worst.get("epsilon"), float(worst["subsample_rate"]))
+        if bounds is not None:
+            out = {**worst, "subsample_bounds": bounds, "epsilon_min": out["epsilon_min"]}
+    return out
+
+
+def _subsample_bounds(eps: float | None, rate: float) -> dict[str, float] | None:
+    """Thudi et al. (TMLR 2024, sec. 4): an audit sample is a member with probability 1/2 and then
+    kept with probability ``rate``, so its prior is P1 = rate / 2; the positive accuracy of any attack
+    on an eps-DP trainer is at most ``(1 + e^{-eps} (1 - P1) / P1)^{-1}``, and the epsilon giving the
+    same bound at 1/2 is ``eps + ln((1 - P1) / P1)``. None without a finite epsilon."""
+    from harness.bounds.thudi import epsilon_for_prior, pos_acc_upper
+
+    if eps is None or not np.isfinite(eps):
+        return None
+    p1 = rate / 2
+    return {"prior": p1, "pos_acc_upper": pos_acc_upper(eps, p1),
+            "pos_acc_upper_without_subsampling": pos_acc_upper(eps, 0.5),
+            "equivalent_epsilon_at_half": epsilon_for_prior(eps, p1)}
 
 
 def _label_privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -234,114 +246,10 @@ def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
     }
 
 
-def _headline_key(hk: str):
-    """Order of candidates for a headline: TPR at the headline FPR, then at FPR 0, then AUC; a
-    remaining tie goes to the earlier candidate (attacks in run order)."""
-    return lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"])
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One candidate of a best-of figure: an attack variant on one experiment, with its scores and,
-    when the run bootstraps, its per-replicate TPRs (the run's shared draws)."""
-
-    label: str  # "<experiment>/<attack>:<variant>"
-    entry: dict[str, Any]
-    scores: np.ndarray  # (S, C_e), evaluated canaries only
-    membership: np.ndarray  # (S, C_e)
-    samples: dict[float, np.ndarray] | None = None  # AttackMetrics.samples
-
-
-def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = "candidate") -> tuple[
-        dict[str, Any], Any]:
-    """The best of ``candidates`` by :func:`_headline_key` (ties: the earlier candidate), with a
-    selection-aware bootstrap CI that re-makes the selection in every replicate; returns the record
-    and the :class:`~harness.metrics.Selection` (None without a bootstrap). ``what`` names the
-    candidates in ``ci_method``."""
-    from harness.metrics import bootstrap_draws, bootstrap_tpr_samples, select_from_samples
-
-    hk = fpr_key(headline_fpr(cfg))
-    key = _headline_key(hk)
-    best = candidates[0]
-    for c in candidates[1:]:  # max() keeps the first of equals too; spelled out for the tie rule
-        if key(c.entry) > key(best.entry):
-            best = c
-    e = best.entry
-    targets = [0.0, *cfg.attack.fprs]
-    selection = None
-    if cfg.attack.bootstrap > 0:
-        if all(c.samples is not None for c in candidates):  # computed with the run's draws already
-            samples = [c.samples for c in candidates]
-        else:
-            draws = bootstrap_draws(candidates[0].scores.shape[0], cfg.attack.bootstrap, cfg.seed)
-            wanted = sorted({*targets, headline_fpr(cfg)})
-            samples = [bootstrap_tpr_samples(c.scores, c.membership, wanted, draws) for c in candidates]
-        selection = select_from_samples(samples, targets, select_at=headline_fpr(cfg),
-                                        confidence=cfg.attack.confidence)
-        ci_json = {fpr_key(t): list(v) for t, v in selection.ci.items()}
-    else:
-        ci_json = {fpr_key(t): [float("nan"), float("nan")] for t in targets}
-    record = {
-        "name": e["name"],
-        "variant": e["variant"],
-        "access": e.get("access", "black-box"),
-        "tpr_at_fpr": e["tpr_at_fpr"],
-        "tpr_ci": ci_json,
-        "tpr_ci_variant": e["tpr_ci"],
-        "resolved": e["resolved"],
-        "source": best.label,
-        "candidates": [c.label for c in candidates],
-        "ci_method": (f"percentile bootstrap over victim models; the selection of the best of the "
-                      f"{len(candidates)} {what}(s) at the headline FPR is re-made in every replicate"),
-    }
-    return record, selection
-
-
-def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
-    """The headline over ``candidates`` (primary variants of the defense's adaptive attacks):
-    :func:`select_best`'s record."""
-    return select_best(candidates, cfg)[0]
-
-
-#: why an attack is left out of the strongest figure: it reads outputs the deployed model never serves
-PRE_DEFENSE = "reads the outputs before the defense's test-time step (raw_query), which the deployed model does not serve"
-
-
-def strongest_figure(pool: list[Candidate], headline: dict[str, Any], cfg: ExperimentConfig,
-                     excluded: dict[str, str]) -> dict[str, Any]:
-    """The strongest figure of a level: the best of *every* attack variant that ran on what the
-    deployed model serves (``pool``: the headline's candidates first, so that a tie keeps the
-    headline's), with a CI that re-makes that choice over all of them in every replicate.
-
-    Beside the pre-declared headline, it cannot understate the leak by which attacks a defense
-    declares; being a maximum over many variants, it is biased upward, which its CI carries.
-    ``beats_headline``: its CI's lower limit at the headline FPR lies above the headline's TPR
-    there (the gap exceeds its uncertainty)."""
-    record, _ = select_best(pool, cfg, what="attack variant")
-    hk = fpr_key(headline_fpr(cfg))
-    tpr, head = record["tpr_at_fpr"][hk], headline["tpr_at_fpr"][hk]
-    lo = record["tpr_ci"][hk][0]
-    resolved = bool(record["resolved"][hk] and headline["resolved"][hk])
-    record["excluded_attacks"] = dict(excluded)
-    record["beats_headline"] = bool(resolved and tpr > head and lo == lo and lo > head)
-    return record
-
-
-def strongest_warning(level: str, strongest: dict[str, Any], headline: dict[str, Any], fpr: float) -> str:
-    """The report's line when the strongest figure beats the headline by more than its CI."""
-    k = fpr_key(fpr)
-    lo, hi = strongest["tpr_ci"][k]
-    return (f"{level} level: {strongest['name']}:{strongest['variant']} ({strongest['access']}; "
-            f"{strongest['source'].split('/')[0]}) finds {100 * strongest['tpr_at_fpr'][k]:.1f}% "
-            f"[{100 * lo:.1f}, {100 * hi:.1f}] at {100 * fpr:g}% FPR, above the headline's "
-            f"{100 * headline['tpr_at_fpr'][k]:.1f}% ({headline['name']}:{headline['variant']}) by more than its CI: "
-            "the headline, taken over the defense's declared adaptive attacks, understates the leak")
-
-
 def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
     """Whether the run's models trained on augmented images: ``train.augment`` when the defense reads
     it (every built-in does); True for a defense that does not read it (its recipe is its own)."""
-    from harness.registry import resolve
+    from harness.core.registry import resolve
 
     fields, _, _ = resolve("defenses", cfg.defense).recipe_routing(dict(cfg.defense_params))
     return cfg.train.augment if fields is None or "augment" in fields else True
@@ -354,7 +262,7 @@ class LevelEvaluation:
     candidates: list[Candidate]  # the headline's: primary variants of the headline attacks
     others: list[Candidate]  # every other variant in the strongest figure's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
-    selection: Any  # the headline's harness.metrics.Selection (None without a bootstrap)
+    selection: Any  # the headline's harness.core.metrics.Selection (None without a bootstrap)
 
 
 def evaluate_level(
@@ -372,7 +280,7 @@ def evaluate_level(
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
-    from harness.signals import attack_access, reads_pre_defense_outputs, signal_table
+    from harness.run.signals import attack_access, reads_pre_defense_outputs, signal_table
 
     table = signal_table(attacks)
     entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
@@ -439,37 +347,10 @@ def evaluate_level(
     return LevelEvaluation(result, curves, candidates, others, excluded, selection)
 
 
-def _ratio_json(results: dict[str, Any], selections: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
-    """Sample-level over population-level headline TPR at the headline FPR, with a percentile
-    bootstrap CI over victim models: both levels share the S model indices and the run's draws, so
-    each replicate's ratio pairs the two levels' re-selected headlines on the same victims
-    (:func:`harness.metrics.ratio_interval`). ``ratio`` is None when the population headline is 0
-    (infinite) or either figure is unresolved; ``ci`` is None without a bootstrap."""
-    from harness.metrics import ratio_interval
-
-    fpr = headline_fpr(cfg)
-    k = fpr_key(fpr)
-    p, s = results["population"]["best"], results["sample"]["best"]
-    resolved = bool(p["resolved"][k] and s["resolved"][k])
-    pv, sv = p["tpr_at_fpr"][k], s["tpr_at_fpr"][k]
-    out: dict[str, Any] = {"fpr": fpr, "population": pv, "sample": sv, "resolved": resolved,
-                           "ratio": sv / pv if resolved and pv > 0 else None, "ci": None, "replicates_used": 0}
-    pop, smp = selections.get("population"), selections.get("sample")
-    if resolved and pop is not None and smp is not None:
-        lo, hi, used = ratio_interval(smp.samples[fpr], pop.samples[fpr], cfg.attack.confidence)
-        if used:
-            out["ci"] = [lo, hi]
-        out["replicates_used"] = used
-    out["method"] = ("percentile bootstrap over victim models (inverted-CDF quantiles): each replicate draws the S "
-                     "victims once, re-selects both levels' headlines on them and takes the ratio; a replicate whose "
-                     "population figure is 0 has an infinite ratio (0 / 0 replicates are left out)")
-    return out
-
-
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
     """Which ``train.*`` fields the defense reads, and which of its parameters replace others."""
     fields, aliases, _ = type(defense).recipe_routing(dict(defense.params))
-    from harness.overrides import TRAIN_FIELDS
+    from harness.core.overrides import TRAIN_FIELDS
 
     return {"reads": sorted(fields) if fields is not None else list(TRAIN_FIELDS), "replaced_by": aliases}
 
@@ -484,19 +365,19 @@ def evaluate_run(
     the run's models (the run fingerprint is checked where it can be re-computed). ``attack_overrides``
     (dotted ``attack.*`` keys only: they do not change any model) update its attack settings.
     Nothing is written here: results.json records the configuration it was computed with
-    (``config``), and :func:`harness.report.write_outputs` saves that as the run's config.json in the
+    (``config``), and :func:`harness.audit.report.write_outputs` saves that as the run's config.json in the
     same commit as the results, so the saved attack settings and the results change together.
     """
-    from harness import __version__, models_version_of
-    from harness.config import apply_overrides, validate_config
-    from harness.runner import make_defense
+    from harness.core.version import __version__, models_version_of
+    from harness.core.config import apply_overrides, validate_config
+    from harness.run.runner import make_defense
 
     cfg = cfg if cfg is not None else run.load_config()
     if attack_overrides:
         bad = [k for k in attack_overrides if not k.startswith("attack.")]
         if bad:
             raise ConfigError(f"only attack.* settings can change after training, not {', '.join(bad)}")
-        from harness.overrides import run_attack_names, settle_attack_params
+        from harness.core.overrides import run_attack_names, settle_attack_params
 
         merged = apply_overrides(cfg.model_dump(mode="json"), attack_overrides)
         merged = settle_attack_params(merged, attack_overrides,
@@ -566,7 +447,7 @@ def evaluate_run(
     if warnings:
         results["warnings"] = warnings
     if "population" in results and "sample" in results:
-        results["sample_population_ratio"] = _ratio_json(results, selections, cfg)
+        results["sample_population_ratio"] = ratio_json(results, selections, cfg)
     privacy = run_privacy(results)
     if privacy is not None:
         results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)

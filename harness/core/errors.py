@@ -1,4 +1,10 @@
-"""Operating-system failures as one line for the user.
+"""The user's mistakes and the environment's failures, as one line each.
+
+:class:`ConfigError` is every mistake the user can fix (a bad config, missing data, an unknown
+plugin, a foreign or locked run directory, ...): the CLI prints its message after ``error:`` and
+exits 2. Operating-system failures are described by :func:`os_error_message`.
+
+Operating-system failures as one line for the user.
 
 A read-only or missing folder, a file where a folder should be, a full disk: the commands print
 :func:`os_error_message` after ``error:`` and exit 2. Files are written atomically (temp file,
@@ -9,6 +15,12 @@ as it was, and the same command resumes once the cause is fixed.
 from __future__ import annotations
 
 import errno
+
+
+class ConfigError(ValueError):
+    """A user mistake in the configuration (bad preset, unknown key, impossible value), or anything
+    else the user can fix; its message is one line."""
+
 
 _HINTS = {
     errno.ENOSPC: "free some space and run the same command again: every finished model and file is kept",

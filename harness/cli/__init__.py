@@ -23,8 +23,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from harness.config import ConfigError, build_config, parse_set_options
-from harness.install_check import check_torch_builds
+from harness.core.config import ConfigError, build_config, parse_set_options
+from harness.core.install_check import check_torch_builds
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Evaluate membership-inference defenses honestly.")
 console = Console()
@@ -87,10 +87,10 @@ class _Every:
 
 def _attack_and_report(run_path: Path, details: bool = False, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The attack phase on a run's saved signals: results, CSVs, ROC files and config.json are
-    replaced as one change at the end (harness.report.write_outputs). Call with the run's lock held."""
-    from harness.evaluation import evaluate_run
-    from harness.report import print_report, write_outputs
-    from harness.runstore import RunDir
+    replaced as one change at the end (harness.audit.report.write_outputs). Call with the run's lock held."""
+    from harness.audit.attack_phase import evaluate_run
+    from harness.audit.report import print_report, write_outputs
+    from harness.run.runstore import RunDir
 
     with console.status("running attacks on saved signals..."):
         results, curves = evaluate_run(RunDir(run_path), attack_overrides=overrides)
@@ -118,10 +118,10 @@ def _plugin_failure(e: Any, debug: bool) -> None:
 def _guard(debug: bool = False, interrupted: str | None = None) -> Iterator[None]:
     """Turn the user's and the environment's failures into one ``error:`` line and exit 2: config
     mistakes (ConfigError, incl. a locked or damaged run directory), a defense's failure (its own
-    frames), OS failures (a read-only folder, a full disk: harness.errors). Ctrl-C prints
+    frames), OS failures (a read-only folder, a full disk: harness.core.errors). Ctrl-C prints
     ``interrupted`` and exits 130 (without it, the interrupt propagates)."""
-    from harness.errors import os_error_message
-    from harness.plugin_errors import PluginError
+    from harness.core.errors import os_error_message
+    from harness.run.plugin_errors import PluginError
 
     try:
         yield
@@ -139,9 +139,9 @@ def _guard(debug: bool = False, interrupted: str | None = None) -> Iterator[None
 
 
 def _run_lock(path: Path, wait: bool, shared: bool = False) -> Any:
-    """The run directory's lock (harness.runlock), saying so while it waits and when it takes over
+    """The run directory's lock (harness.run.runlock), saying so while it waits and when it takes over
     the lock of a process that died holding it."""
-    from harness.runlock import RunLock
+    from harness.run.runlock import RunLock
 
     def waiting(holder: Any) -> None:
         who = holder.describe() if holder is not None else "another process"
@@ -164,7 +164,7 @@ def _run_lock(path: Path, wait: bool, shared: bool = False) -> Any:
 def _existing_run(run_dir: Path) -> Any:
     """A run directory that must already exist (attack, report, submit): refused before any lock
     (which would create the folder)."""
-    from harness.runstore import RunDir
+    from harness.run.runstore import RunDir
 
     run = RunDir(run_dir)
     run.require()
@@ -177,8 +177,8 @@ _RESUME_FLAGS = {"run.workers", "run.device", "run.save_models", "run.executor",
 def _resume_config(run_dir: Path, overrides: dict[str, Any]) -> Any:
     """``harness evaluate --run-dir RUN`` without DEFENSE: the run's saved config, with only the
     settings that never change the models (workers, device, --save-models) overridable."""
-    from harness.config import apply_overrides, validate_config
-    from harness.runstore import RunDir
+    from harness.core.config import apply_overrides, validate_config
+    from harness.run.runstore import RunDir
 
     changing = sorted(k for k in overrides if k not in _RESUME_FLAGS and not k.startswith(("run.slurm.", "run.ray.")))
     if changing:
@@ -224,7 +224,7 @@ def evaluate(
     debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
     """Train S models per level (resuming finished ones), run the attacks and print the report."""
-    from harness.runner import open_run, plan_run
+    from harness.run.runner import open_run, plan_run
 
     with _guard(debug, interrupted="every finished model is saved and the run's results are as before; run the "
                                    "same command again to resume."):
@@ -253,7 +253,7 @@ def evaluate(
             overrides["run.save_models"] = True
         if overrides.get("run.executor", "local") == "local" and overrides.get("run.workers") != 1 and \
                 (os.cpu_count() or 1) > 1:  # a local pool is likely: its workers' server imports torch meanwhile
-            from harness.executors import start_worker_server
+            from harness.run.executors import start_worker_server
 
             start_worker_server()
         if defense is None:
@@ -265,7 +265,7 @@ def evaluate(
         else:
             overrides["defense"] = defense
             cfg = build_config(preset or "quick", overrides)
-        from harness.executors import check_engine
+        from harness.run.executors import check_engine
 
         check_engine(cfg.run.executor, cfg.run)  # installed and answering, before anything is written
         t0 = time.perf_counter()
@@ -281,8 +281,8 @@ def evaluate(
 def _train_and_attack(prep: Any, cfg: Any, t_prep: float, details: bool) -> None:
     """Train the run's pending models, record the timings, then run the attack phase (the run's
     lock held by the caller)."""
-    from harness.executors import make_executor
-    from harness.runner import heal_signals, pending_jobs, resolve_device, train_all
+    from harness.run.executors import make_executor
+    from harness.run.runner import heal_signals, pending_jobs, resolve_device, train_all
 
     run = prep.run
     console.print(f"Run directory: [bold]{run.path}[/] (fingerprint {prep.fingerprint[:12]})")
@@ -307,7 +307,7 @@ def _train_and_attack(prep: Any, cfg: Any, t_prep: float, details: bool) -> None
                               "and stay unsaved (delete the run directory to retrain them with it).")
     t1 = time.perf_counter()
     if jobs:
-        from harness.runner import group_size, make_defense
+        from harness.run.runner import group_size, make_defense
 
         defense_obj = make_defense(cfg)
         g = group_size(cfg, defense_obj)
@@ -385,8 +385,8 @@ def report(
     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
 ) -> None:
     """Re-print the tables of a finished run and re-export table.csv / attacks.csv."""
-    from harness.report import csv_files, load_results, print_report
-    from harness.runstore import RunDir, commit_files
+    from harness.audit.report import csv_files, load_results, print_report
+    from harness.run.runstore import RunDir, commit_files
 
     path = run_dir / "results.json"
     with _guard():
@@ -445,8 +445,8 @@ def list_plugins() -> None:
     """Show every defense, canary and attack with a one-line description."""
     from rich.table import Table
 
-    from harness.config import preset_names
-    from harness.registry import available, resolve
+    from harness.core.config import preset_names
+    from harness.core.registry import available, resolve
 
     table = Table(title="privacy-harness plugins", title_justify="left")
     for col in ("kind", "name", "description"):
@@ -502,8 +502,8 @@ def audit_one_run_cmd(
 
     from rich.table import Table
 
-    from harness.audit_one_run import GAMES, audit_one_run
-    from harness.runstore import atomic_write_json
+    from harness.audit.label_flip import GAMES, audit_one_run
+    from harness.run.runstore import atomic_write_json
 
     with _guard(debug, interrupted="nothing was saved"):
         check_torch_builds()
@@ -562,8 +562,8 @@ SHOWN_TAUS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
 def _register_subapps() -> None:
-    from harness.bounds_cli import bound_app
-    from harness.leaderboard_cli import leaderboard_app
+    from harness.cli.bound import bound_app
+    from harness.cli.leaderboard import leaderboard_app
 
     app.add_typer(bound_app, name="bound", help="Provable MI bounds from DP parameters (no training).")
     app.add_typer(leaderboard_app, name="leaderboard", help="The static leaderboard site: build, add, verify.")

@@ -39,7 +39,7 @@ def _init_worker(threads: int) -> None:
 
 
 #: what the local pool's worker server imports once; every worker is a fork of it (docs/executors.md)
-WORKER_PRELOAD = ("torch", "harness.runner")
+WORKER_PRELOAD = ("torch", "harness.run.runner")
 
 
 def worker_context() -> Any:
@@ -157,7 +157,7 @@ def check_engine(kind: str, run: Any = None) -> None:
     cannot start leaves no run directory; every check ends within about 30 s."""
     import importlib.util
 
-    from harness.config import ConfigError
+    from harness.core.config import ConfigError
 
     if kind in EXTRAS and importlib.util.find_spec(EXTRAS[kind][0]) is None:
         module, extra = EXTRAS[kind]
@@ -182,7 +182,7 @@ def check_slurm(partition: str | None) -> None:
     import shutil
     import subprocess
 
-    from harness.config import ConfigError
+    from harness.core.config import ConfigError
 
     missing = [c for c in ("sbatch", "sinfo") if shutil.which(c) is None]
     if missing:
@@ -222,7 +222,7 @@ def check_ray(address: str) -> None:
     import socket
     import subprocess
 
-    from harness.config import ConfigError
+    from harness.core.config import ConfigError
 
     hostport = address.removeprefix("ray://")
     host, sep, port = hostport.rpartition(":")

@@ -25,40 +25,20 @@ Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Sign
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
 
-from harness.augment import shift_flip
-from harness.config import ConfigError
-from harness.data import AugmentSpec
-from harness.ssl_augment import SSLAugment
+from defenses.ssl_augment import SSLAugment
+from harness.core.augment import shift_flip
+from harness.core.errors import ConfigError
+from harness.core.data import AugmentSpec
+from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, Signal, SignalFn  # noqa: F401 (re-exported)
 
 if TYPE_CHECKING:
     from attacks.base import Attack
     from defenses.base import ServedModel
-
-SignalFn = Callable[["ServedModel", np.ndarray, AugmentSpec, int], "np.ndarray | None"]
-
-#: repetitions of the contrastive views saved per model (the paper's 6); attacks may average fewer
-CONTRASTIVE_REPETITIONS = 6
-FISHER_EPS = 1e-45  # the paper's guard inside the logs
-
-
-@dataclass(frozen=True)
-class Signal:
-    """A named per-model signal. ``requires``: the served model's capability it needs
-    (``"features"``, ``"raw_query"`` or None); ``images``: computed on the ``"audit"`` samples or on
-    the ``"population"`` samples; ``access``: what an adversary needs to read it."""
-
-    name: str
-    description: str
-    fn: SignalFn
-    requires: str | None = None
-    images: str = "audit"
-    access: str = "black-box"
 
 
 def query_augmented(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec) -> np.ndarray:

@@ -23,9 +23,42 @@ does not read); ``results.json`` records the fields each run's defense reads (``
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-from harness.config import ConfigError
+import yaml
+
+from harness.core.errors import ConfigError
+
+def _parse_value(text: str) -> Any:
+    """Parse an override's value as YAML so that ``16``, ``0.5``, ``true`` and ``[1, 2]`` get their types."""
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """Set dotted paths (``audit.models``) in a copy of ``raw``; values are kept as given."""
+    out = copy.deepcopy(raw)
+    for dotted, value in overrides.items():
+        keys = dotted.split(".")
+        node = out
+        for k in keys[:-1]:
+            nxt = node.setdefault(k, {})
+            if not isinstance(nxt, dict):
+                raise ConfigError(f"cannot set {dotted!r}: {k!r} is not a section")
+            node = nxt
+        node[keys[-1]] = value
+    return out
+def parse_set_options(items: list[str]) -> dict[str, Any]:
+    """Turn ``--set key.path=value`` strings into an override mapping (values parsed as YAML)."""
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        k, v = item.split("=", 1)
+        out[k.strip()] = _parse_value(v)
+    return out
+
 
 TRAIN_FIELDS = ("model", "width", "epochs", "batch_size", "lr", "momentum", "weight_decay", "schedule",
                 "milestones", "gamma", "warmup_epochs", "augment")
@@ -93,8 +126,6 @@ def route_overrides(raw: dict[str, Any], overrides: dict[str, Any], defense_cls:
 
 
 def _apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    from harness.config import apply_overrides
-
     return apply_overrides(raw, overrides)
 
 

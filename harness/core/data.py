@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from harness.config import ConfigError, DataConfig
+from harness.core.config import ConfigError, DataConfig
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)
@@ -215,7 +215,7 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
     if folder is None:
         if not download:
             raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}")
-        from harness.install_check import import_torchvision
+        from harness.core.install_check import import_torchvision
 
         try:
             import_torchvision(f"downloading CIFAR-10 (no batch files under {root})")

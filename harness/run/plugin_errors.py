@@ -130,7 +130,7 @@ def check_output(out: Any, n: int, width: int | None, method: str, defense_name:
 class CheckedServed:
     """A served model whose every ``query``, ``raw_query`` and ``features`` output is checked
     (:func:`check_output`) before the harness uses it; ``during`` names what the harness is
-    computing (set by :func:`harness.signals.compute_signals`), for the message. Exceptions of the
+    computing (set by :func:`harness.run.signals.compute_signals`), for the message. Exceptions of the
     wrapped model pass through unchanged (the runner reports them as the defense's)."""
 
     def __init__(self, served: Any, num_classes: int, defense_name: str, where: str) -> None:

@@ -1,0 +1,36 @@
+"""What a signal is: a named per-model measurement saved right after training (the contract between
+the expensive training and the cheap attacks). The built-in signals and their computation live in
+:mod:`harness.run.signals`; an attack may bring its own (``Attack.signals``: name -> :class:`Signal`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
+
+import numpy as np
+
+from harness.core.data import AugmentSpec
+
+if TYPE_CHECKING:
+    from defenses.base import ServedModel
+
+SignalFn = Callable[["ServedModel", np.ndarray, AugmentSpec, int], "np.ndarray | None"]
+
+#: repetitions of the contrastive views saved per model (the paper's 6); attacks may average fewer
+CONTRASTIVE_REPETITIONS = 6
+FISHER_EPS = 1e-45  # the paper's guard inside the logs
+
+
+@dataclass(frozen=True)
+class Signal:
+    """A named per-model signal. ``requires``: the served model's capability it needs
+    (``"features"``, ``"raw_query"`` or None); ``images``: computed on the ``"audit"`` samples or on
+    the ``"population"`` samples; ``access``: what an adversary needs to read it."""
+
+    name: str
+    description: str
+    fn: SignalFn
+    requires: str | None = None
+    images: str = "audit"
+    access: str = "black-box"

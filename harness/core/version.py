@@ -1,0 +1,23 @@
+"""The package version and the models version (docs/architecture.md, Run directory)."""
+
+from __future__ import annotations
+
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    __version__ = version("privacy-harness")
+except PackageNotFoundError:  # running from a source tree that is not installed
+    __version__ = "0.3.0"
+
+#: The version of the code that trains the models: part of every run fingerprint
+#: (:func:`harness.run.runner.run_fingerprint`) and recorded in each run's manifest (``models_version``).
+#: A release whose code trains different models for the same config (even by float rounding) bumps
+#: it; a release that changes only attacks, metrics or reports keeps it, so its runs resume and are
+#: re-attacked instead of retrained (0.3.0 trains exactly as 0.2.1 did).
+MODELS_VERSION = "0.2.1"
+
+
+def models_version_of(manifest: dict) -> str | None:
+    """The models version a run's manifest records (runs from before the field: its harness version,
+    which then was the models version)."""
+    return manifest.get("models_version", manifest.get("harness_version"))
