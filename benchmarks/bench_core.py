@@ -21,7 +21,7 @@ from attacks.base import AttackInput
 from defenses.base import FitContext
 from harness.core.config import build_config
 from harness.core.data import load_dataset
-from harness.audit.attack_phase import attack_names, load_attacks
+from harness.run.attack_set import attack_names, load_attacks
 from harness.core.metrics import evaluate_scores
 from harness.run.runner import build_level, collect_signals, make_defense, model_seed, training_set
 

@@ -6,16 +6,15 @@ the expensive training and the cheap attacks). The built-in signals and their co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable
+from typing import Any, Callable
 
 import numpy as np
 
 from harness.core.data import AugmentSpec
 
-if TYPE_CHECKING:
-    from defenses.base import ServedModel
-
-SignalFn = Callable[["ServedModel", np.ndarray, AugmentSpec, int], "np.ndarray | None"]
+#: ``fn(served model, images, query spec, seed) -> array or None``; the served model is a
+#: :class:`defenses.base.ServedModel` (typed Any here: the core layer knows no defense)
+SignalFn = Callable[[Any, np.ndarray, AugmentSpec, int], "np.ndarray | None"]
 
 #: repetitions of the contrastive views saved per model (the paper's 6); attacks may average fewer
 CONTRASTIVE_REPETITIONS = 6

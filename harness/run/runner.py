@@ -208,7 +208,7 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     """Check everything that can be checked before training (defense, its declared attacks, device,
     data sizes, canaries) and design each experiment; nothing is written. The run directory is
     ``run_dir`` or the default one (:func:`default_run_dir`)."""
-    from harness.audit.attack_phase import attack_names, check_declared_attacks, load_attacks
+    from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
     from harness.run.signals import check_signals
 
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
@@ -313,7 +313,7 @@ def training_set(data: ImageDataset, ld: LevelDesign, index: int) -> LabeledImag
 def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dict]:
     """(names, table) of the signals a run's models save: what its attacks need
     (:func:`harness.run.signals.needed_signals`)."""
-    from harness.audit.attack_phase import attack_names, load_attacks
+    from harness.run.attack_set import attack_names, load_attacks
     from harness.run.signals import needed_signals, signal_table
 
     attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)

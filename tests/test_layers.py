@@ -1,0 +1,159 @@
+"""The package's layers, read from the code's imports (every import statement, function-level and
+TYPE_CHECKING ones included): no import cycle, and no import that runs up or sideways between layers.
+
+Bottom to top (docs/architecture.md, Layers):
+
+    harness.core                     config types, data, design, metrics, signal types, errors
+    harness.bounds | plugins         bounds; defenses/, attacks/, canaries/ (each only on core)
+    harness.run                      run store, lock, runner, executors, signals computation
+    harness.audit                    attack phase, headline selection, report
+    harness (the package), .api      the Python API
+    leaderboard                      static site, submissions
+    harness.cli                      the command line (the only importer of leaderboard/)
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("harness", "defenses", "attacks", "canaries", "leaderboard")
+
+#: (layer, its rank, the module prefixes it holds); siblings share a rank and may not import each other
+LAYERS = [
+    ("core", 0, ("harness.core",)),
+    ("bounds", 1, ("harness.bounds",)),
+    ("defenses", 1, ("defenses",)),
+    ("attacks", 1, ("attacks",)),
+    ("canaries", 1, ("canaries",)),
+    ("run", 2, ("harness.run",)),
+    ("audit", 3, ("harness.audit",)),
+    ("api", 4, ("harness.api", "harness")),
+    ("leaderboard", 5, ("leaderboard",)),
+    ("cli", 6, ("harness.cli",)),
+]
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the packages: dotted name -> file (``pkg/__init__.py`` as ``pkg``)."""
+    out = {}
+    for pkg in PACKAGES:
+        for f in (REPO / pkg).rglob("*.py"):
+            parts = f.relative_to(REPO).with_suffix("").parts
+            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return out
+
+
+def imports(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package modules ``name`` imports anywhere in its source (relative imports resolved)."""
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:  # `import harness.core.config.x` -> the deepest known module
+                t = t.rpartition(".")[0]
+            if t and t != name and t.split(".")[0] in PACKAGES:
+                found.add(t)
+    return found
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    best = max((prefix for _, _, prefixes in LAYERS for prefix in prefixes
+                if module == prefix or module.startswith(prefix + ".")), key=len)
+    return next((layer, rank) for layer, rank, prefixes in LAYERS if best in prefixes)
+
+
+@pytest.fixture(scope="module")
+def graph() -> dict[str, set[str]]:
+    known = modules()
+    return {name: imports(name, path, known) for name, path in known.items()}
+
+
+def test_every_module_has_a_layer(graph):
+    for module in graph:
+        layer_of(module)
+
+
+def test_no_import_runs_up_or_sideways(graph):
+    bad = []
+    for module, targets in graph.items():
+        layer, rank = layer_of(module)
+        for t in targets:
+            their, their_rank = layer_of(t)
+            if their != layer and their_rank >= rank:
+                bad.append(f"{module} ({layer}) imports {t} ({their})")
+    assert not bad, "\n".join(sorted(bad))
+
+
+def test_the_plugins_depend_on_core_only(graph):
+    for module, targets in graph.items():
+        layer, _ = layer_of(module)
+        if layer in ("defenses", "attacks", "canaries"):
+            assert {layer_of(t)[0] for t in targets} <= {layer, "core"}, (module, targets)
+
+
+def test_only_the_cli_imports_the_leaderboard(graph):
+    users = {m for m, targets in graph.items() if any(layer_of(t)[0] == "leaderboard" for t in targets)}
+    assert {layer_of(m)[0] for m in users} <= {"cli", "leaderboard"}, sorted(users)
+
+
+def test_no_import_cycles(graph):
+    """Tarjan's strongly connected components: every one must be a single module."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles: list[list[str]] = []
+    counter = [0]
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_the_checker_sees_a_violation():
+    """The rules reject what they are meant to (a test of the test): an upward edge and a cycle."""
+    assert layer_of("harness.core.config") == ("core", 0)
+    assert layer_of("harness") == ("api", 4) and layer_of("harness.cli.evaluate") == ("cli", 6)
+    fake = {"harness.core.a": {"harness.run.b"}, "harness.run.b": {"harness.core.a"}}
+    with pytest.raises(AssertionError):
+        test_no_import_runs_up_or_sideways(fake)
+    with pytest.raises(AssertionError):
+        test_no_import_cycles(fake)
