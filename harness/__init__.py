@@ -1,21 +1,28 @@
-"""privacy-harness: evaluate membership-inference defenses on their most vulnerable samples."""
+"""privacy-harness: evaluate membership-inference defenses on their most vulnerable samples.
 
-from importlib.metadata import PackageNotFoundError, version
+    from harness import evaluate, attack, load_run, compare
+    r = evaluate("undefended", overrides={"audit.models": 8})
+    print(r.headline("sample"), r.strongest("sample"))
 
-try:
-    __version__ = version("privacy-harness")
-except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.3.0"
+The API (:mod:`harness.api`) is loaded on first use, so that importing a lower layer
+(``harness.core``, which the defenses, attacks and canaries build on) stays light.
+"""
 
-#: The version of the code that trains the models: part of every run fingerprint
-#: (:func:`harness.run.runner.run_fingerprint`) and recorded in each run's manifest (``models_version``).
-#: A release whose code trains different models for the same config (even by float rounding) bumps
-#: it; a release that changes only attacks, metrics or reports keeps it, so its runs resume and are
-#: re-attacked instead of retrained (0.3.0 trains exactly as 0.2.1 did).
-MODELS_VERSION = "0.2.1"
+from __future__ import annotations
+
+from typing import Any
+
+from harness.core.version import MODELS_VERSION, __version__
+
+_API = ("evaluate", "attack", "load_run", "report", "compare", "audit_one_run", "configure", "Results", "Figure",
+        "Progress")
+
+__all__ = [*_API, "__version__", "MODELS_VERSION"]
 
 
-def models_version_of(manifest: dict) -> str | None:
-    """The models version a run's manifest records (runs from before the field: its harness version,
-    which then was the models version)."""
-    return manifest.get("models_version", manifest.get("harness_version"))
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        from harness import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'harness' has no attribute {name!r}")

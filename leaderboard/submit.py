@@ -117,14 +117,34 @@ def _bundle_files(run_dir: Path, results: dict[str, Any]) -> list[str]:
     return files
 
 
-def make_bundle(run_dir: Path, out: Path) -> dict[str, str]:
+def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
     """Write the submission bundle of a finished run to ``out`` (tar.gz); return its hash list.
 
-    Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model or a
-    damaged file, or a file plugin whose source is not found or changed since the run."""
+    The run is read under its shared lock (harness.run.runlock: no writer changes it meanwhile;
+    ``wait`` waits for one instead of refusing), after finishing an interrupted commit of its
+    results. Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model
+    or a damaged file, or a file plugin whose source is not found or changed since the run."""
+    from harness.core.errors import ConfigError
+    from harness.run.runlock import RunLock
+    from harness.run.runstore import RunDir
+
     path = run_dir / "results.json"
     if not path.is_file():
         raise SubmissionError(f"{path} does not exist: finish the run (and `harness attack {run_dir}`) first")
+    if out.is_dir():
+        raise SubmissionError(f"-o {out} is a folder; name the bundle file to write (e.g. {out / 'entry.tar.gz'})")
+    try:
+        lock = RunLock(run_dir, shared=True, wait=wait).acquire()
+    except ConfigError as e:  # another process is writing the run
+        raise SubmissionError(str(e)) from None
+    try:
+        RunDir(run_dir).recover()
+        return _write_bundle(run_dir, out, path)
+    finally:
+        lock.release()
+
+
+def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
     try:
         results = json.loads(path.read_text())
         if not isinstance(results, dict):

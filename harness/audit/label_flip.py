@@ -155,3 +155,18 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
         "best_epsilon_lo_bonferroni": games[game]["best_epsilon_lo_bonferroni"],
         "config": cfg.model_dump(mode="json"),
     }
+
+
+#: the config keys audit-one-run reads: one model with its own label-flip canaries (the audit design,
+#: the attacks and the executor settings do not apply)
+ONE_RUN_KEYS = ("seed", "data", "train", "defense_params", "run.device", "run.out", "run.deterministic")
+
+
+def check_one_run_overrides(overrides: dict[str, Any]) -> None:
+    """Refuse an override that audit-one-run would not read (ConfigError naming what it reads)."""
+    for key in overrides:
+        if not any(key == k or key.startswith(k + ".") for k in ONE_RUN_KEYS):
+            reads = ", ".join(k + "*" if "." not in k and k != "seed" else k for k in ONE_RUN_KEYS)
+            raise ConfigError(f"--set {key} does not apply to audit-one-run (one model, its own label-flip "
+                              f"canaries: use --canaries); it reads {reads}")
+

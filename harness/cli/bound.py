@@ -15,25 +15,17 @@ import math
 from typing import Any, Callable, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from harness.cli.common import console, fail
 from harness.core.errors import ConfigError
 
 bound_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
     help="Provable membership-inference bounds from DP parameters (Thudi et al., Mahloujifar et al.).",
 )
-console = Console()
-err_console = Console(stderr=True)
-
 DEFAULT_FPRS = (0.001, 0.01)
-
-
-def _fail(msg: str) -> None:
-    err_console.print(f"[bold red]error:[/] {msg}", highlight=False, soft_wrap=True)
-    raise typer.Exit(2)
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -49,8 +41,8 @@ def _compute(fn: Callable[[], dict[str, Any]]) -> dict[str, Any]:
     try:
         return fn()
     except (ConfigError, ValueError) as e:
-        _fail(str(e))
-        raise  # unreachable: _fail exits
+        fail(str(e))
+        raise  # unreachable: fail exits
 
 
 def _emit_json(obj: dict[str, Any]) -> None:

@@ -15,34 +15,22 @@ from pathlib import Path
 from typing import Iterator
 
 import typer
-from rich.console import Console
 from rich.markup import escape
+
+from harness.cli.common import console, err_console, fail, guard
 
 leaderboard_app = typer.Typer(add_completion=False, no_args_is_help=True,
                               help="The static leaderboard site: build it, add verified submissions.")
-console = Console()
-err_console = Console(stderr=True)
-
-
-def _fail(msg: str, code: int = 2) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(msg)}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
-
-
 @contextmanager
 def _os_errors() -> Iterator[None]:
     """An OS failure (a read-only site folder, a full disk) as one error line, exit 2."""
-    from harness.core.errors import os_error_message
-
-    try:
+    with guard():
         yield
-    except OSError as e:
-        _fail(os_error_message(e))
 
 
 def _site_folder(path: Path, flag: str) -> None:
     if path.exists() and not path.is_dir():
-        _fail(f"{flag} {path} is a file; it must be the site folder")
+        fail(f"{flag} {path} is a file; it must be the site folder")
 
 
 def _skipped(skipped: list[tuple[Path, str]]) -> None:
@@ -60,14 +48,14 @@ def build(
 
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
-        _fail(f"not found: {', '.join(missing)}")
+        fail(f"not found: {', '.join(missing)}")
     _site_folder(out, "--out")
     skipped: list[tuple[Path, str]] = []
     with _os_errors():
         rows = build_site(paths, out, skipped)
     _skipped(skipped)
     if not rows:
-        _fail("no usable results.json found under the given paths")
+        fail("no usable results.json found under the given paths")
     console.print(f"{len(rows)} entries -> {out / 'index.html'} (one page per entry under {out / 'entries'}), "
                   f"{out / 'leaderboard.md'}", highlight=False)
 
@@ -87,7 +75,7 @@ def add(
         with _os_errors():
             eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
     except SubmissionError as e:
-        _fail(f"refused: {e}")
+        fail(f"refused: {e}")
     console.print(f"accepted: {eid} -> {site / 'entries' / eid} (unverified until `harness leaderboard verify`)",
                   highlight=False)
 
@@ -106,5 +94,5 @@ def verify(
         with _os_errors():
             by = verify_entry(site, entry, rerun)
     except SubmissionError as e:
-        _fail(f"not verified: {e}")
+        fail(f"not verified: {e}")
     console.print(f"verified: {entry}: {by}", highlight=False)

@@ -34,7 +34,7 @@ from defenses.ssl_augment import SSLAugment
 from harness.core.augment import shift_flip
 from harness.core.errors import ConfigError
 from harness.core.data import AugmentSpec
-from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, Signal, SignalFn  # noqa: F401 (re-exported)
+from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, Signal
 
 if TYPE_CHECKING:
     from attacks.base import Attack

@@ -1,0 +1,321 @@
+"""The Python API: evaluations for notebooks and scripts, and what the command line calls.
+
+    from harness import evaluate, attack, load_run
+    r = evaluate("hamp", preset="quick", overrides={"audit.models": 8}, progress=print)
+    r.headline("sample"), r.strongest("sample"), r.attacks, r.roc("population", "lira")
+    r = attack(r.path, overrides={"attack.params.rmia.gamma": 2})   # re-score, no retraining
+    r = load_run("runs/hamp-quick-0123456789ab")
+
+Each call takes the run directory's lock (harness.run.runlock) for as long as it writes there, and
+reports what it does through ``progress``: a callable that receives :class:`Progress` events
+(``print`` shows them; the CLI turns them into rich bars and lines). Mistakes raise
+:class:`~harness.core.errors.ConfigError` (one line) before anything is trained or written; a
+defense's own failure raises :class:`~harness.run.plugin_errors.PluginError`.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from harness.audit.results import Figure, Results
+from harness.core.config import ExperimentConfig, apply_overrides, build_config, validate_config
+from harness.core.errors import ConfigError
+
+__all__ = ["Progress", "Results", "Figure", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",
+           "configure"]
+
+
+@dataclass(frozen=True)
+class Progress:
+    """One progress event.
+
+    ``kind``: ``status`` (a step begins: ``message``), ``info`` (a line worth showing), ``note``
+    and ``repaired`` (lines worth attention), ``waiting`` (for another process's lock), ``train``
+    (``done`` of ``total`` models of ``level`` trained, fractions of running models included)."""
+
+    kind: str
+    message: str = ""
+    level: str | None = None
+    done: float = 0.0
+    total: int = 0
+
+    def __str__(self) -> str:
+        if self.kind == "train":
+            return f"train {self.level}: {self.done:.1f}/{self.total}"
+        return f"{self.kind}: {self.message}" if self.kind not in ("info", "status") else self.message
+
+
+ProgressFn = Callable[[Progress], None]
+
+
+def _emitter(progress: ProgressFn | None) -> Callable[..., None]:
+    def emit(kind: str, message: str = "", **kw: Any) -> None:
+        if progress is not None:
+            progress(Progress(kind, message, **kw))
+
+    return emit
+
+
+#: settings that never change the models: the only ones `evaluate(run_dir=RUN)` without a defense may change
+RESUME_KEYS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size"}
+
+
+def configure(defense: str | None = None, preset: str | None = None, overrides: dict[str, Any] | None = None,
+              run_dir: Path | str | None = None) -> ExperimentConfig:
+    """The resolved configuration: ``preset`` (default quick) for ``defense`` with ``overrides``
+    (dotted keys: ``{"audit.models": 8, "train.lr": 0.05}``); or, without a defense, the saved
+    config of ``run_dir`` (only :data:`RESUME_KEYS` may then change)."""
+    overrides = dict(overrides or {})
+    for key, use in (("defense", "the DEFENSE argument (the API's defense=)"), ("preset", "--preset (preset=)")):
+        if key in overrides:
+            raise ConfigError(f"--set {key}=... is not a config override; use {use}")
+    if defense is not None:
+        return build_config(preset or "quick", {**overrides, "defense": defense})
+    if run_dir is None:
+        raise ConfigError("name a DEFENSE (see `harness list`), or give --run-dir RUN to resume that run")
+    if preset is not None:
+        raise ConfigError(f"--preset {preset}: without DEFENSE, --run-dir resumes the run with its own preset")
+    from harness.run.runstore import RunDir
+
+    changing = sorted(k for k in overrides if k not in RESUME_KEYS and not k.startswith(("run.slurm.", "run.ray.")))
+    if changing:
+        raise ConfigError(f"`harness evaluate --run-dir {run_dir}` without DEFENSE resumes the run as it was saved; "
+                          f"{', '.join(changing)} would change it: give DEFENSE and the run's options to change it "
+                          "(a run with other settings goes in another directory)")
+    cfg = RunDir(run_dir).load_config()
+    return validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides)) if overrides else cfg
+
+
+@contextmanager
+def _locked(path: Path, wait: bool, emit: Callable[..., None], shared: bool = False) -> Iterator[Any]:
+    from harness.run.runlock import RunLock
+
+    def waiting(holder: Any) -> None:
+        who = holder.describe() if holder is not None else "another process"
+        emit("waiting", f"waiting for {who} to finish with {path}")
+
+    lock = RunLock(path, shared=shared, wait=wait, on_wait=waiting).acquire()
+    try:
+        if lock.took_over is not None:
+            emit("note", f"took over the lock of {lock.took_over.describe()}, which ended without releasing it")
+        yield lock
+    finally:
+        lock.release()
+
+
+def _local_pool_likely(overrides: dict[str, Any]) -> bool:
+    return overrides.get("run.executor", "local") == "local" and overrides.get("run.workers") != 1 and \
+        (os.cpu_count() or 1) > 1
+
+
+def evaluate(defense: str | None = None, preset: str | None = None, overrides: dict[str, Any] | None = None, *,
+             run_dir: Path | str | None = None, wait: bool = False, progress: ProgressFn | None = None) -> Results:
+    """Train the S models of each level (resuming finished ones), run the attacks, write the run's
+    reports and return its :class:`Results`: ``harness evaluate`` as a function.
+
+    ``defense``: a name (``harness list``) or ``path/to/file.py:ClassName``; ``preset``: quick,
+    cifar10, paper, fast or a YAML file; ``overrides``: dotted config keys; ``run_dir``: exactly this
+    run directory (without a defense: resume it as saved); ``wait``: wait for another process using
+    the run directory instead of raising; ``progress``: receives :class:`Progress` events.
+    """
+    from harness.core.install_check import check_torch_builds
+    from harness.run.executors import check_engine, start_worker_server
+    from harness.run.runner import open_run, plan_run
+
+    emit = _emitter(progress)
+    overrides = dict(overrides or {})
+    check_torch_builds()
+    if _local_pool_likely(overrides):  # its workers' server imports torch while the config is built
+        start_worker_server()
+    run_path = Path(run_dir) if run_dir is not None else None
+    cfg = configure(defense, preset, overrides, run_path)
+    check_engine(cfg.run.executor, cfg.run)  # installed and answering, before anything is written
+    t0 = time.perf_counter()
+    emit("status", "loading data and building the audit design")
+    plan = plan_run(cfg, run_path)  # every check; nothing written yet
+    with _locked(plan.path, wait, emit):
+        prep = open_run(plan)
+        _train(prep, cfg, time.perf_counter() - t0, emit)
+        return _attack_phase(prep.run.path, None, emit)
+
+
+def _train(prep: Any, cfg: ExperimentConfig, t_prep: float, emit: Callable[..., None]) -> None:
+    """Train the run's pending models (progress as ``train`` events), then record the timings."""
+    from harness.run.executors import make_executor
+    from harness.run.runner import group_size, heal_signals, make_defense, pending_jobs, resolve_device, train_all
+
+    run = prep.run
+    emit("info", f"Run directory: {run.path} (fingerprint {prep.fingerprint[:12]})")
+    for note in [*run.healed, *heal_signals(prep)]:
+        emit("repaired", note)
+    if prep.defense.reuses_undefended:
+        sources = run.load_manifest().get("undefended_runs", {})
+        for lv in prep.levels:
+            src = sources.get(lv)
+            emit("info", f"Undefended models for {lv}: " + (
+                f"{src['saved_models']} of {cfg.audit.models} reused from {src['run']}" if src else
+                "trained here (no matching undefended run with --save-models found)"))
+    executor = make_executor(cfg.run.executor, cfg.run.workers, resolve_device(cfg.run.device), cfg.run, run.path)
+    jobs = pending_jobs(prep)
+    total = cfg.audit.models * len(prep.levels)
+    if len(jobs) < total:
+        emit("info", f"Resuming: {total - len(jobs)} of {total} models already trained.")
+        if cfg.run.save_models:
+            unsaved = total - len(jobs) - sum(len(run.saved_models(lv, cfg.audit.models)) for lv in prep.levels)
+            if unsaved > 0:
+                emit("note", f"{unsaved} finished models were trained without --save-models and stay unsaved "
+                             "(delete the run directory to retrain them with it).")
+    t1 = time.perf_counter()
+    if not jobs:
+        return
+    defense = make_defense(cfg)
+    g = group_size(cfg, defense)
+    stacked = " (stacked: one batched loop per group)" if defense.can_group(cfg.train) else ""
+    emit("info", f"Training {len(jobs)} models{f' in groups of {g}{stacked}' if g > 1 else ''} with "
+                 f"{executor.description}.")
+    done = {lv: cfg.audit.models - sum(j.level == lv for j in jobs) for lv in prep.levels}
+
+    def report() -> None:  # finished models + the fraction reported by running ones
+        for lv in prep.levels:
+            emit("train", level=lv, done=done[lv] + sum(run.read_progress(lv).values()), total=cfg.audit.models)
+
+    def on_done(job: Any, meta: Any) -> None:
+        done[job.level] += 1
+
+    report()
+    with _every(1.0, report):
+        train_all(prep, executor, on_done=on_done)
+    report()
+    manifest = run.load_manifest()  # timings accumulate over resumed invocations
+    tm = manifest.get("timings", {})
+    manifest["timings"] = {
+        "prepare_seconds": tm.get("prepare_seconds", 0.0) + t_prep,
+        "train_wall_seconds": tm.get("train_wall_seconds", 0.0) + time.perf_counter() - t1,
+        "invocations": tm.get("invocations", 0) + 1,
+        "executor": executor.description,
+    }
+    run.save_manifest(manifest)
+
+
+@contextmanager
+def _every(seconds: float, fn: Callable[[], None]) -> Iterator[None]:
+    """Call ``fn`` every ``seconds`` in a daemon thread while the block runs (a failing progress
+    report never stops the run)."""
+    stop = threading.Event()
+
+    def loop() -> None:
+        while not stop.wait(seconds):
+            try:
+                fn()
+            except Exception:
+                pass
+
+    thread = threading.Thread(target=loop, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _attack_phase(run_path: Path, overrides: dict[str, Any] | None, emit: Callable[..., None]) -> Results:
+    """Score the saved signals and replace the run's reports and saved attack settings as one
+    change (harness.audit.report.write_outputs). The caller holds the run's lock."""
+    from harness.audit.attack_phase import evaluate_run
+    from harness.audit.report import write_outputs
+    from harness.run.runstore import RunDir
+
+    emit("status", "running attacks on saved signals")
+    results, curves = evaluate_run(RunDir(run_path), attack_overrides=overrides)
+    write_outputs(run_path, results, curves)
+    return Results(run_path, results, curves)
+
+
+def attack(run_dir: Path | str, overrides: dict[str, Any] | None = None, *, wait: bool = False,
+           progress: ProgressFn | None = None) -> Results:
+    """Re-run the attacks on a run's saved signals (no retraining) and rewrite its reports:
+    ``harness attack``. ``overrides`` (``attack.*`` keys) change the run's saved attack settings,
+    saved with the new results in one commit (an interrupted call changes neither)."""
+    from harness.run.runstore import RunDir
+
+    emit = _emitter(progress)
+    run_path = Path(run_dir)
+    run = RunDir(run_path)
+    run.require()  # before the lock, which would create the folder
+    with _locked(run_path, wait, emit):
+        if run.recover():
+            emit("repaired", "finished writing the results of an interrupted attack phase")
+        if overrides:
+            listed = ", ".join(f"{k}={v}" for k, v in overrides.items())
+            emit("info", f"Changing the run's saved attack settings: {listed}; they are saved in "
+                         f"{run_path / 'config.json'} together with the new results when the attacks finish (an "
+                         "interrupted run changes neither).")
+        res = _attack_phase(run_path, overrides, emit)
+        if overrides:
+            emit("info", f"Saved the new attack settings in {run_path / 'config.json'}.")
+        return res
+
+
+def load_run(run_dir: Path | str) -> Results:
+    """A finished run's :class:`Results`, read from its results.json (nothing is written)."""
+    return Results.load(run_dir)
+
+
+def report(run_dir: Path | str, *, html: Callable[[dict[str, Any]], str] | None = None, wait: bool = False,
+           progress: ProgressFn | None = None) -> Results:
+    """Re-export a run's table.csv and attacks.csv from its results.json (``harness report``);
+    ``html`` (results -> page) also writes report.html, in the same commit."""
+    from harness.audit.report import csv_files
+    from harness.run.runstore import RunDir, commit_files
+
+    emit = _emitter(progress)
+    Results.load(run_dir)  # a missing or damaged results.json: one line, before the lock
+    with _locked(Path(run_dir), wait, emit):
+        RunDir(run_dir).recover()
+        res = Results.load(run_dir)
+        files = csv_files(res.data)
+        if html is not None:
+            files["report.html"] = html(res.data).encode()
+        commit_files(Path(run_dir), files)
+    return res
+
+
+def compare(a: Path | str | Results, b: Path | str | Results) -> Any:
+    """Two runs side by side (``harness compare``): a :class:`harness.audit.compare.Comparison` of
+    their headlines and per-attack tables, with the differences and whether the CIs overlap."""
+    from harness.audit.compare import compare_results
+
+    return compare_results(a if isinstance(a, Results) else load_run(a), b if isinstance(b, Results) else load_run(b))
+
+
+def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any] | None = None, *, canaries: int = 100,
+                  taus: list[float] | None = None, game: str = "weighted") -> tuple[dict[str, Any], Path]:
+    """The label-flip memorization game on one trained model (``harness audit-one-run``): the
+    result and the JSON file it was saved to (in ``run.out``)."""
+    from harness.audit.label_flip import GAMES, audit_one_run as play, check_one_run_overrides
+    from harness.core.install_check import check_torch_builds
+    from harness.run.runstore import atomic_write_json
+
+    check_torch_builds()
+    overrides = dict(overrides or {})
+    check_one_run_overrides(overrides)
+    cfg = configure(defense, preset, overrides)
+    if taus and any(not 0.5 <= t <= 0.99 for t in taus):
+        raise ConfigError(f"--tau values must lie in [0.5, 0.99], got {taus}")
+    if game not in GAMES:
+        raise ConfigError(f"--game must be one of {', '.join(GAMES)}, got {game!r}")
+    out_dir = Path(cfg.run.out)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise ConfigError(f"--out {out_dir} is a file; it must be the folder for the JSON result")
+    res = play(cfg, canaries, taus or None, game)
+    name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
+    path = out_dir / f"audit-one-run-{name}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
+    atomic_write_json(path, res)
+    return res, path

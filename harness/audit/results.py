@@ -1,0 +1,173 @@
+"""A finished run's results, for notebooks and scripts: :class:`Results`.
+
+It wraps ``RUN_DIR/results.json`` (docs/results-json.md; the raw dict is :attr:`Results.data`)
+with views of what a reader wants first: the headline and the strongest figure of each level
+(:class:`Figure`), the per-attack table and the one-row-per-level summary as pandas DataFrames,
+the ROC curves as arrays, the bounds, the ratio and the warnings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from harness.audit.headline import fpr_key
+from harness.core.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One headline-type figure of a level: which attack variant, its TPR at each reported FPR (0
+    included), the CI of each (selection-aware), and whether each FPR is resolvable."""
+
+    attack: str
+    variant: str
+    access: str
+    experiment: str
+    tpr: dict[float, float]
+    ci: dict[float, tuple[float, float]]
+    resolved: dict[float, bool]
+    beats_headline: bool = False
+
+    @classmethod
+    def from_json(cls, rec: dict[str, Any]) -> "Figure":
+        return cls(attack=rec["name"], variant=rec["variant"], access=rec.get("access", "black-box"),
+                   experiment=str(rec.get("source", "")).split("/")[0],
+                   tpr={float(k): float(v) for k, v in rec["tpr_at_fpr"].items()},
+                   ci={float(k): (float(v[0]), float(v[1])) for k, v in rec["tpr_ci"].items()},
+                   resolved={float(k): bool(v) for k, v in rec["resolved"].items()},
+                   beats_headline=bool(rec.get("beats_headline", False)))
+
+    def __str__(self) -> str:
+        return f"{self.attack}:{self.variant} ({self.access}, {self.experiment})"
+
+
+class Results:
+    """The results of one run (``harness.evaluate``, ``harness.attack``, ``harness.load_run``).
+
+    - :attr:`path`: the run directory; :attr:`data`: results.json as a dict;
+    - :meth:`headline` / :meth:`strongest`: a level's :class:`Figure`; :attr:`headline_fpr`;
+    - :attr:`attacks`: every attack variant of every experiment (pandas, as attacks.csv);
+      :attr:`summary`: one row per level (as table.csv);
+    - :meth:`roc`: an attack variant's ROC curve as (fpr, tpr) arrays;
+    - :attr:`bounds` (DP runs), :attr:`ratio` (sample / population, with its CI), :attr:`warnings`,
+      :meth:`test_accuracy`.
+    """
+
+    def __init__(self, path: Path | str, data: dict[str, Any], curves: dict[str, dict] | None = None) -> None:
+        self.path = Path(path)
+        self.data = data
+        self._curves = curves  # the attack phase's in-memory ROC curves, when it just ran
+
+    @classmethod
+    def load(cls, run_dir: Path | str) -> "Results":
+        """Read a run directory's results.json; ConfigError (one line) when it is missing or damaged."""
+        path = Path(run_dir) / "results.json"
+        if not path.is_file():
+            raise ConfigError(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
+        try:
+            data = json.loads(path.read_text())
+            if not isinstance(data, dict) or ("population" not in data and "sample" not in data):
+                raise ValueError("not a results file of this harness")
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                              f"`harness attack {run_dir}` rewrites it from the saved signals") from None
+        return cls(run_dir, data)
+
+    # --- the figures ------------------------------------------------------------------------
+    @property
+    def levels(self) -> list[str]:
+        return [lv for lv in ("population", "sample") if lv in self.data]
+
+    @property
+    def headline_fpr(self) -> float:
+        return float(self.data["headline_fpr"])
+
+    def _level(self, level: str) -> dict[str, Any]:
+        if level not in self.data:
+            raise KeyError(f"this run has no {level!r} level (it has {', '.join(self.levels)})")
+        return self.data[level]
+
+    def headline(self, level: str = "sample") -> Figure:
+        """The level's headline: the best primary variant of the defense's adaptive attacks."""
+        return Figure.from_json(self._level(level)["best"])
+
+    def strongest(self, level: str = "sample") -> Figure | None:
+        """The level's strongest figure: the best of every attack variant that ran (None in a
+        results.json written before harness 0.3.0)."""
+        rec = self._level(level).get("strongest")
+        return Figure.from_json(rec) if rec else None
+
+    def tpr(self, level: str = "sample", fpr: float | None = None) -> float:
+        """The headline's TPR at ``fpr`` (default: the headline FPR)."""
+        return self.headline(level).tpr[self.headline_fpr if fpr is None else fpr]
+
+    def test_accuracy(self, level: str = "sample") -> float:
+        return float(self._level(level)["test_accuracy"]["mean"])
+
+    @property
+    def ratio(self) -> dict[str, Any] | None:
+        """Sample / population headline at the headline FPR with its bootstrap CI (docs/results-json.md)."""
+        return self.data.get("sample_population_ratio")
+
+    @property
+    def bounds(self) -> dict[str, Any] | None:
+        """Provable bounds of a DP-trained run (the accountant's epsilon, TPR upper bounds), else None."""
+        return self.data.get("bounds")
+
+    @property
+    def warnings(self) -> list[str]:
+        return list(self.data.get("warnings", []))
+
+    # --- tables and curves --------------------------------------------------------------------
+    @property
+    def attacks(self) -> pd.DataFrame:
+        """Every attack variant of every experiment, one row each (attacks.csv's columns)."""
+        from harness.audit.report import attacks_frame
+
+        return attacks_frame(self.data)
+
+    @property
+    def summary(self) -> pd.DataFrame:
+        """One row per level: headline, strongest figure, CIs, AUC, epsilon bounds (table.csv's columns)."""
+        from harness.audit.report import summary_frame
+
+        return summary_frame(self.data)
+
+    def roc(self, experiment: str, attack: str, variant: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(fpr, tpr) of an attack variant's ROC in an experiment (``population``, ``sample-<canary>``;
+        ``variant`` defaults to the attack's primary one): the full curve when the attack phase just
+        ran or its CSV is in the run directory, else results.json's log-spaced grid."""
+        level = self.data.get(experiment) if experiment == "population" else \
+            (self.data.get("sample_by_canary") or {}).get(experiment.removeprefix("sample-"))
+        if level is None:
+            raise KeyError(f"no experiment {experiment!r} in this run")
+        entries = [e for e in level["attacks"] if e["name"] == attack]
+        if not entries:
+            raise KeyError(f"attack {attack!r} did not run in {experiment}")
+        entry = next((e for e in entries if e["variant"] == variant), None) if variant else \
+            next((e for e in entries if e.get("primary")), entries[0])
+        if entry is None:
+            raise KeyError(f"{attack} has no variant {variant!r} (it has {', '.join(e['variant'] for e in entries)})")
+        m = (self._curves or {}).get(experiment, {}).get((attack, entry["variant"]))
+        if m is not None:
+            return m.roc.fpr, m.roc.tpr
+        csv = self.path / "roc" / f"{experiment}__{attack}__{entry['variant']}.csv"
+        if csv.is_file():
+            df = pd.read_csv(csv)
+            return df["fpr"].to_numpy(), df["tpr"].to_numpy()
+        return np.asarray(entry["roc_curve"]["fpr"]), np.asarray(entry["roc_curve"]["tpr"])
+
+    def __repr__(self) -> str:
+        k = fpr_key(self.headline_fpr)
+        parts = []
+        for lv in self.levels:
+            h = self.data[lv]["best"]
+            parts.append(f"{lv} {100 * h['tpr_at_fpr'][k]:.1f}% ({h['name']})" if h["resolved"][k] else f"{lv} unresolved")
+        return (f"Results({self.data['defense']}, {self.data['preset']}: TPR@{100 * self.headline_fpr:g}% FPR "
+                f"{'; '.join(parts)}; {self.path})")

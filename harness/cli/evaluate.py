@@ -1,0 +1,74 @@
+"""``harness evaluate DEFENSE [options]``: train, attack and report (harness.api.evaluate)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from harness.cli.app import app
+from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard
+from harness.core.config import parse_set_options
+from harness.core.errors import ConfigError
+
+
+@app.command()
+def evaluate(
+    defense: Optional[str] = typer.Argument(
+        None, help="defense name (see `harness list`) or path/to/file.py:ClassName; leave out with --run-dir to "
+                   "resume that run as saved (a damaged model file is moved aside and retrained)"),
+    preset: Optional[str] = typer.Option(None, help="quick (default) | cifar10 | paper, or a YAML file"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
+    models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
+    audit_size: Optional[int] = typer.Option(None, "--audit-size", help="C, number of audit samples"),
+    canary: Optional[str] = typer.Option(None, help="sample-level canary, or several: mislabeled,ood,uniform"),
+    epochs: Optional[int] = typer.Option(None, help="training epochs"),
+    seed: Optional[int] = typer.Option(None, help="seed of the whole experiment"),
+    device: Optional[str] = typer.Option(None, help="cpu | cuda | cuda:N | mps | auto"),
+    workers: Optional[int] = typer.Option(None, help="parallel training jobs (0 = one per core)"),
+    executor: Optional[str] = typer.Option(None, help="local (default) | slurm | ray: where the models train "
+                                                      "(--set run.slurm.* / run.ray.*)"),
+    out: Optional[str] = typer.Option(None, help="parent folder of run directories"),
+    run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="use exactly this run directory"),
+    level: Optional[str] = typer.Option(None, help="population | sample | both"),
+    set_: list[str] = typer.Option([], "--set", help="override any config field: --set train.lr=0.05"),
+    inner: Optional[str] = typer.Option(None, help="subsample only: the wrapped defense"),
+    rate: Optional[float] = typer.Option(None, help="subsample only: fraction of the data each model trains on"),
+    details: bool = typer.Option(False, help="list every attack variant"),
+    save_models: bool = typer.Option(False, "--save-models",
+                                     help="also save each served model's torch state (e.g. DFKD's teachers reuse "
+                                          "undefended models)"),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
+    debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
+) -> None:
+    """Train S models per level (resuming finished ones), run the attacks and print the report."""
+    from harness.api import evaluate as run_evaluation
+    from harness.audit.report import print_report
+
+    with guard(debug, interrupted="every finished model is saved and the run's results are as before; run the "
+                                  "same command again to resume."):
+        overrides = parse_set_options(set_)
+        if canary is not None and not all(c.strip() for c in canary.split(",")):
+            raise ConfigError(f"--canary needs canary names (comma-separated), got {canary!r}")
+        if run_dir is not None and out is not None:
+            raise ConfigError("--out is the parent folder of new run directories; --run-dir names the directory "
+                              "itself: give one of them")
+        if (inner is not None or rate is not None) and defense != "subsample":
+            raise ConfigError("--inner and --rate apply to the subsample defense only "
+                              "(harness evaluate subsample --inner DEFENSE --rate P1)")
+        canaries = [c.strip() for c in canary.split(",")] if canary else None
+        overrides.update(flag_overrides(
+            models=models, audit_size=audit_size, canary=canaries if canaries is None or len(canaries) > 1 else canaries[0],
+            epochs=epochs, seed=seed, device=device, workers=workers, executor=executor, out=out, level=level,
+            data_dir=data_dir))
+        if inner is not None:
+            overrides["defense_params.inner"] = inner
+        if rate is not None:
+            overrides["defense_params.rate"] = rate
+        if save_models:
+            overrides["run.save_models"] = True
+        with ProgressView() as view:
+            results = run_evaluation(defense, preset, overrides, run_dir=run_dir, wait=wait, progress=view)
+        print_report(results.data, console, details=details)
+        console.print(f"Results: {results.path / 'results.json'}")

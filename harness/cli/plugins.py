@@ -1,0 +1,34 @@
+"""``harness list``: every defense, canary, attack and preset."""
+
+from __future__ import annotations
+
+from harness.cli.app import app
+from harness.cli.common import console
+from harness.core.errors import ConfigError
+
+
+@app.command("list")
+def list_plugins() -> None:
+    """Show every defense, canary and attack with a one-line description."""
+    from rich.table import Table
+
+    from harness.core.config import preset_names
+    from harness.core.registry import available, resolve
+
+    table = Table(title="privacy-harness plugins", title_justify="left")
+    for col in ("kind", "name", "description"):
+        table.add_column(col)
+    for kind in ("defenses", "canaries", "attacks"):
+        for name in available(kind):
+            try:
+                cls = resolve(kind, name)
+                desc = cls.description
+                if kind == "defenses":
+                    dc = cls.default_canary
+                    canaries = dc if isinstance(dc, str) else "max of " + ", ".join(dc)
+                    desc += f" [dim](canary: {canaries}; attacks: {', '.join(cls.adaptive_attacks)})[/]"
+            except ConfigError as e:
+                desc = f"[red]failed to load: {e}[/]"
+            table.add_row(kind[:-1] if kind != "canaries" else "canary", name, desc)
+    console.print(table)
+    console.print(f"Presets: {', '.join(preset_names())}")

@@ -1,0 +1,28 @@
+"""``harness submit RUN_DIR -o entry.tar.gz``: bundle a finished run for the leaderboard."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from harness.cli.app import app
+from harness.cli.common import WAIT_HELP, console, fail, guard
+
+
+@app.command()
+def submit(
+    run_dir: Path = typer.Argument(..., help="a finished run directory"),
+    out: Path = typer.Option(Path("entry.tar.gz"), "-o", "--out", help="the bundle to write"),
+    wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
+) -> None:
+    """Bundle a finished run for the leaderboard: results, design, signals and their hashes."""
+    from leaderboard.submit import SubmissionError, make_bundle
+
+    with guard():
+        try:
+            hashes = make_bundle(run_dir, out, wait=wait)
+        except SubmissionError as e:
+            fail(str(e))
+    console.print(f"{out}: {len(hashes)} files with their SHA-256; add it with "
+                  f"`harness leaderboard add {out} --site SITE`", highlight=False)
