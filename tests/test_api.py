@@ -1,0 +1,166 @@
+"""The Python API (harness.api): what the CLI calls, with the CLI's numbers; Results; progress
+events; compare; and a CLI that only parses, calls the API and prints."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from harness.cli import app
+from harness.core.errors import ConfigError
+
+runner = CliRunner()
+SMALL = {"audit.models": 8, "train.epochs": 6, "train.width": 32, "attack.bootstrap": 100, "run.workers": 1,
+         "attack.fprs": [0.01]}  # 800 non-member guesses: 0.1% FPR would be unresolved
+UNCOMPUTED = {"timings", "created"}  # what no two runs share, whoever starts them
+
+
+def _numbers(results: dict) -> dict:
+    """results.json without the keys that differ between any two runs (times, paths)."""
+    def strip(x, path=""):
+        if isinstance(x, dict):
+            return {k: strip(v, f"{path}.{k}") for k, v in x.items()
+                    if k not in UNCOMPUTED and not (k == "out" and path.endswith(".run"))
+                    and k not in ("train_seconds_total", "query_seconds_total")}
+        if isinstance(x, list):
+            return [strip(v, path) for v in x]
+        return x
+    return strip(results)
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory):
+    from harness import evaluate
+
+    events = []
+    out = tmp_path_factory.mktemp("api")
+    r = evaluate("undefended", overrides={**SMALL, "run.out": str(out)}, progress=events.append)
+    return r, events
+
+
+def test_evaluate_returns_results_equal_to_the_cli_for_the_same_config(api_run, tmp_path):
+    r, _ = api_run
+    args = ["--models", "8", "--epochs", "6", "--set", "train.width=32", "--set", "attack.bootstrap=100",
+            "--workers", "1", "--set", "attack.fprs=[0.01]", "--out", str(tmp_path)]
+    res = runner.invoke(app, ["evaluate", "undefended", *args])
+    assert res.exit_code == 0, res.output
+    (cli_dir,) = tmp_path.iterdir()
+    cli = json.loads((cli_dir / "results.json").read_text())
+    assert cli_dir.name == r.path.name  # the same config: the same fingerprint
+    assert _numbers(cli) == _numbers(r.data)
+    assert _numbers(json.loads((r.path / "results.json").read_text())) == _numbers(r.data)
+
+
+def test_results_views(api_run):
+    r, _ = api_run
+    k = r.headline_fpr
+    h, st = r.headline("sample"), r.strongest("sample")
+    assert h.attack == r.data["sample"]["best"]["name"] and h.tpr[k] == r.data["sample"]["best"]["tpr_at_fpr"][repr(k)]
+    assert st.tpr[k] >= h.tpr[k] and h.ci[k][0] <= h.ci[k][1]
+    assert r.tpr("population") == r.headline("population").tpr[k]
+    assert isinstance(r.attacks, pd.DataFrame) and {"experiment", "attack", "variant", "auc"} <= set(r.attacks.columns)
+    assert list(r.summary["level"]) == ["population", "sample"]
+    assert r.bounds is None and r.ratio["fpr"] == k and 0 < r.test_accuracy("sample") <= 1
+    fpr, tpr = r.roc("population", "lira")  # the attack phase's own curve, in memory
+    assert fpr[0] == 0 and fpr[-1] == 1 and np.all(np.diff(tpr) >= 0)
+    from harness import load_run
+
+    again = load_run(r.path)  # the same curve, from the run's roc/*.csv (thinned: straight segments dropped)
+    f2, t2 = again.roc("population", "lira")
+    assert np.interp(0.01, f2, t2) == pytest.approx(np.interp(0.01, fpr, tpr))
+    assert "undefended" in repr(again) and str(r.path) in repr(again)
+    with pytest.raises(KeyError, match="no variant"):
+        r.roc("population", "lira", "no-such-variant")
+
+
+def test_progress_events_reach_the_callback(api_run):
+    _, events = api_run
+    kinds = [e.kind for e in events]
+    assert kinds[0] == "status" and "info" in kinds and kinds[-1] == "status"
+    assert any(e.kind == "info" and e.message.startswith("Run directory:") for e in events)
+    train = [e for e in events if e.kind == "train"]
+    assert {e.level for e in train} == {"population", "sample-mislabeled"}
+    last = {e.level: e.done for e in train}
+    assert all(v == 8 for v in last.values()) and all(e.total == 8 for e in train)
+
+
+def test_attack_through_the_api_changes_the_saved_settings_with_the_results(api_run, tmp_path):
+    import shutil
+
+    from harness import attack
+
+    r, _ = api_run
+    copy = tmp_path / "run"
+    shutil.copytree(r.path, copy)
+    events = []
+    again = attack(copy, {"attack.bootstrap": 30}, progress=events.append)
+    assert again.data["config"]["attack"]["bootstrap"] == 30
+    assert json.loads((copy / "config.json").read_text())["attack"]["bootstrap"] == 30
+    assert any("Changing the run's saved attack settings" in e.message for e in events)
+
+
+def test_load_run_and_configure_refuse_with_one_line(tmp_path):
+    from harness import configure, load_run
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_run(tmp_path)
+    with pytest.raises(ConfigError, match="is not a config override"):
+        configure("undefended", overrides={"defense": "hamp"})
+    with pytest.raises(ConfigError, match="name a DEFENSE"):
+        configure()
+
+
+def test_compare_lines_up_two_runs(api_run, tmp_path):
+    from harness import compare, evaluate
+
+    r, _ = api_run
+    other = evaluate("undefended", overrides={**SMALL, "seed": 1, "run.out": str(tmp_path)})
+    c = compare(r, other)
+    assert c.config_differences["seed"] == (0, 1)
+    assert list(c.headlines["figure"]) == ["headline", "strongest", "headline", "strongest"]
+    row = c.headlines.iloc[2]  # sample headline
+    assert row["difference"] == pytest.approx(row["tpr_b"] - row["tpr_a"])
+    lo_a, hi_a = row["ci_a"]
+    lo_b, hi_b = row["ci_b"]
+    assert row["cis_overlap"] == (lo_a <= hi_b and lo_b <= hi_a)
+    assert len(c.attacks) == len(r.attacks)  # the same attacks ran in both
+    res = runner.invoke(app, ["compare", str(r.path), str(other.path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "B - A" in res.output and "seed: 0 -> 1" in res.output
+
+
+def test_the_bar_command_runs(tmp_path):
+    """`python -c "from harness import evaluate; r = evaluate('undefended', overrides={'audit.models': 8})"`"""
+    code = ("from harness import evaluate; r = evaluate('undefended', overrides={'audit.models': 8, "
+            "'train.epochs': 2, 'attack.bootstrap': 20}); print(r.headline('sample'))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "lira:" in proc.stdout and (tmp_path / "runs").is_dir()
+
+
+def test_the_cli_orchestrates_nothing():
+    """CLI modules import the API, the report printer, config parsing, error types and the
+    leaderboard, never the runner, the executors, the run store or the attack phase."""
+    import ast
+
+    orchestration = ("harness.run.runner", "harness.run.executors", "harness.run.runstore", "harness.run.runlock",
+                     "harness.run.teachers", "harness.audit.attack_phase", "harness.run.signals")
+    for f in (Path(__file__).resolve().parents[1] / "harness" / "cli").glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module:
+                assert not node.module.startswith(orchestration), (f.name, node.module)
+
+
+def test_figures_are_finite_where_resolved(api_run):
+    r, _ = api_run
+    for lv in r.levels:
+        h = r.headline(lv)
+        assert all(math.isfinite(v) for f, v in h.tpr.items() if h.resolved[f])
