@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
+
+# every results.json the tests make (in this process or a subprocess) is checked against
+# docs/results.schema.json before it is written (harness.audit.report.check_schema)
+os.environ["HARNESS_CHECK_RESULTS_SCHEMA"] = "1"
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"

@@ -124,11 +124,30 @@ def csv_files(results: dict[str, Any]) -> dict[str, bytes]:
             "attacks.csv": attacks_frame(results).to_csv(index=False).encode()}
 
 
+#: when set (tests/conftest.py sets it), every results.json is validated against docs/results.schema.json
+#: before it is written (needs jsonschema, in the test extra)
+SCHEMA_CHECK_ENV = "HARNESS_CHECK_RESULTS_SCHEMA"
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "results.schema.json"
+
+
+def check_schema(results: dict[str, Any]) -> None:
+    """Validate ``results`` against docs/results.schema.json (a jsonschema ValidationError names the
+    first violation); a no-op unless :data:`SCHEMA_CHECK_ENV` is set."""
+    import os
+
+    if not os.environ.get(SCHEMA_CHECK_ENV):
+        return
+    import jsonschema
+
+    jsonschema.validate(results, json.loads(SCHEMA_PATH.read_text()), cls=jsonschema.Draft202012Validator)
+
+
 def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dict[tuple[str, str], AttackMetrics]]) -> None:
     """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv
     and config.json (the configuration these results were computed with, so the run's saved attack
     settings are those of its results), all replaced as one change (:func:`harness.run.runstore.commit_files`):
     an interrupted attack phase leaves every one of them as it was, a finished one all of them new."""
+    check_schema(results)
     files = {"results.json": json_bytes(results), **csv_files(results), "config.json": json_bytes(results["config"])}
     for level, by_attack in curves.items():
         for (name, variant), m in by_attack.items():

@@ -1,0 +1,45 @@
+"""docs/results.schema.json: valid, strict, and checked on every results.json the tests make."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from harness.audit.report import SCHEMA_CHECK_ENV, SCHEMA_PATH, check_schema
+
+SCHEMA = json.loads(SCHEMA_PATH.read_text())
+
+
+def test_the_schema_is_a_valid_draft_2020_12_schema_and_the_suite_checks_against_it():
+    jsonschema.Draft202012Validator.check_schema(SCHEMA)
+    assert os.environ.get(SCHEMA_CHECK_ENV) == "1"  # tests/conftest.py: every write_outputs validates
+
+
+def test_a_real_results_json_passes_and_violations_are_caught(finished_run):
+    results = json.loads((finished_run / "results.json").read_text())
+    check_schema(results)
+    for mutate in (
+        lambda r: r.pop("fingerprint"),  # a required key missing
+        lambda r: r.__setitem__("undocumented", 1),  # a key docs/results-json.md does not list
+        lambda r: r["population"]["best"].__setitem__("access", "grey-box"),
+        lambda r: r["population"]["attacks"][0]["tpr_at_fpr"].__setitem__("0.001", "high"),
+        lambda r: r["population"]["strongest"].pop("beats_headline"),
+        lambda r: r["population"]["attacks"][0].__setitem__("auc", 1.5),
+    ):
+        bad = copy.deepcopy(results)
+        mutate(bad)
+        with pytest.raises(jsonschema.ValidationError):
+            check_schema(bad)
+
+
+def test_every_documented_top_level_key_is_in_the_schema():
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "results-json.md").read_text()
+    top = doc[doc.index("## Top level"): doc.index("## Per level")]
+    keys = {k for line in top.splitlines() if line.startswith("| `") for k in
+            [part.strip("` ") for part in line.split("|")[1].split(",")]}
+    assert keys <= set(SCHEMA["properties"]), sorted(keys - set(SCHEMA["properties"]))
