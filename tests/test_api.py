@@ -164,3 +164,32 @@ def test_figures_are_finite_where_resolved(api_run):
     for lv in r.levels:
         h = r.headline(lv)
         assert all(math.isfinite(v) for f, v in h.tpr.items() if h.resolved[f])
+
+
+@pytest.mark.parametrize("how", ["file", "stdin"])
+def test_a_script_calling_evaluate_at_top_level_runs_it_once(tmp_path, how):
+    """The local pool's workers must not re-import the caller's __main__: an unguarded script (no
+    `if __name__ == "__main__"`) would otherwise evaluate again in every worker, and a script read
+    from stdin would crash them."""
+    script = ("from pathlib import Path\n"
+              "from harness import evaluate\n"
+              "with open('ran.txt', 'a') as f: f.write('ran\\n')\n"
+              "r = evaluate('undefended', overrides={'audit.models': 6, 'train.epochs': 2, 'attack.bootstrap': 20, "
+              "'run.workers': 2, 'run.group_size': 1})\n"
+              "print('done', r.path)\n")
+    if how == "file":
+        (tmp_path / "script.py").write_text(script)
+        proc = subprocess.run([sys.executable, "script.py"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    else:
+        proc = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, cwd=tmp_path,
+                              timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "done" in proc.stdout and (tmp_path / "ran.txt").read_text() == "ran\n"
+
+
+def test_python_dash_m_harness_cli_runs_once_with_a_pool(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "harness.cli", "evaluate", "undefended", "--models", "6", "--epochs",
+                           "2", "--set", "attack.bootstrap=20", "--workers", "2", "--set", "run.group_size=1",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("Results:") == 1

@@ -48,5 +48,3 @@ def main() -> None:
     os._exit(code)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

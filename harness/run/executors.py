@@ -14,6 +14,7 @@ import os
 import sys
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
@@ -67,6 +68,30 @@ def start_worker_server() -> None:
         forkserver.ensure_running()
 
 
+@contextmanager
+def main_module_hidden() -> Iterator[None]:
+    """While worker processes start, hide the caller's ``__main__`` from multiprocessing, which
+    otherwise has every ``spawn`` / ``forkserver`` worker import it again: a script or notebook
+    calling :func:`harness.evaluate` at its top level (no ``if __name__ == "__main__"`` guard)
+    would run the evaluation once more in each worker, and a script read from stdin would crash
+    them. The jobs' functions all live in importable harness modules, so workers need nothing
+    from ``__main__``."""
+    main = sys.modules.get("__main__")
+    saved = {k: getattr(main, k) for k in ("__file__", "__spec__") if main is not None and hasattr(main, k)}
+    try:
+        if main is not None:
+            if hasattr(main, "__file__"):
+                del main.__file__
+            main.__spec__ = None
+        yield
+    finally:
+        if main is not None:
+            for k, v in saved.items():
+                setattr(main, k, v)
+            if "__spec__" not in saved and hasattr(main, "__spec__"):
+                del main.__spec__
+
+
 class LocalExecutor(Executor):
     """A process pool on this machine (``workers`` processes; 0 = one per core).
 
@@ -98,7 +123,8 @@ class LocalExecutor(Executor):
             initializer=_init_worker,
             initargs=(self.threads,),
         )
-        futures: dict[Future[Any], J] = {pool.submit(fn, job): job for job in jobs}
+        with main_module_hidden():  # workers start on submit; they must not re-import the caller's script
+            futures: dict[Future[Any], J] = {pool.submit(fn, job): job for job in jobs}
         finished = False
         try:
             pending = set(futures)
