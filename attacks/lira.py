@@ -217,3 +217,16 @@ class LiRARaw(LiRA):
     description = "LiRA on pre-test-time-defense outputs (ablation; needs raw_logits)"
     needs = frozenset({"raw_logits"})
     signal = "raw_logits"
+
+
+class LiRANeighbour(LiRA):
+    """LiRA on each canary's matched near-duplicate (``neighbour_logits``: the served outputs on the
+    neighbour a ``near-duplicates`` canary carries), scored with the *canary's* label: the
+    misleading-evaluations paper's near-duplicate attack on Split-AI (its ``splitai_nn``), which
+    answers a training sample with teachers that never saw *it*, but may have seen its near-twin.
+    Black-box; it applies to experiments whose canaries have neighbours only."""
+
+    name = "lira-neighbour"
+    description = "LiRA on each canary's near-duplicate neighbour (near-duplicates canaries; SELENA's adaptive attack)"
+    needs = frozenset({"neighbour_logits"})
+    signal = "neighbour_logits"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -25,7 +25,10 @@ class Canaries:
 
     ``x`` (C, channels, H, W) uint8 and ``y`` (C,) int64 replace the audit samples in training and in
     the attack (scores use ``y``); ``evaluated`` (C,) bool marks the canaries the ROC pools;
-    ``extra_x``/``extra_y`` are added to every model's training set.
+    ``extra_x``/``extra_y`` are added to every model's training set. ``neighbour_x`` (C, channels,
+    H, W) uint8, when a generator provides it (``near-duplicates``), holds each canary's matched
+    near-duplicate among the samples every model trains on: the ``lira-neighbour`` attack queries
+    it instead of the canary (scored with the canary's label); empty otherwise.
     """
 
     x: np.ndarray
@@ -33,6 +36,7 @@ class Canaries:
     evaluated: np.ndarray
     extra_x: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.uint8))
     extra_y: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.int64))
+    neighbour_x: np.ndarray = field(default_factory=lambda: np.zeros((0,), np.uint8))
 
     def __post_init__(self) -> None:
         c = len(self.y)
@@ -42,6 +46,12 @@ class Canaries:
             raise ValueError("canary images must be uint8")
         if not self.evaluated.any():
             raise ValueError("a canary generator must evaluate at least one sample")
+        if len(self.neighbour_x) and (self.neighbour_x.shape != self.x.shape or self.neighbour_x.dtype != np.uint8):
+            raise ValueError("neighbour images must be uint8 and shaped like the canary images, one per canary")
+
+    @property
+    def has_neighbours(self) -> bool:
+        return bool(len(self.neighbour_x))
 
 
 @dataclass(frozen=True)
@@ -52,7 +62,11 @@ class CanaryContext:
     ``pool_indices`` (C,) are the audit samples' indices in the training pool; ``data_dir`` is the
     dataset folder (``data.path``, None for the bundled digits); ``paper`` holds the paper code's
     draws when ``audit.rng`` is ``paper`` (None otherwise): built-in generators then use them
-    instead of ``rng`` wherever the paper's code draws the same quantity.
+    instead of ``rng`` wherever the paper's code draws the same quantity. ``pool_x`` / ``pool_y``
+    are the whole training pool (the non-audit samples every model trains on among them),
+    ``data_fingerprint`` identifies it, ``device`` is the run's (for a generator that runs a
+    network), and ``store`` keeps expensive per-dataset arrays between runs (embeddings): an
+    :class:`ArrayStore` or None.
     """
 
     num_classes: int
@@ -60,6 +74,21 @@ class CanaryContext:
     pool_indices: np.ndarray
     data_dir: str | None = None
     paper: PaperDraws | None = None
+    pool_x: np.ndarray | None = None
+    pool_y: np.ndarray | None = None
+    data_fingerprint: str = ""
+    device: str = "cpu"
+    store: "ArrayStore | None" = None
+
+
+class ArrayStore(Protocol):
+    """Arrays kept between runs under a key (the run store's cache: harness.run.runstore.ArrayCache)."""
+
+    def load(self, key: str) -> np.ndarray | None: ...
+
+    def save(self, key: str, array: np.ndarray) -> None: ...
+
+    def where(self, key: str) -> str: ...
 
 
 class CanaryGenerator(ABC):

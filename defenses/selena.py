@@ -163,7 +163,7 @@ class SELENA(Defense):
     name = "selena"
     description = "Split-AI (K teachers, each sample left out of L) self-distilled into a served student"
     default_canary = "duplicates"
-    adaptive_attacks = ("lira",)
+    adaptive_attacks = ("lira", "lira-neighbour")
     param_defaults = {"num_teachers": 25, "num_query": 10, "teacher_epochs": None}
 
     def __init__(self, **params: Any) -> None:

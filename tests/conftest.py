@@ -92,3 +92,18 @@ def tmpfs(tmp_path):
     yield mount
     for target in reversed(mounted):
         subprocess.run(["umount", "-l", str(target)], capture_output=True)
+
+
+BROWSER_TEST = "test_site_renders_in_headless_chromium_without_errors"
+_browser_outcome: list[str] = []
+
+
+def pytest_runtest_logreport(report):  # noqa: D103 - the headless-browser test's outcome, for the summary
+    if report.nodeid.endswith(BROWSER_TEST) and (report.when == "call" or report.skipped):
+        reason = f" ({report.longrepr[2]})" if report.skipped and isinstance(report.longrepr, tuple) else ""
+        _browser_outcome.append(report.outcome + reason)
+
+
+def pytest_terminal_summary(terminalreporter):  # noqa: D103 - one line CI output can be read for
+    if _browser_outcome:
+        terminalreporter.write_line(f"headless-browser leaderboard test: {_browser_outcome[-1]}")

@@ -1,7 +1,5 @@
 """The uniform, duplicates and ood canary generators."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch

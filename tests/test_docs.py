@@ -4,8 +4,6 @@ in the plugin tutorial runs as written."""
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 

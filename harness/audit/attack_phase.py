@@ -240,6 +240,12 @@ def evaluate_level(
     entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
+        inapplicable = [n for n in lacking if n in table and table[n].images == "neighbours"
+                        and not ld.canaries.has_neighbours]
+        if lacking and lacking == inapplicable:  # e.g. lira-neighbour where the canaries have no near-duplicates
+            skipped[attack.name] = (f"not applicable: it reads {', '.join(inapplicable)}, and this experiment's "
+                                    f"{ld.canary!r} canaries have no near-duplicate neighbours")
+            continue
         if lacking:
             why = (f"needs signals {lacking}, which this run's models did not save (they were trained before this "
                    f"attack was configured); train a new run (--out or --run-dir) to include it")

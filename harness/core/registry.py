@@ -51,6 +51,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "contrastive": "attacks.contrastive:Contrastive",
         "contrastive-blackbox": "attacks.contrastive:ContrastiveBlackBox",
         "lira-sslview": "attacks.ssl_view_lira:SSLViewLiRA",
+        "lira-neighbour": "attacks.lira:LiRANeighbour",
     },
     "canaries": {
         "none": "canaries.none:NoCanaries",
@@ -59,6 +60,7 @@ BUILTINS: dict[str, dict[str, str]] = {
         "blank": "canaries.blank:Blank",
         "ood": "canaries.ood:OutOfDistribution",
         "duplicates": "canaries.duplicates:MislabeledDuplicates",
+        "near-duplicates": "canaries.near_duplicates:NearDuplicates",
     },
 }
 
@@ -77,6 +79,12 @@ def is_file_reference(ref: str) -> bool:
 
 
 def _load_file_class(ref: str) -> type:
+    return load_file_attribute(ref)
+
+
+def load_file_attribute(ref: str) -> Any:
+    """The attribute ``NAME`` of the Python file in ``path/to/file.py:NAME`` (a plugin class, an
+    embedder function), the file imported once per process; PluginError (one line) otherwise."""
     path_s, _, cls_name = ref.rpartition(":")
     path = Path(path_s).expanduser().resolve()
     if not path.is_file():

@@ -24,8 +24,9 @@ FISHER_EPS = 1e-45  # the paper's guard inside the logs
 @dataclass(frozen=True)
 class Signal:
     """A named per-model signal. ``requires``: the served model's capability it needs
-    (``"features"``, ``"raw_query"`` or None); ``images``: computed on the ``"audit"`` samples or on
-    the ``"population"`` samples; ``access``: what an adversary needs to read it."""
+    (``"features"``, ``"raw_query"`` or None); ``images``: computed on the ``"audit"`` samples, the
+    ``"population"`` samples or the canaries' ``"neighbours"`` (near-duplicates); ``access``: what an
+    adversary needs to read it."""
 
     name: str
     description: str

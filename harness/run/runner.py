@@ -161,12 +161,19 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
     gen_cls = resolve("canaries", canary)
     params = cfg.audit.canary_params.get(canary, {}) if level_of(level) == "sample" else {}
     idx = design.audit_indices
+    from harness.run.runstore import ArrayCache
+
     ctx = CanaryContext(
         num_classes=data.num_classes,
         rng=np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()])),
         pool_indices=idx,
         data_dir=cfg.data.path if cfg.data.name != "digits" else None,
         paper=paper,
+        pool_x=data.x_train,
+        pool_y=data.y_train,
+        data_fingerprint=data.fingerprint(),
+        device=resolve_device(cfg.run.device),
+        store=ArrayCache(Path(cfg.run.out) / ".cache"),
     )
     try:
         gen = gen_cls(**params)
@@ -219,8 +226,10 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)
     check_defense_config(defense, cfg)
+    neighbours = any(getattr(resolve("canaries", c), "provides_neighbours", False)
+                     for _, c in experiments(cfg, defense))
     check_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), defense.provides, cfg.defense,
-                  cfg.audit.population_samples, adaptive=defense.adaptive_attacks)
+                  cfg.audit.population_samples, adaptive=defense.adaptive_attacks, neighbours=neighbours)
     resolve_device(cfg.run.device)
     data = load_dataset(cfg.data, cfg.seed)
     if cfg.audit.size > len(data.y_train):
@@ -321,14 +330,17 @@ def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dic
 
 
 def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense, x: np.ndarray, spec: AugmentSpec,
-                    population_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    population_x: np.ndarray | None = None, neighbour_x: np.ndarray | None = None
+                    ) -> dict[str, np.ndarray]:
     """The signals one model saves: every signal the run's attacks need (:mod:`harness.run.signals`),
-    on the audit samples ``x`` and, for population signals, on ``population_x``."""
+    on the audit samples ``x``, for population signals on ``population_x``, and for neighbour
+    signals on the canaries' near-duplicates ``neighbour_x``."""
     from harness.run.signals import compute_signals, signal_seed, stored
 
     names, table = run_signals(cfg, defense)
     pop = population_x if population_x is not None else x[:0]
-    return stored(compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed)), cfg.audit.signal_dtype)
+    return stored(compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x),
+                  cfg.audit.signal_dtype)
 
 
 @dataclass(frozen=True)
@@ -406,7 +418,7 @@ class _JobSetup:
         t1 = time.perf_counter()
         try:
             signals = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,
-                                      data.x_test[ld.population_indices])
+                                      data.x_test[ld.population_indices], ld.canaries.neighbour_x)
             checked.during = "test accuracy on the test set"
             test_pred = checked.query(data.x_test).argmax(axis=1)
         except (ConfigError, KeyboardInterrupt):

@@ -195,6 +195,34 @@ def atomic_write_npz(path: Path, **arrays: np.ndarray) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+class ArrayCache:
+    """Arrays kept between runs under a key, as ``<root>/<key>.npy`` written atomically (the
+    near-duplicates canaries' embeddings of a dataset: ``<run.out>/.cache``). A file that cannot be
+    read is treated as absent and rewritten."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+
+    def where(self, key: str) -> str:
+        return str(self.root / f"{key}.npy")
+
+    def load(self, key: str) -> np.ndarray | None:
+        path = self.root / f"{key}.npy"
+        if not path.is_file():
+            return None
+        try:
+            return np.load(path, allow_pickle=False)
+        except Exception:  # damaged: computed again and rewritten
+            return None
+
+    def save(self, key: str, array: np.ndarray) -> None:
+        import io
+
+        buf = io.BytesIO()
+        np.save(buf, np.ascontiguousarray(array), allow_pickle=False)
+        atomic_write_bytes(self.root / f"{key}.npy", buf.getvalue())
+
+
 @dataclass(frozen=True)
 class LevelDesign:
     """One level's experiment: the shared audit design plus the canaries of this level.
@@ -219,8 +247,8 @@ class LevelDesign:
                 "canary": self.canary,
                 "arrays": sha256_arrays(
                     self.design.audit_indices, self.design.membership, c.x, c.y, c.evaluated, c.extra_x, c.extra_y,
-                    self.population_indices,
-                ),
+                    self.population_indices, *([c.neighbour_x] if c.has_neighbours else []),
+                ),  # canaries without neighbours keep the fingerprints they had before the field
             }
         )
 
@@ -410,6 +438,7 @@ class RunDir:
             extra_y=c.extra_y,
             canary=np.array(ld.canary),
             population_indices=ld.population_indices,
+            **({"neighbour_x": c.neighbour_x} if c.has_neighbours else {}),
         )
         manifest.setdefault("levels", {})[ld.level] = {"canary": ld.canary, "fingerprint": fingerprint,
                                                         "canary_info": ld.canary_info}
@@ -443,7 +472,8 @@ class RunDir:
                 canary=str(z["canary"]),
                 design=AuditDesign(audit_indices=z["audit_indices"], membership=z["membership"]),
                 canaries=Canaries(
-                    x=z["canary_x"], y=z["canary_y"], evaluated=z["evaluated"], extra_x=z["extra_x"], extra_y=z["extra_y"]
+                    x=z["canary_x"], y=z["canary_y"], evaluated=z["evaluated"], extra_x=z["extra_x"], extra_y=z["extra_y"],
+                    **({"neighbour_x": z["neighbour_x"]} if "neighbour_x" in z.files else {}),
                 ),
                 population_indices=z["population_indices"] if "population_indices" in z.files
                 else np.zeros(0, np.int64),

@@ -14,6 +14,8 @@ Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index
 - ``logits`` (N, A, K): the served outputs on the audit samples (black-box);
 - ``raw_logits`` (N, A, K): the outputs before a test-time defense (needs ``raw_query``);
 - ``population_logits`` (Z, A, K): the served outputs on the run's population samples (RMIA's z);
+- ``neighbour_logits`` (N, A, K): the served outputs on each canary's matched near-duplicate (the
+  ``near-duplicates`` canaries carry them; the ``lira-neighbour`` attack reads it);
 - ``contrastive_features`` (N, A, R): per query view and repetition r < R = 6, the Fisher-transformed
   cosine similarity ``log((1 + s) / (1 - s))`` of the encoder features of two SSL-augmented copies
   of the view (white-box, needs ``features``; the paper's ``backbone`` score, protocol notes 3.5);
@@ -142,6 +144,8 @@ BUILTIN_SIGNALS: dict[str, Signal] = {
                access="white-box"),
         Signal("population_logits", "served outputs on the population samples (RMIA's z)", _logits,
                images="population"),
+        Signal("neighbour_logits", "served outputs on each canary's matched near-duplicate (near-duplicates "
+               "canaries)", _logits, images="neighbours"),
         Signal("contrastive_features", "similarity of encoder features of two SSL views (Fisher-transformed)",
                _contrastive_features, requires="features", access="white-box"),
         Signal("contrastive_logits", "similarity of served logits of two SSL views (Fisher-transformed)",
@@ -180,10 +184,12 @@ def attack_access(attack: Attack, table: dict[str, Signal]) -> str:
 
 
 def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str, population_samples: int,
-                  adaptive: tuple[str, ...] = ()) -> None:
+                  adaptive: tuple[str, ...] = (), neighbours: bool = True) -> None:
     """Refuse, before training, an attack whose signals cannot be computed for this run. For one of
     the defense's ``adaptive`` attacks (which run whatever ``attack.names`` says) the message points
-    at the defense's declaration instead of ``attack.names``."""
+    at the defense's declaration instead of ``attack.names``. ``neighbours``: whether a sample-level
+    canary of the run carries near-duplicate neighbours; an attack the user asked for that reads
+    them is refused without one (a defense's adaptive one simply does not apply there)."""
     table = signal_table(attacks)
     for a in attacks:
         declared = a.name in adaptive
@@ -201,19 +207,28 @@ def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str,
                        "leave the attack out (--set attack.names=[...])")
                 raise ConfigError(f"{who} needs signal {n!r} ({sig.description}), which needs {what}; defense "
                                   f"{defense!r}'s served model does not provide them: {fix}")
+            if sig.images == "neighbours" and not neighbours and not declared:
+                raise ConfigError(f"{who} reads {n!r} ({sig.description}), but none of this run's canaries has "
+                                  "near-duplicate neighbours: add --canary near-duplicates, or leave the attack out "
+                                  "(--set attack.names=[...])")
             if sig.images == "population" and population_samples == 0:
                 fix = ("" if declared else ", or leave it out (--set attack.names=[...])")
                 raise ConfigError(f"{who} needs population samples: set audit.population_samples > 0{fix}")
 
 
 def compute_signals(names: list[str], table: dict[str, Signal], served: ServedModel, audit_x: np.ndarray,
-                    population_x: np.ndarray, spec: AugmentSpec, seed: int) -> dict[str, np.ndarray]:
-    """Compute the named signals for one trained model."""
+                    population_x: np.ndarray, spec: AugmentSpec, seed: int,
+                    neighbour_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
+    """Compute the named signals for one trained model: on the audit samples, the population
+    samples or the canaries' neighbours (``Signal.images``); a signal whose images a level does not
+    have (no population samples, canaries without neighbours) is not computed."""
     out: dict[str, np.ndarray] = {}
+    images = {"audit": audit_x, "population": population_x,
+              "neighbours": neighbour_x if neighbour_x is not None else audit_x[:0]}
     for n in names:
         sig = table[n]
-        x = population_x if sig.images == "population" else audit_x
-        if sig.images == "population" and not len(x):
+        x = images[sig.images]
+        if sig.images != "audit" and not len(x):
             continue
         if hasattr(served, "during"):  # a plugin_errors.CheckedServed: its messages name the signal
             served.during = f"signal {n!r} on the {sig.images} samples"

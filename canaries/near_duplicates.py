@@ -1,0 +1,154 @@
+"""The ``near-duplicates`` generator: natural mislabeled near-duplicates (the misleading-evaluations
+paper, SELENA section, Figure 11; its code's ``generate_selena_similarities`` notebook).
+
+Every training-pool image is embedded and L2-normalized (:mod:`canaries.embedders`: an OpenCLIP
+image encoder, the paper's ``ViT-SO400M-14-SigLIP-384`` / ``webli``; mean-centred pixels; or a
+user's function). Each audit sample is matched to a distinct non-audit sample with a *different
+label*: the matching that maximizes the total cosine similarity (``scipy.optimize.
+linear_sum_assignment(maximize=True)``, as the paper). That neighbour is the audit sample's natural
+near-duplicate with another label, and every model trains on it. The canary is the audit sample
+itself, with its own label: a member makes the model fit two near-identical images with different
+labels (a memorization target), and the ``lira-neighbour`` attack queries the neighbour instead,
+scored with the canary's label, as the paper attacks Split-AI. The pairs are recorded most similar
+first (``describe``).
+
+Parameters (``audit.canary_params.near-duplicates.*``): ``embedder`` (``openclip``, default;
+``pixels``; or ``path/to/file.py:function``), ``model`` and ``pretrained`` (the OpenCLIP model and
+tag; ``pretrained: null`` for random weights), ``checkpoint`` (a local weights file instead of the
+tag), ``model_config`` (an OpenCLIP model config JSON), ``batch_size``, ``evaluate`` (the number of
+pairs the ROC pools, the most similar first: the audit set is drawn at random, and only a close
+neighbour of another label makes a sample vulnerable; default all, as the paper). The canaries do
+not change any training set: what makes them canaries is the near-duplicate already in the data. A run never downloads
+weights: a tag whose weights are not in the local cache stops the run before training, naming these
+parameters. The pool's embeddings are kept in the run store's cache per dataset and embedder.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from canaries.base import Canaries, CanaryContext, CanaryGenerator
+from canaries.embedders import (DEFAULT_MODEL, DEFAULT_PRETRAINED, OpenClipEmbedder, embedding_key, file_digest,
+                                load_function, pixel_embeddings)
+
+#: a full (canaries x candidates) similarity matrix up to this many entries; beyond, each canary's
+#: TOP_K most similar candidates (widened until they can match every canary), as the paper's
+#: 500 x 50 000 matrix would be slow to match in full
+FULL_MATRIX = 5_000_000
+TOP_K = 64
+
+
+def matched_neighbours(audit: np.ndarray, candidates: np.ndarray, audit_y: np.ndarray, candidate_y: np.ndarray
+                       ) -> tuple[np.ndarray, np.ndarray]:
+    """For L2-normalized embeddings of the audit samples (C, D) and the candidates (M, D): each audit
+    sample's distinct candidate of a different label, by maximum total cosine similarity; returns
+    (candidate position per audit sample (C,), its similarity (C,))."""
+    from scipy.optimize import linear_sum_assignment
+
+    c, m = len(audit), len(candidates)
+    if m < c:
+        raise ValueError(f"near-duplicates need at least as many non-audit samples as audit samples ({m} < {c})")
+    sim = audit @ candidates.T  # (C, M) cosine similarities
+    sim[audit_y[:, None] == candidate_y[None, :]] = -np.inf  # a near-duplicate with *another* label
+    if not np.isfinite(sim).any(axis=1).all():
+        raise ValueError("an audit sample has no non-audit sample of another label to pair with")
+    cols = np.arange(m)
+    if c * m > FULL_MATRIX:  # each row's best candidates, widened until they can cover every row
+        k = TOP_K
+        while True:
+            top = np.argpartition(-sim, min(k, m - 1), axis=1)[:, :k]
+            cols = np.unique(top)
+            if len(cols) >= c or k >= m:
+                break
+            k *= 2
+        sim = sim[:, cols]
+    finite = np.isfinite(sim)
+    cost = np.where(finite, sim, sim[finite].min() - 1e6)  # a forbidden pair only where nothing else is left
+    rows, picked = linear_sum_assignment(cost, maximize=True)
+    match = np.empty(c, dtype=np.int64)
+    match[rows] = cols[picked]
+    if not finite[rows, picked].all():
+        raise ValueError("the matching had to pair an audit sample with a same-label sample (too few candidates)")
+    return match, sim[rows, picked][np.argsort(rows)]
+
+
+class NearDuplicates(CanaryGenerator):
+    name = "near-duplicates"
+    description = "each audit sample paired with its most similar non-audit sample of another label (OpenCLIP)"
+    #: the canaries carry neighbour images for the lira-neighbour attack
+    provides_neighbours = True
+
+    def __init__(self, embedder: str = "openclip", model: str = DEFAULT_MODEL, pretrained: str | None = DEFAULT_PRETRAINED,
+                 checkpoint: str | None = None, model_config: str | None = None, batch_size: int = 256,
+                 evaluate: int | None = None) -> None:
+        if not isinstance(embedder, str) or not (embedder in ("openclip", "pixels") or ".py:" in embedder):
+            raise ValueError(f"embedder must be openclip, pixels or path/to/file.py:function, got {embedder!r}")
+        if embedder != "openclip":
+            given = [n for n, v, d in (("model", model, DEFAULT_MODEL), ("pretrained", pretrained, DEFAULT_PRETRAINED),
+                                       ("checkpoint", checkpoint, None), ("model_config", model_config, None)) if v != d]
+            if given:
+                raise ValueError(f"{', '.join(given)} apply to embedder openclip only (embedder is {embedder!r})")
+        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
+        if evaluate is not None and (not isinstance(evaluate, int) or isinstance(evaluate, bool) or evaluate < 1):
+            raise ValueError(f"evaluate must be a positive number of pairs (or null: all), got {evaluate!r}")
+        self.embedder, self.batch_size, self.evaluate = embedder, batch_size, evaluate
+        self.openclip = dict(model=model, pretrained=pretrained, checkpoint=checkpoint, model_config=model_config)
+        self._info: dict[str, Any] = {}
+
+    def _embed(self, pool: np.ndarray, ctx: CanaryContext) -> tuple[np.ndarray, str]:
+        """Embeddings of the whole training pool (cached per dataset and embedder), and where."""
+        if self.embedder == "pixels":
+            return pixel_embeddings(pool), "computed (pixels)"
+        if self.embedder == "openclip":
+            enc = OpenClipEmbedder(**self.openclip, batch_size=self.batch_size, device=ctx.device)
+            spec: dict[str, Any] = enc.key()
+            fn = enc
+        else:
+            spec = {"embedder": "function", "ref": self.embedder, "source": file_digest(self.embedder.rsplit(":", 1)[0])}
+            fn = load_function(self.embedder)
+        key = embedding_key(spec, ctx.data_fingerprint)
+        if ctx.store is not None:
+            cached = ctx.store.load(key)
+            if cached is not None and cached.shape[0] == len(pool):
+                return cached, f"cached ({ctx.store.where(key)})"
+        if self.embedder == "openclip":
+            enc.weights()  # a missing tag's weights: the error before any work
+        from canaries.embedders import normalized
+
+        emb = normalized(fn(pool))
+        if emb.shape[0] != len(pool):
+            raise ValueError(f"the embedder returned {emb.shape[0]} rows for {len(pool)} images")
+        if ctx.store is not None:
+            ctx.store.save(key, emb)
+        return emb, f"computed, cached in {ctx.store.where(key)}" if ctx.store is not None else "computed"
+
+    def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
+        if ctx.pool_x is None or ctx.pool_y is None:
+            raise ValueError("near-duplicates need the training pool (CanaryContext.pool_x / pool_y)")
+        emb, how = self._embed(ctx.pool_x, ctx)
+        audit = np.asarray(ctx.pool_indices)
+        others = np.setdiff1d(np.arange(len(ctx.pool_y)), audit)
+        match, sim = matched_neighbours(emb[audit], emb[others], ctx.pool_y[audit], ctx.pool_y[others])
+        neighbour = others[match]  # pool index of each audit sample's near-duplicate
+        order = np.argsort(-sim, kind="stable")  # the most similar pairs first
+        self._info = {
+            "embedder": self.embedder if self.embedder != "openclip" else
+            f"openclip {self.openclip['model']} / {self.openclip['checkpoint'] or self.openclip['pretrained']}",
+            "embeddings": how,
+            "similarity": {"max": float(sim.max()), "median": float(np.median(sim)), "min": float(sim.min())},
+            "pairs_most_similar_first": [[int(audit[i]), int(neighbour[i]), round(float(sim[i]), 6)] for i in order[:20]],
+        }
+        evaluated = np.ones(len(y), dtype=bool)
+        if self.evaluate is not None:  # only the most similar pairs: the natural near-duplicates
+            if self.evaluate > len(y):
+                raise ValueError(f"evaluate {self.evaluate} is larger than the audit size {len(y)}")
+            evaluated[:] = False
+            evaluated[order[: self.evaluate]] = True
+            self._info["evaluated_min_similarity"] = float(sim[order[self.evaluate - 1]])
+        return Canaries(x=x.copy(), y=y.copy(), evaluated=evaluated, neighbour_x=ctx.pool_x[neighbour].copy())
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._info)

@@ -1,0 +1,200 @@
+"""Natural near-duplicate canaries (the paper's OpenCLIP neighbours, SELENA section) and the
+neighbour-query attack: planted pairs are recovered exactly, weights are never fetched silently,
+embeddings are cached per dataset, and lira-neighbour runs beside LiRA on SELENA."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from canaries.base import CanaryContext
+from canaries.embedders import pixel_embeddings
+from canaries.near_duplicates import NearDuplicates, matched_neighbours
+from harness.cli import app
+from harness.core.config import build_config
+from harness.core.data import load_cifar10
+from harness.core.design import make_design
+from harness.run.runstore import ArrayCache
+
+runner = CliRunner()
+TINY_CLIP = {"embed_dim": 32,
+             "vision_cfg": {"image_size": 32, "layers": 2, "width": 64, "patch_size": 8, "head_width": 32},
+             "text_cfg": {"context_length": 8, "vocab_size": 64, "width": 32, "heads": 2, "layers": 1}}
+
+
+def test_matching_recovers_planted_pairs_and_never_pairs_a_label_with_itself():
+    rng = np.random.default_rng(0)
+    c, m, d = 30, 400, 16
+    cand = rng.normal(size=(m, d))
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    cand_y = rng.integers(0, 5, m)
+    partner = rng.permutation(m)[:c]
+    audit = cand[partner] + 0.01 * rng.normal(size=(c, d))  # a near-copy of its partner
+    audit /= np.linalg.norm(audit, axis=1, keepdims=True)
+    audit_y = (cand_y[partner] + 1) % 5  # with another label
+    match, sim = matched_neighbours(audit, cand, audit_y, cand_y)
+    assert np.array_equal(match, partner) and np.all(sim > 0.99)
+    assert len(set(match)) == c  # distinct neighbours
+    same = audit_y.copy()
+    same[0] = cand_y[partner[0]]  # its twin now has its own label: it must pair elsewhere
+    match2, _ = matched_neighbours(audit, cand, same, cand_y)
+    assert match2[0] != partner[0] and cand_y[match2[0]] != same[0]
+    assert np.all(cand_y[match2] != same)
+
+
+def test_the_top_k_route_for_large_pools_finds_the_same_planted_pairs(monkeypatch):
+    import canaries.near_duplicates as nd
+
+    monkeypatch.setattr(nd, "FULL_MATRIX", 100)  # force the restricted route
+    rng = np.random.default_rng(1)
+    cand = rng.normal(size=(2000, 8))
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    cand_y = rng.integers(0, 10, 2000)
+    partner = rng.permutation(2000)[:50]
+    audit = cand[partner] + 0.001 * rng.normal(size=(50, 8))
+    audit /= np.linalg.norm(audit, axis=1, keepdims=True)
+    match, _ = nd.matched_neighbours(audit, cand, (cand_y[partner] + 3) % 10, cand_y)
+    assert np.array_equal(match, partner)
+
+
+def _planted_cifar(subset: Path, num_pairs: int = 12):
+    """The CIFAR-10 subset with near-duplicate pairs planted: for some audit samples, a non-audit
+    sample is replaced by a slightly noised copy of the audit image with another label."""
+    data = load_cifar10(subset, download=False)
+    x, y = data.x_train.copy(), data.y_train.copy()
+    design = make_design(len(y), 60, 6, seed=0)
+    audit = design.audit_indices
+    others = np.setdiff1d(np.arange(len(y)), audit)
+    rng = np.random.default_rng(7)
+    partners = rng.choice(others, num_pairs, replace=False)
+    for a, b in zip(audit[:num_pairs], partners):
+        x[b] = np.clip(x[a].astype(int) + rng.integers(-3, 4, x[a].shape), 0, 255).astype(np.uint8)
+        y[b] = (y[a] + 1) % 10
+    return x, y, audit, partners
+
+
+def _context(x, y, audit, store=None):
+    return CanaryContext(num_classes=10, rng=np.random.default_rng(0), pool_indices=audit, pool_x=x, pool_y=y,
+                         data_fingerprint="test", store=store)
+
+
+def _recovered(gen, x, y, audit, partners, store=None):
+    can = gen.apply(x[audit], y[audit], _context(x, y, audit, store))
+    k = len(partners)
+    return all(np.array_equal(can.neighbour_x[i], x[partners[i]]) for i in range(k)), can
+
+
+def test_cifar_subset_planted_pairs_are_recovered_with_pixel_embeddings(cifar_subset):
+    x, y, audit, partners = _planted_cifar(cifar_subset)
+    ok, can = _recovered(NearDuplicates(embedder="pixels"), x, y, audit, partners)
+    assert ok
+    assert np.array_equal(can.x, x[audit]) and np.array_equal(can.y, y[audit]) and can.evaluated.all()
+    info = NearDuplicates(embedder="pixels")
+    info.apply(x[audit], y[audit], _context(x, y, audit))
+    first = info.describe()["pairs_most_similar_first"]
+    assert {p[0] for p in first[:12]} == set(audit[:12].tolist())  # the planted pairs are the most similar
+
+
+def test_cifar_subset_planted_pairs_are_recovered_with_a_random_init_openclip_model(cifar_subset, tmp_path):
+    pytest.importorskip("open_clip", reason="open_clip_torch is not installed (pip install -e \".[clip]\")")
+    cfg = tmp_path / "tiny-test-clip.json"
+    cfg.write_text(json.dumps(TINY_CLIP))
+    x, y, audit, partners = _planted_cifar(cifar_subset)
+    store = ArrayCache(tmp_path / "cache")
+    gen = NearDuplicates(embedder="openclip", model_config=str(cfg), pretrained=None, batch_size=512)
+    ok, _ = _recovered(gen, x, y, audit, partners, store)
+    assert ok and gen.describe()["embeddings"].startswith("computed, cached in")
+    again = NearDuplicates(embedder="openclip", model_config=str(cfg), pretrained=None, batch_size=512)
+    ok2, _ = _recovered(again, x, y, audit, partners, store)
+    assert ok2 and again.describe()["embeddings"].startswith("cached")  # per dataset fingerprint and embedder
+
+
+def test_evaluate_keeps_the_most_similar_pairs(cifar_subset):
+    x, y, audit, partners = _planted_cifar(cifar_subset)
+    can = NearDuplicates(embedder="pixels", evaluate=12).apply(x[audit], y[audit], _context(x, y, audit))
+    assert can.evaluated.sum() == 12 and can.evaluated[:12].all()
+
+
+def test_a_named_tag_without_local_weights_stops_before_anything_is_written(tmp_path, monkeypatch):
+    pytest.importorskip("open_clip", reason="open_clip_torch is not installed (pip install -e \".[clip]\")")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # an empty Hugging Face cache
+    monkeypatch.setenv("HOME", str(tmp_path))  # an empty ~/.cache/clip
+    out = tmp_path / "runs"
+    res = runner.invoke(app, ["evaluate", "undefended", "--canary", "near-duplicates", "--models", "6", "--out", str(out),
+                              "--set", "audit.canary_params.near-duplicates.embedder=openclip",
+                              "--set", "audit.canary_params.near-duplicates.model=RN50",
+                              "--set", "audit.canary_params.near-duplicates.pretrained=openai"])
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert "are not in the local caches" in text and "audit.canary_params.near-duplicates.checkpoint=PATH" in text
+    assert "a run never downloads" in text and not out.exists()
+
+
+def test_bad_parameters_are_refused():
+    for params, message in (({"embedder": "clip"}, "embedder must be openclip, pixels"),
+                            ({"embedder": "pixels", "pretrained": "webli2"}, "apply to embedder openclip only"),
+                            ({"evaluate": 0}, "evaluate must be a positive number")):
+        with pytest.raises(ValueError, match=message):
+            NearDuplicates(**params)
+
+
+def test_a_users_embedder_function(tmp_path, cifar_subset):
+    f = tmp_path / "emb.py"
+    f.write_text("import numpy as np\n\ndef features(images):\n"
+                 "    return images.reshape(len(images), -1).astype(np.float32) - 127.5\n")
+    x, y, audit, partners = _planted_cifar(cifar_subset)
+    ok, _ = _recovered(NearDuplicates(embedder=f"{f}:features"), x, y, audit, partners, ArrayCache(tmp_path / "c"))
+    assert ok
+
+
+def test_pixel_embeddings_are_unit_vectors():
+    e = pixel_embeddings(np.random.default_rng(0).integers(0, 256, (5, 3, 4, 4), dtype=np.uint8))
+    assert np.allclose(np.linalg.norm(e, axis=1), 1)
+
+
+@pytest.mark.slow
+def test_selena_reports_lira_neighbour_beside_lira_on_near_duplicate_canaries(tmp_path):
+    res = runner.invoke(app, ["evaluate", "selena", "--canary", "near-duplicates", "--models", "6", "--epochs", "2",
+                              "--set", "defense_params.num_teachers=4", "--set", "defense_params.num_query=2",
+                              "--set", "attack.bootstrap=20", "--out", str(tmp_path)], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    (run_dir,) = tmp_path.iterdir()
+    r = json.loads((run_dir / "results.json").read_text())
+    sample = r["sample"]
+    assert sample["canary"] == "near-duplicates" and sample["headline_attacks"] == ["lira", "lira-neighbour"]
+    names = {a["name"] for a in sample["attacks"]}
+    assert {"lira", "lira-neighbour"} <= names
+    assert "not applicable" in r["population"]["skipped_attacks"]["lira-neighbour"]
+    assert sample["canary_info"]["embedder"] == "pixels"
+    design = np.load(run_dir / "sample-near-duplicates" / "design.npz")
+    assert design["neighbour_x"].shape == design["canary_x"].shape
+    assert "lira-neighbour" in res.output
+
+
+def test_lira_neighbour_asked_for_without_near_duplicate_canaries_is_refused(tmp_path):
+    res = runner.invoke(app, ["evaluate", "undefended", "--set", "attack.names=[lira,lira-neighbour]", "--out",
+                              str(tmp_path / "o")])
+    assert res.exit_code == 2 and "add --canary near-duplicates" in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "o").exists()
+
+
+def test_canaries_without_neighbours_keep_their_fingerprints():
+    """A run from before the neighbour field resumes: its level fingerprint is unchanged."""
+    from harness.core.data import load_dataset
+    from harness.run.runner import build_level
+
+    cfg = build_config("quick", {"audit.models": 6})
+    data = load_dataset(cfg.data, cfg.seed)
+    ld = build_level(cfg, data, "sample-mislabeled", "mislabeled")
+    assert not ld.canaries.has_neighbours
+    from harness.run.runstore import sha256_arrays, sha256_json
+
+    c = ld.canaries
+    before = sha256_json({"run": "x", "level": ld.level, "canary": ld.canary, "arrays": sha256_arrays(
+        ld.design.audit_indices, ld.design.membership, c.x, c.y, c.evaluated, c.extra_x, c.extra_y,
+        ld.population_indices)})
+    assert ld.fingerprint("x") == before
