@@ -256,7 +256,7 @@ def test_parameters_are_validated():
 
 def test_registry_and_presets():
     cls = resolve("defenses", "selena")
-    assert cls is SELENA and cls.default_canary == "duplicates" and cls.adaptive_attacks == ("lira",)
+    assert cls is SELENA and cls.default_canary == "duplicates" and cls.adaptive_attacks == ("lira", "lira-neighbour")
     params = {p: build_config(p, {"defense": "selena"}).defense_params for p in ("quick", "cifar10", "paper")}
     assert params["paper"]["num_teachers"] == 25 and params["paper"]["num_query"] == 10
     for p in params.values():
