@@ -66,6 +66,8 @@ def test_results_views(api_run):
     assert h.attack == r.data["sample"]["best"]["name"] and h.tpr[k] == r.data["sample"]["best"]["tpr_at_fpr"][repr(k)]
     assert st.tpr[k] >= h.tpr[k] and h.ci[k][0] <= h.ci[k][1]
     assert r.tpr("population") == r.headline("population").tpr[k]
+    lo, hi = h.ci[k]
+    assert f": TPR {100 * h.tpr[k]:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] at {100 * k:g}% FPR" in str(h)
     assert isinstance(r.attacks, pd.DataFrame) and {"experiment", "attack", "variant", "auc"} <= set(r.attacks.columns)
     assert list(r.summary["level"]) == ["population", "sample"]
     assert r.bounds is None and r.ratio["fpr"] == k and 0 < r.test_accuracy("sample") <= 1

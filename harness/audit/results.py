@@ -44,7 +44,11 @@ class Figure:
                    beats_headline=bool(rec.get("beats_headline", False)))
 
     def __str__(self) -> str:
-        return f"{self.attack}:{self.variant} ({self.access}, {self.experiment})"
+        """``attack:variant (access, experiment): TPR x% [lo, hi] at y% FPR; ...`` (FPR 0 left out)."""
+        at = "; ".join(f"{100 * t:.1f}% [{100 * self.ci[f][0]:.1f}, {100 * self.ci[f][1]:.1f}] at {100 * f:g}% FPR"
+                       if f in self.ci else f"{100 * t:.1f}% at {100 * f:g}% FPR"
+                       for f, t in sorted(self.tpr.items()) if f > 0)
+        return f"{self.attack}:{self.variant} ({self.access}, {self.experiment}): TPR {at}"
 
 
 class Results:
