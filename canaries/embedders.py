@@ -6,7 +6,8 @@ float32 features (N, D), so that a dot product is the cosine similarity.
   the paper's ``ViT-SO400M-14-SigLIP-384`` / ``webli`` by default. Weights come from open_clip's own
   caches (the Hugging Face hub cache, ``~/.cache/clip``) or a local checkpoint file only: a run never
   downloads, and a pretrained tag whose weights are not there is a ValueError naming the parameters
-  that fix it, never a fallback to other weights. ``pretrained=None`` builds random weights (tests);
+  that fix it, never a fallback to other weights. ``pretrained=None`` builds random weights (tests),
+  drawn from torch seed :data:`RANDOM_WEIGHTS_SEED` so that they are the same on every run;
   ``model_config`` registers an OpenCLIP model config JSON (a custom architecture);
 - a user's function ``path/to/file.py:function`` (:func:`load_function`).
 """
@@ -22,6 +23,9 @@ import numpy as np
 
 DEFAULT_MODEL = "ViT-SO400M-14-SigLIP-384"
 DEFAULT_PRETRAINED = "webli"
+#: the torch seed of an OpenCLIP model's random weights (``pretrained=None``), so that its
+#: embeddings, hence the canaries, are the same on every machine and run
+RANDOM_WEIGHTS_SEED = 0
 
 
 def normalized(features: np.ndarray) -> np.ndarray:
@@ -118,7 +122,9 @@ class OpenClipEmbedder:
 
         path, cfg = self.weights()
         try:
-            net = self.open_clip.create_model(self.model, pretrained=path, device=self.device)
+            with torch.random.fork_rng(devices=[]):  # random weights (pretrained=None) are the same on every run
+                torch.manual_seed(RANDOM_WEIGHTS_SEED)
+                net = self.open_clip.create_model(self.model, pretrained=path, device=self.device)
         except Exception as e:  # a damaged or foreign checkpoint
             raise ValueError(f"OpenCLIP {self.model} could not load its weights from {path}: "
                              f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None

@@ -106,6 +106,8 @@ class NearDuplicates(CanaryGenerator):
             enc = OpenClipEmbedder(**self.openclip, batch_size=self.batch_size, device=ctx.device)
             spec: dict[str, Any] = enc.key()
             fn = enc
+            weights = self.openclip["checkpoint"] or self.openclip["pretrained"] or "random weights"
+            self._info["embedder"] = f"openclip {enc.model} / {weights}"
         else:
             spec = {"embedder": "function", "ref": self.embedder, "source": file_digest(self.embedder.rsplit(":", 1)[0])}
             fn = load_function(self.embedder)
@@ -128,6 +130,7 @@ class NearDuplicates(CanaryGenerator):
     def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         if ctx.pool_x is None or ctx.pool_y is None:
             raise ValueError("near-duplicates need the training pool (CanaryContext.pool_x / pool_y)")
+        self._info = {"embedder": self.embedder}
         emb, how = self._embed(ctx.pool_x, ctx)
         audit = np.asarray(ctx.pool_indices)
         others = np.setdiff1d(np.arange(len(ctx.pool_y)), audit)
@@ -135,8 +138,7 @@ class NearDuplicates(CanaryGenerator):
         neighbour = others[match]  # pool index of each audit sample's near-duplicate
         order = np.argsort(-sim, kind="stable")  # the most similar pairs first
         self._info = {
-            "embedder": self.embedder if self.embedder != "openclip" else
-            f"openclip {self.openclip['model']} / {self.openclip['checkpoint'] or self.openclip['pretrained']}",
+            "embedder": self._info["embedder"],
             "embeddings": how,
             "similarity": {"max": float(sim.max()), "median": float(np.median(sim)), "min": float(sim.min())},
             "pairs_most_similar_first": [[int(audit[i]), int(neighbour[i]), round(float(sim[i]), 6)] for i in order[:20]],

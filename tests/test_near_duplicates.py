@@ -108,9 +108,25 @@ def test_cifar_subset_planted_pairs_are_recovered_with_a_random_init_openclip_mo
     gen = NearDuplicates(embedder="openclip", model_config=str(cfg), pretrained=None, batch_size=512)
     ok, _ = _recovered(gen, x, y, audit, partners, store)
     assert ok and gen.describe()["embeddings"].startswith("computed, cached in")
+    assert gen.describe()["embedder"] == "openclip tiny-test-clip / random weights"  # the model that ran
     again = NearDuplicates(embedder="openclip", model_config=str(cfg), pretrained=None, batch_size=512)
     ok2, _ = _recovered(again, x, y, audit, partners, store)
     assert ok2 and again.describe()["embeddings"].startswith("cached")  # per dataset fingerprint and embedder
+
+
+def test_random_init_openclip_embeddings_are_the_same_on_every_run(tmp_path):
+    pytest.importorskip("open_clip", reason="open_clip_torch is not installed (pip install -e \".[clip]\")")
+    import torch
+
+    from canaries.embedders import OpenClipEmbedder
+
+    cfg = tmp_path / "tiny-test-clip.json"
+    cfg.write_text(json.dumps(TINY_CLIP))
+    images = np.random.default_rng(0).integers(0, 256, (6, 3, 32, 32), dtype=np.uint8)
+    first = OpenClipEmbedder(model_config=str(cfg), pretrained=None)(images)
+    torch.manual_seed(123)  # whatever the global torch state
+    again = OpenClipEmbedder(model_config=str(cfg), pretrained=None)(images)
+    assert np.array_equal(first, again)
 
 
 def test_evaluate_keeps_the_most_similar_pairs(cifar_subset):
