@@ -25,6 +25,7 @@ parameters. The pool's embeddings are kept in the run store's cache per dataset 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -90,6 +91,8 @@ class NearDuplicates(CanaryGenerator):
                                        ("checkpoint", checkpoint, None), ("model_config", model_config, None)) if v != d]
             if given:
                 raise ValueError(f"{', '.join(given)} apply to embedder openclip only (embedder is {embedder!r})")
+        if ".py:" in embedder and not Path(embedder.rsplit(":", 1)[0]).expanduser().is_file():
+            raise ValueError(f"embedder {embedder!r}: {embedder.rsplit(':', 1)[0]} is not a file")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         if evaluate is not None and (not isinstance(evaluate, int) or isinstance(evaluate, bool) or evaluate < 1):
@@ -120,7 +123,14 @@ class NearDuplicates(CanaryGenerator):
             enc.weights()  # a missing tag's weights: the error before any work
         from canaries.embedders import normalized
 
-        emb = normalized(fn(pool))
+        if self.embedder == "openclip":
+            features = fn(pool)
+        else:
+            try:
+                features = fn(pool)
+            except Exception as e:  # a user's function failing: one line naming it, not a traceback
+                raise ValueError(f"embedder {self.embedder!r} raised {type(e).__name__}: {e}") from None
+        emb = normalized(features)
         if emb.shape[0] != len(pool):
             raise ValueError(f"the embedder returned {emb.shape[0]} rows for {len(pool)} images")
         if ctx.store is not None:

@@ -167,6 +167,18 @@ def test_a_users_embedder_function(tmp_path, cifar_subset):
     assert ok
 
 
+def test_a_failing_or_missing_embedder_function_is_one_error_line_before_training(tmp_path):
+    f = tmp_path / "emb.py"
+    f.write_text("def bad(images):\n    return 1 / 0\n")
+    for ref, message in ((f"{f}:bad", "raised ZeroDivisionError: division by zero"),
+                         (f"{tmp_path / 'none.py'}:f", "none.py is not a file")):
+        out = tmp_path / "runs"
+        res = runner.invoke(app, ["evaluate", "undefended", "--canary", "near-duplicates", "--models", "6", "--out",
+                                  str(out), "--set", f"audit.canary_params.near-duplicates.embedder={ref}"])
+        assert res.exit_code == 2 and message in " ".join(res.output.split()), res.output
+        assert "Traceback" not in res.output and not out.exists()
+
+
 def test_pixel_embeddings_are_unit_vectors():
     e = pixel_embeddings(np.random.default_rng(0).integers(0, 256, (5, 3, 4, 4), dtype=np.uint8))
     assert np.allclose(np.linalg.norm(e, axis=1), 1)
