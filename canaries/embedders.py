@@ -87,7 +87,8 @@ class OpenClipEmbedder:
         """What identifies these embeddings (for the run store's cache)."""
         ck = Path(self.checkpoint).expanduser() if self.checkpoint else None
         return {"embedder": "openclip", "model": self.model, "pretrained": None if ck else self.pretrained,
-                "checkpoint": [str(ck.resolve()), ck.stat().st_size, ck.stat().st_mtime_ns] if ck and ck.is_file() else None,
+                "checkpoint": ([str(ck.resolve()), ck.stat().st_size, ck.stat().st_mtime_ns] if ck.is_file() else str(ck))
+                if ck else None,
                 "model_config": file_digest(self.model_config) if self.model_config else None}
 
     def weights(self) -> tuple[str | None, dict[str, Any]]:

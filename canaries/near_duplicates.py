@@ -91,6 +91,8 @@ class NearDuplicates(CanaryGenerator):
                                        ("checkpoint", checkpoint, None), ("model_config", model_config, None)) if v != d]
             if given:
                 raise ValueError(f"{', '.join(given)} apply to embedder openclip only (embedder is {embedder!r})")
+        if checkpoint is not None and not Path(str(checkpoint)).expanduser().is_file():
+            raise ValueError(f"checkpoint {checkpoint!r} (audit.canary_params.near-duplicates.checkpoint) is not a file")
         if ".py:" in embedder and not Path(embedder.rsplit(":", 1)[0]).expanduser().is_file():
             raise ValueError(f"embedder {embedder!r}: {embedder.rsplit(':', 1)[0]} is not a file")
         if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:

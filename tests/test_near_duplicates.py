@@ -153,7 +153,8 @@ def test_a_named_tag_without_local_weights_stops_before_anything_is_written(tmp_
 def test_bad_parameters_are_refused():
     for params, message in (({"embedder": "clip"}, "embedder must be openclip, pixels"),
                             ({"embedder": "pixels", "pretrained": "webli2"}, "apply to embedder openclip only"),
-                            ({"evaluate": 0}, "evaluate must be a positive number")):
+                            ({"evaluate": 0}, "evaluate must be a positive number"),
+                            ({"checkpoint": "/no/such/weights.pt"}, "checkpoint '/no/such/weights.pt' .* is not a file")):
         with pytest.raises(ValueError, match=message):
             NearDuplicates(**params)
 
