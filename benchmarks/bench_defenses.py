@@ -31,7 +31,6 @@ import os
 import platform
 import re
 from pathlib import Path
-from typing import Any
 
 from harness_cli import evaluate_into
 

@@ -33,6 +33,10 @@ def summary(run_dir: Path) -> dict:
         out["attacks"][name] = {"primary": primary["variant"], "tpr0.1": primary["tpr_at_fpr"]["0.001"],
                                 "tpr1": primary["tpr_at_fpr"]["0.01"], "auc": primary["auc"],
                                 "best": best["variant"], "best_tpr0.1": best["tpr_at_fpr"]["0.001"]}
+    pop = next(a for a in r["population"]["attacks"] if a["name"] == "lira" and a.get("primary"))
+    out["population lira"] = {"tpr0.1": pop["tpr_at_fpr"]["0.001"], "auc": pop["auc"]}
+    out["figures"] = {w: (s[w]["name"], s[w]["variant"], s[w]["tpr_at_fpr"]["0.001"], s[w]["tpr_ci"]["0.001"],
+                          bool(s[w].get("beats_headline"))) for w in ("best", "strongest") if s.get(w)}
     return out
 
 
@@ -57,6 +61,11 @@ def main() -> None:
             print(f"  {name:15s} primary {m['primary']}: TPR@0.1% {100 * m['tpr0.1']:.2f}%, TPR@1% "
                   f"{100 * m['tpr1']:.2f}%, AUC {m['auc']:.3f}; best at 0.1%: {m['best']} "
                   f"{100 * m['best_tpr0.1']:.2f}%")
+        p = s["population lira"]
+        print(f"  population level, lira primary: TPR@0.1% {100 * p['tpr0.1']:.2f}%, AUC {p['auc']:.3f}")
+        for w, (name, variant, tpr, ci, beats) in s["figures"].items():
+            print(f"  sample {'headline' if w == 'best' else 'strongest'}: {name}:{variant} {100 * tpr:.2f}% "
+                  f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}] at 0.1% FPR" + (" (beats the headline)" if beats else ""))
 
 
 if __name__ == "__main__":

@@ -101,6 +101,8 @@ class CanaryGenerator(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    #: whether the canaries carry neighbour images (``Canaries.neighbour_x``) for lira-neighbour
+    provides_neighbours: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:

@@ -32,7 +32,7 @@ import numpy as np
 
 from canaries.base import Canaries, CanaryContext, CanaryGenerator
 from canaries.embedders import (DEFAULT_MODEL, DEFAULT_PRETRAINED, OpenClipEmbedder, embedding_key, file_digest,
-                                load_function, pixel_embeddings)
+                                load_function, normalized, pixel_embeddings)
 
 #: a full (canaries x candidates) similarity matrix up to this many entries; beyond, each canary's
 #: TOP_K most similar candidates (widened until they can match every canary), as the paper's
@@ -78,7 +78,6 @@ def matched_neighbours(audit: np.ndarray, candidates: np.ndarray, audit_y: np.nd
 class NearDuplicates(CanaryGenerator):
     name = "near-duplicates"
     description = "each audit sample paired with its most similar non-audit sample of another label (OpenCLIP)"
-    #: the canaries carry neighbour images for the lira-neighbour attack
     provides_neighbours = True
 
     def __init__(self, embedder: str = "openclip", model: str = DEFAULT_MODEL, pretrained: str | None = DEFAULT_PRETRAINED,
@@ -103,16 +102,18 @@ class NearDuplicates(CanaryGenerator):
         self.openclip = dict(model=model, pretrained=pretrained, checkpoint=checkpoint, model_config=model_config)
         self._info: dict[str, Any] = {}
 
-    def _embed(self, pool: np.ndarray, ctx: CanaryContext) -> tuple[np.ndarray, str]:
-        """Embeddings of the whole training pool (cached per dataset and embedder), and where."""
+    def _embed(self, pool: np.ndarray, ctx: CanaryContext) -> tuple[np.ndarray, str, str]:
+        """Embeddings of the whole training pool (cached per dataset and embedder), where they came
+        from, and the embedder that made them."""
         if self.embedder == "pixels":
-            return pixel_embeddings(pool), "computed (pixels)"
+            return pixel_embeddings(pool), "computed (pixels)", "pixels"
+        label = self.embedder
         if self.embedder == "openclip":
             enc = OpenClipEmbedder(**self.openclip, batch_size=self.batch_size, device=ctx.device)
             spec: dict[str, Any] = enc.key()
             fn = enc
             weights = self.openclip["checkpoint"] or self.openclip["pretrained"] or "random weights"
-            self._info["embedder"] = f"openclip {enc.model} / {weights}"
+            label = f"openclip {enc.model} / {weights}"
         else:
             spec = {"embedder": "function", "ref": self.embedder, "source": file_digest(self.embedder.rsplit(":", 1)[0])}
             fn = load_function(self.embedder)
@@ -120,13 +121,9 @@ class NearDuplicates(CanaryGenerator):
         if ctx.store is not None:
             cached = ctx.store.load(key)
             if cached is not None and cached.shape[0] == len(pool):
-                return cached, f"cached ({ctx.store.where(key)})"
+                return cached, f"cached ({ctx.store.where(key)})", label
         if self.embedder == "openclip":
-            enc.weights()  # a missing tag's weights: the error before any work
-        from canaries.embedders import normalized
-
-        if self.embedder == "openclip":
-            features = fn(pool)
+            features = fn(pool)  # a missing tag's weights: its error before any work
         else:
             try:
                 features = fn(pool)
@@ -137,20 +134,19 @@ class NearDuplicates(CanaryGenerator):
             raise ValueError(f"the embedder returned {emb.shape[0]} rows for {len(pool)} images")
         if ctx.store is not None:
             ctx.store.save(key, emb)
-        return emb, f"computed, cached in {ctx.store.where(key)}" if ctx.store is not None else "computed"
+        return emb, f"computed, cached in {ctx.store.where(key)}" if ctx.store is not None else "computed", label
 
     def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         if ctx.pool_x is None or ctx.pool_y is None:
             raise ValueError("near-duplicates need the training pool (CanaryContext.pool_x / pool_y)")
-        self._info = {"embedder": self.embedder}
-        emb, how = self._embed(ctx.pool_x, ctx)
+        emb, how, label = self._embed(ctx.pool_x, ctx)
         audit = np.asarray(ctx.pool_indices)
         others = np.setdiff1d(np.arange(len(ctx.pool_y)), audit)
         match, sim = matched_neighbours(emb[audit], emb[others], ctx.pool_y[audit], ctx.pool_y[others])
         neighbour = others[match]  # pool index of each audit sample's near-duplicate
         order = np.argsort(-sim, kind="stable")  # the most similar pairs first
         self._info = {
-            "embedder": self._info["embedder"],
+            "embedder": label,
             "embeddings": how,
             "similarity": {"max": float(sim.max()), "median": float(np.median(sim)), "min": float(sim.min())},
             "pairs_most_similar_first": [[int(audit[i]), int(neighbour[i]), round(float(sim[i]), 6)] for i in order[:20]],

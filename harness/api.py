@@ -93,20 +93,17 @@ def configure(defense: str | None = None, preset: str | None = None, overrides: 
 
 
 @contextmanager
-def _locked(path: Path, wait: bool, emit: Callable[..., None], shared: bool = False) -> Iterator[Any]:
+def _locked(path: Path, wait: bool, emit: Callable[..., None]) -> Iterator[None]:
     from harness.run.runlock import RunLock
 
     def waiting(holder: Any) -> None:
         who = holder.describe() if holder is not None else "another process"
         emit("waiting", f"waiting for {who} to finish with {path}")
 
-    lock = RunLock(path, shared=shared, wait=wait, on_wait=waiting).acquire()
-    try:
+    with RunLock(path, wait=wait, on_wait=waiting) as lock:
         if lock.took_over is not None:
             emit("note", f"took over the lock of {lock.took_over.describe()}, which ended without releasing it")
-        yield lock
-    finally:
-        lock.release()
+        yield
 
 
 def _local_pool_likely(overrides: dict[str, Any]) -> bool:
@@ -141,20 +138,20 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     plan = plan_run(cfg, run_path)  # every check; nothing written yet
     with _locked(plan.path, wait, emit):
         prep = open_run(plan)
-        _train(prep, cfg, time.perf_counter() - t0, emit)
+        _train(prep, time.perf_counter() - t0, emit)
         return _attack_phase(prep.run.path, None, emit)
 
 
-def _train(prep: Any, cfg: ExperimentConfig, t_prep: float, emit: Callable[..., None]) -> None:
+def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
     """Train the run's pending models (progress as ``train`` events), then record the timings."""
     from harness.run.executors import make_executor
-    from harness.run.runner import group_size, heal_signals, make_defense, pending_jobs, resolve_device, train_all
+    from harness.run.runner import group_size, heal_signals, pending_jobs, resolve_device, train_all
 
-    run = prep.run
+    run, cfg, defense = prep.run, prep.cfg, prep.defense
     emit("info", f"Run directory: {run.path} (fingerprint {prep.fingerprint[:12]})")
     for note in [*run.healed, *heal_signals(prep)]:
         emit("repaired", note)
-    if prep.defense.reuses_undefended:
+    if defense.reuses_undefended:
         sources = run.load_manifest().get("undefended_runs", {})
         for lv in prep.levels:
             src = sources.get(lv)
@@ -174,24 +171,23 @@ def _train(prep: Any, cfg: ExperimentConfig, t_prep: float, emit: Callable[..., 
     t1 = time.perf_counter()
     if not jobs:
         return
-    defense = make_defense(cfg)
     g = group_size(cfg, defense)
     stacked = " (stacked: one batched loop per group)" if defense.can_group(cfg.train) else ""
     emit("info", f"Training {len(jobs)} models{f' in groups of {g}{stacked}' if g > 1 else ''} with "
                  f"{executor.description}.")
     done = {lv: cfg.audit.models - sum(j.level == lv for j in jobs) for lv in prep.levels}
 
-    def report() -> None:  # finished models + the fraction reported by running ones
+    def show_progress() -> None:  # finished models + the fraction reported by running ones
         for lv in prep.levels:
             emit("train", level=lv, done=done[lv] + sum(run.read_progress(lv).values()), total=cfg.audit.models)
 
     def on_done(job: Any, meta: Any) -> None:
         done[job.level] += 1
 
-    report()
-    with _every(1.0, report):
+    show_progress()
+    with _every(1.0, show_progress):
         train_all(prep, executor, on_done=on_done)
-    report()
+    show_progress()
     manifest = run.load_manifest()  # timings accumulate over resumed invocations
     tm = manifest.get("timings", {})
     manifest["timings"] = {
@@ -250,8 +246,8 @@ def attack(run_dir: Path | str, overrides: dict[str, Any] | None = None, *, wait
     run = RunDir(run_path)
     run.require()  # before the lock, which would create the folder
     with _locked(run_path, wait, emit):
-        if run.recover():
-            emit("repaired", "finished writing the results of an interrupted attack phase")
+        if note := run.recover():
+            emit("repaired", note)
         if overrides:
             listed = ", ".join(f"{k}={v}" for k, v in overrides.items())
             emit("info", f"Changing the run's saved attack settings: {listed}; they are saved in "
@@ -273,17 +269,18 @@ def report(run_dir: Path | str, *, html: Callable[[dict[str, Any]], str] | None 
     """Re-export a run's table.csv and attacks.csv from its results.json (``harness report``);
     ``html`` (results -> page) also writes report.html, in the same commit."""
     from harness.audit.report import csv_files
-    from harness.run.runstore import RunDir, commit_files
+    from harness.run.runstore import RunDir
 
     emit = _emitter(progress)
     Results.load(run_dir)  # a missing or damaged results.json: one line, before the lock
     with _locked(Path(run_dir), wait, emit):
-        RunDir(run_dir).recover()
+        run = RunDir(run_dir)
+        run.recover()
         res = Results.load(run_dir)
         files = csv_files(res.data)
         if html is not None:
             files["report.html"] = html(res.data).encode()
-        commit_files(Path(run_dir), files)
+        run.commit(files)
     return res
 
 
@@ -301,6 +298,7 @@ def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any]
     result and the JSON file it was saved to (in ``run.out``)."""
     from harness.audit.label_flip import GAMES, audit_one_run as play, check_one_run_overrides
     from harness.core.install_check import check_torch_builds
+    from harness.run.runner import defense_slug
     from harness.run.runstore import atomic_write_json
 
     check_torch_builds()
@@ -315,7 +313,6 @@ def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any]
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} is a file; it must be the folder for the JSON result")
     res = play(cfg, canaries, taus or None, game)
-    name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
-    path = out_dir / f"audit-one-run-{name}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
+    path = out_dir / f"audit-one-run-{defense_slug(cfg.defense)}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
     atomic_write_json(path, res)
     return res, path

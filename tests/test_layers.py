@@ -84,8 +84,10 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_module_has_a_layer(graph):
-    for module in graph:
-        layer_of(module)
+    """Only the facade and the API sit in the catch-all ``harness`` prefix: a new harness module
+    must join a layer."""
+    loose = sorted(m for m in graph if layer_of(m)[0] == "api" and m not in ("harness", "harness.api"))
+    assert not loose, loose
 
 
 def test_no_import_runs_up_or_sideways(graph):

@@ -278,9 +278,10 @@ def test_headline_tie_rule_is_tpr_then_tpr_at_zero_then_auc_then_order():
 def test_report_tables_and_csv_mark_the_same_headline_and_blank_unresolved(finished_run):
     from rich.console import Console
 
-    from harness.audit.report import attacks_frame, load_results, print_report, summary_frame
+    from harness.audit.report import attacks_frame, print_report, summary_frame
+    from harness.audit.results import Results
 
-    results = load_results(finished_run)
+    results = Results.load(finished_run).data
     pop = results["population"]
     # make every primary variant tie at the headline FPR: the marked row must still be the headline
     for e in pop["attacks"]:

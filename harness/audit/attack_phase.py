@@ -31,12 +31,6 @@ def is_one_hot(logits: np.ndarray) -> bool:
     return bool(logits.size) and bool(np.all((logits == 0) | (logits == 1))) and bool(np.all(logits.sum(-1) == 1))
 
 
-
-
-
-
-
-
 @dataclass(frozen=True)
 class LevelSignals:
     signals: dict[str, np.ndarray]  # name -> (S, C, ...)

@@ -14,6 +14,7 @@ from typing import Any
 import pandas as pd
 
 from harness.audit.headline import fpr_key
+from harness.audit.report import experiments
 from harness.audit.results import Results
 
 
@@ -64,13 +65,6 @@ def _row(base: dict[str, Any], ra: dict[str, Any] | None, rb: dict[str, Any] | N
             "difference": tb - ta if ta is not None and tb is not None else None, "cis_overlap": _overlap(ca, cb)}
 
 
-def _experiments(r: Results) -> dict[str, dict[str, Any]]:
-    out = {"population": r.data["population"]} if "population" in r.data else {}
-    by = r.data.get("sample_by_canary") or ({r.data["sample"]["canary"]: r.data["sample"]} if "sample" in r.data else {})
-    out.update({f"sample-{c}": v for c, v in by.items()})
-    return out
-
-
 def compare_results(a: Results, b: Results) -> Comparison:
     """The :class:`Comparison` of two runs' results (module docstring)."""
     fpr = a.headline_fpr
@@ -83,7 +77,7 @@ def compare_results(a: Results, b: Results) -> Comparison:
             heads.append(_row({"level": lv, "figure": "headline" if which == "best" else "strongest"},
                               (a.data.get(lv) or {}).get(which), (b.data.get(lv) or {}).get(which), k))
     rows = []
-    ea, eb = _experiments(a), _experiments(b)
+    ea, eb = dict(experiments(a.data)), dict(experiments(b.data))
     for exp in [e for e in ea if e in eb]:
         in_b = {(x["name"], x["variant"]): x for x in eb[exp]["attacks"]}
         for x in ea[exp]["attacks"]:

@@ -57,7 +57,7 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
     selection-aware bootstrap CI that re-makes the selection in every replicate; returns the record
     and the :class:`~harness.core.metrics.Selection` (None without a bootstrap). ``what`` names the
     candidates in ``ci_method``."""
-    from harness.core.metrics import bootstrap_draws, bootstrap_tpr_samples, select_from_samples
+    from harness.core.metrics import bootstrap_selection, select_from_samples
 
     hk = fpr_key(headline_fpr(cfg))
     key = _headline_key(hk)
@@ -70,13 +70,12 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
     selection = None
     if cfg.attack.bootstrap > 0:
         if all(c.samples is not None for c in candidates):  # computed with the run's draws already
-            samples = [c.samples for c in candidates]
+            selection = select_from_samples([c.samples for c in candidates], targets, select_at=headline_fpr(cfg),
+                                            confidence=cfg.attack.confidence)
         else:
-            draws = bootstrap_draws(candidates[0].scores.shape[0], cfg.attack.bootstrap, cfg.seed)
-            wanted = sorted({*targets, headline_fpr(cfg)})
-            samples = [bootstrap_tpr_samples(c.scores, c.membership, wanted, draws) for c in candidates]
-        selection = select_from_samples(samples, targets, select_at=headline_fpr(cfg),
-                                        confidence=cfg.attack.confidence)
+            selection = bootstrap_selection([(c.scores, c.membership) for c in candidates], targets,
+                                            select_at=headline_fpr(cfg), replicates=cfg.attack.bootstrap,
+                                            confidence=cfg.attack.confidence, seed=cfg.seed)
         ci_json = {fpr_key(t): list(v) for t, v in selection.ci.items()}
     else:
         ci_json = {fpr_key(t): [float("nan"), float("nan")] for t in targets}

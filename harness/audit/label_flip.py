@@ -126,8 +126,7 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
     except Exception as e:  # the defense's own failure, reported with its own frames
         raise plugin_errors.wrap(e, defense, cfg.defense, "fit", where) from None
     train_s = time.perf_counter() - t0
-    plugin_errors.check_served(served, data.x_train[idx], data.num_classes, cfg.defense, where)
-    checked = plugin_errors.CheckedServed(served, data.num_classes, cfg.defense, where)  # every query checked
+    checked = plugin_errors.check_served(served, data.x_train[idx], data.num_classes, cfg.defense, where)
     try:
         checked.during = "the canaries' outputs"
         prob = softmax(checked.query(data.x_train[idx]).astype(np.float64), axis=1)

@@ -70,7 +70,7 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
     return frame.rename(columns={c: c.replace("tpr@strongest_", "strongest_tpr@") for c in frame.columns})
 
 
-def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(experiment name, its results object): population, then every sample-level canary."""
     out = [("population", results["population"])] if "population" in results else []
     by_canary = results.get("sample_by_canary") or ({results["sample"]["canary"]: results["sample"]}
@@ -80,7 +80,7 @@ def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def _is_headline(e: dict[str, Any], res: dict[str, Any]) -> bool:
     """Whether attack entry ``e`` is its experiment's headline (``res["best"]``, chosen by the tie
-    rule of :func:`harness.audit.attack_phase.select_headline`): every table marks that same row."""
+    rule of :func:`harness.audit.headline.select_best`): every table marks that same row."""
     return (e["name"], e["variant"]) == (res["best"]["name"], res["best"]["variant"])
 
 
@@ -98,7 +98,7 @@ def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
     stands for its attack in headlines, ``headline`` the experiment's headline variant); an
     unresolved TPR is empty with ``tpr@<fpr>_resolved`` False."""
     rows = []
-    for level, res in _experiments(results):
+    for level, res in experiments(results):
         for e in res["attacks"]:
             row = {"experiment": level, "canary": res["canary"], "attack": e["name"], "variant": e["variant"],
                    "primary": bool(e.get("primary", False)), "access": e.get("access", "black-box")}
@@ -155,10 +155,6 @@ def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dic
             df = pd.DataFrame({"fpr": roc.fpr, "tpr": roc.tpr, "threshold": roc.thresholds})
             files[f"roc/{level}__{name}__{variant}.csv"] = df.to_csv(index=False).encode()
     commit_files(run_path, files)
-
-
-def load_results(run_path: Path) -> dict[str, Any]:
-    return json.loads((run_path / "results.json").read_text())
 
 
 def _pct(v: float) -> str:
@@ -294,7 +290,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                        "then attack order); ε: one-run lower bound (95%)")
     for col in ("experiment", "attack", "access", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC", "ε ≥"):
         per_attack.add_column(col)
-    for level, res in _experiments(results):
+    for level, res in experiments(results):
         for e in res["attacks"]:
             if not details and not _is_primary(e):
                 continue
@@ -307,11 +303,11 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
         console.print(f"[yellow]note:[/] {note}", highlight=False)
     for warning in results.get("warnings", []):
         console.print(f"[bold yellow]warning:[/] {warning}", highlight=False)
-    skipped = {f"{lv}: {a}": why for lv, res in _experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
+    skipped = {f"{lv}: {a}": why for lv, res in experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
     for what, why in skipped.items():
         console.print(f"[yellow]skipped[/] {what} ({why})")
     tm = results.get("timings", {})
-    comp = [r["compute"] for _, r in _experiments(results)]
+    comp = [r["compute"] for _, r in experiments(results)]
     devices = sorted({d for c in comp for d in c["devices"]})
     train_s = sum(c["train_seconds_total"] for c in comp)
     console.print(

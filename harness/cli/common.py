@@ -116,5 +116,6 @@ def flag_overrides(**flags: Any) -> dict[str, Any]:
     flag left out (None) is no override."""
     mapping = {"models": "audit.models", "audit_size": "audit.size", "canary": "audit.canary", "epochs": "train.epochs",
                "seed": "seed", "device": "run.device", "workers": "run.workers", "executor": "run.executor",
-               "out": "run.out", "level": "run.level", "data_dir": "data.path"}
+               "out": "run.out", "level": "run.level", "data_dir": "data.path", "inner": "defense_params.inner",
+               "rate": "defense_params.rate", "save_models": "run.save_models"}
     return {mapping[k]: v for k, v in flags.items() if v is not None}

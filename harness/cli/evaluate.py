@@ -61,13 +61,7 @@ def evaluate(
         overrides.update(flag_overrides(
             models=models, audit_size=audit_size, canary=canaries if canaries is None or len(canaries) > 1 else canaries[0],
             epochs=epochs, seed=seed, device=device, workers=workers, executor=executor, out=out, level=level,
-            data_dir=data_dir))
-        if inner is not None:
-            overrides["defense_params.inner"] = inner
-        if rate is not None:
-            overrides["defense_params.rate"] = rate
-        if save_models:
-            overrides["run.save_models"] = True
+            data_dir=data_dir, inner=inner, rate=rate, save_models=save_models or None))
         with ProgressView() as view:
             results = run_evaluation(defense, preset, overrides, run_dir=run_dir, wait=wait, progress=view)
         print_report(results.data, console, details=details)

@@ -10,9 +10,7 @@ User mistakes print one ``error:`` line and exit with code 2.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 import typer
 from rich.markup import escape
@@ -21,11 +19,6 @@ from harness.cli.common import console, err_console, fail, guard
 
 leaderboard_app = typer.Typer(add_completion=False, no_args_is_help=True,
                               help="The static leaderboard site: build it, add verified submissions.")
-@contextmanager
-def _os_errors() -> Iterator[None]:
-    """An OS failure (a read-only site folder, a full disk) as one error line, exit 2."""
-    with guard():
-        yield
 
 
 def _site_folder(path: Path, flag: str) -> None:
@@ -51,7 +44,7 @@ def build(
         fail(f"not found: {', '.join(missing)}")
     _site_folder(out, "--out")
     skipped: list[tuple[Path, str]] = []
-    with _os_errors():
+    with guard():  # an OS failure (a read-only site folder, a full disk): one error line
         rows = build_site(paths, out, skipped)
     _skipped(skipped)
     if not rows:
@@ -72,7 +65,7 @@ def add(
 
     _site_folder(site, "--site")
     try:
-        with _os_errors():
+        with guard():  # an OS failure (a read-only site folder, a full disk): one error line
             eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
     except SubmissionError as e:
         fail(f"refused: {e}")
@@ -91,7 +84,7 @@ def verify(
     from leaderboard.submit import SubmissionError, verify_entry
 
     try:
-        with _os_errors():
+        with guard():  # an OS failure (a read-only site folder, a full disk): one error line
             by = verify_entry(site, entry, rerun)
     except SubmissionError as e:
         fail(f"not verified: {e}")

@@ -263,12 +263,6 @@ def load_preset_mapping(preset: str) -> dict[str, Any]:
     return raw
 
 
-
-
-
-
-
-
 def _format_error(e: ValidationError) -> str:
     parts = []
     for err in e.errors():

@@ -282,14 +282,15 @@ def _pixels(x: np.ndarray, key: str, path: Path, scale: float | None) -> np.ndar
         return x
     hint = ("set how values map to pixels with --set data.scale=S (pixel = value x S, rounded to the nearest "
             "integer in 0..255: e.g. S = 1 for pixel values, 255 for fractions in [0, 1])")
+    lo, hi = x.min(), x.max()
     if np.issubdtype(x.dtype, np.floating):
-        if x.min() >= 0 and x.max() <= 1:
+        if lo >= 0 and hi <= 1:
             return np.rint(x.astype(np.float64) * 255).astype(np.uint8)
-        if x.min() >= 0 and x.max() <= 255 and np.all(x == np.rint(x)):
+        if lo >= 0 and hi <= 255 and np.all(x == np.rint(x)):
             return x.astype(np.uint8)
         raise DataError(f"{path}: {key} holds floats in {_range(x)}, neither fractions in [0, 1] nor whole pixel "
                         f"values 0..255; {hint}")
-    if x.min() < 0 or x.max() > 255:
+    if lo < 0 or hi > 255:
         raise DataError(f"{path}: {key} holds integers in {_range(x)}, outside the pixel range 0..255; {hint}")
     return x.astype(np.uint8)
 

@@ -2,12 +2,8 @@
 
 :class:`ConfigError` is every mistake the user can fix (a bad config, missing data, an unknown
 plugin, a foreign or locked run directory, ...): the CLI prints its message after ``error:`` and
-exits 2. Operating-system failures are described by :func:`os_error_message`.
-
-Operating-system failures as one line for the user.
-
-A read-only or missing folder, a file where a folder should be, a full disk: the commands print
-:func:`os_error_message` after ``error:`` and exit 2. Files are written atomically (temp file,
+exits 2. Operating-system failures (a read-only or missing folder, a file where a folder should be,
+a full disk): the commands print :func:`os_error_message` after ``error:`` and exit 2. Files are written atomically (temp file,
 fsync, rename; several files through one journaled commit), so such a failure leaves every file
 as it was, and the same command resumes once the cause is fixed.
 """

@@ -212,12 +212,10 @@ def bootstrap_tpr_ci(
 @dataclass(frozen=True)
 class Selection:
     """The bootstrap of a best-of-several figure: per target, each replicate's TPR of the candidate
-    that replicate selects (``samples``), which candidate it was (``chosen``), and the percentile
-    interval (``ci``)."""
+    that replicate selects (``samples``), and the percentile interval (``ci``)."""
 
     ci: dict[float, tuple[float, float]]
     samples: dict[float, np.ndarray]
-    chosen: np.ndarray
 
 
 def select_from_samples(
@@ -236,11 +234,10 @@ def select_from_samples(
     chosen = best.argmax(axis=0)  # the first remaining candidate
     cols = np.arange(key.shape[1])
     picked = {t: np.stack([smp[t] for smp in samples])[chosen, cols] for t in targets}
-    return Selection(ci={t: percentile_interval(v, confidence) for t, v in picked.items()}, samples=picked,
-                     chosen=chosen)
+    return Selection(ci={t: percentile_interval(v, confidence) for t, v in picked.items()}, samples=picked)
 
 
-def bootstrap_selected_tpr_ci(
+def bootstrap_selection(
     candidates: list[tuple[np.ndarray, np.ndarray]],
     targets: list[float],
     *,
@@ -248,8 +245,8 @@ def bootstrap_selected_tpr_ci(
     replicates: int,
     confidence: float,
     seed: int,
-) -> dict[float, tuple[float, float]]:
-    """Selection-aware CI of a headline: the candidate with the largest TPR at ``select_at`` (ties:
+) -> Selection:
+    """Selection-aware bootstrap of a headline: the candidate with the largest TPR at ``select_at`` (ties:
     the larger TPR at FPR 0, then the earlier candidate), and its TPR at every target.
 
     ``candidates`` are (scores, membership) pairs, each (S, C_j) over the same S victim models
@@ -267,7 +264,21 @@ def bootstrap_selected_tpr_ci(
     draws = bootstrap_draws(s_models, replicates, seed)
     wanted = sorted({*targets, select_at, 0.0})
     samples = [bootstrap_tpr_samples(sc, mem, wanted, draws) for sc, mem in candidates]
-    return select_from_samples(samples, targets, select_at=select_at, confidence=confidence).ci
+    return select_from_samples(samples, targets, select_at=select_at, confidence=confidence)
+
+
+def bootstrap_selected_tpr_ci(
+    candidates: list[tuple[np.ndarray, np.ndarray]],
+    targets: list[float],
+    *,
+    select_at: float,
+    replicates: int,
+    confidence: float,
+    seed: int,
+) -> dict[float, tuple[float, float]]:
+    """The CI of :func:`bootstrap_selection`, per target."""
+    return bootstrap_selection(candidates, targets, select_at=select_at, replicates=replicates,
+                               confidence=confidence, seed=seed).ci
 
 
 def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, confidence: float) -> tuple[float, float, int]:

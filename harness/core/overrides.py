@@ -97,7 +97,7 @@ def route_overrides(raw: dict[str, Any], overrides: dict[str, Any], defense_cls:
     """
     name = getattr(defense_cls, "name", str(raw.get("defense")))
     # the defense's own parameters as overridden (e.g. subsample's inner defense decides the routing)
-    fields, aliases, note = recipe_routing(defense_cls, _apply(raw, {k: v for k, v in overrides.items()
+    fields, aliases, note = recipe_routing(defense_cls, apply_overrides(raw, {k: v for k, v in overrides.items()
                                                                      if k.split(".")[0] == "defense_params"}))
     out: dict[str, Any] = {}
     for key, value in overrides.items():
@@ -119,14 +119,10 @@ def route_overrides(raw: dict[str, Any], overrides: dict[str, Any], defense_cls:
                         f"(it reads train.{', train.'.join(used) if used else ' nothing'})"
                     )
             out[k] = v
-    merged = _apply(raw, out)
+    merged = apply_overrides(raw, out)
     _check_recipe(merged, out)
     _check_data(merged, out)
     return out
-
-
-def _apply(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
-    return apply_overrides(raw, overrides)
 
 
 def _check_recipe(merged: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, TypeVar
 
+from harness.core.errors import ConfigError
+
 J = TypeVar("J")
 R = TypeVar("R")
 
@@ -183,8 +185,6 @@ def check_engine(kind: str, run: Any = None) -> None:
     cannot start leaves no run directory; every check ends within about 30 s."""
     import importlib.util
 
-    from harness.core.config import ConfigError
-
     if kind in EXTRAS and importlib.util.find_spec(EXTRAS[kind][0]) is None:
         module, extra = EXTRAS[kind]
         raise ConfigError(f"--executor {kind} needs {module}, which is not installed: pip install -e \".[{extra}]\" "
@@ -207,8 +207,6 @@ def check_slurm(partition: str | None) -> None:
     :data:`PREFLIGHT_TIMEOUT`); a named partition exists. Raises ConfigError otherwise."""
     import shutil
     import subprocess
-
-    from harness.core.config import ConfigError
 
     missing = [c for c in ("sbatch", "sinfo") if shutil.which(c) is None]
     if missing:
@@ -247,8 +245,6 @@ def check_ray(address: str) -> None:
     :data:`PREFLIGHT_TIMEOUT`. Raises ConfigError otherwise."""
     import socket
     import subprocess
-
-    from harness.core.config import ConfigError
 
     hostport = address.removeprefix("ray://")
     host, sep, port = hostport.rpartition(":")

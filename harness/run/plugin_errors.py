@@ -75,10 +75,10 @@ def wrap(exc: BaseException, defense: object, defense_name: str, what: str, wher
     return PluginError(message, own_frames(exc, defense_folder(defense)), full)
 
 
-def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str, where: str) -> None:
+def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str, where: str) -> "CheckedServed":
     """Raise :class:`PluginError` unless ``served`` is a ServedModel whose ``query`` on a few audit
-    images keeps the contract (:func:`check_output`); every later query is checked by
-    :class:`CheckedServed`."""
+    images keeps the contract (:func:`check_output`); return it wrapped in :class:`CheckedServed`,
+    which checks every later query."""
     from defenses.base import ServedModel
 
     if not isinstance(served, ServedModel):
@@ -90,6 +90,7 @@ def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str
     except Exception as e:  # the plugin's query itself failed
         raise wrap(e, served, defense_name, "query", where) from None
     check_output(out, len(probe), num_classes, "query", defense_name, where, "first check after fit")
+    return CheckedServed(served, num_classes, defense_name, where)
 
 
 #: the largest magnitude a stored signal can hold (signals are saved as float32 or smaller)

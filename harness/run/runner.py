@@ -128,9 +128,13 @@ def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
     )
 
 
+def defense_slug(defense: str) -> str:
+    """The defense's name in file names: a built-in's name, a file plugin's class name."""
+    return Path(defense.rpartition(":")[2] or defense).name
+
+
 def default_run_dir(cfg: ExperimentConfig, fingerprint: str) -> Path:
-    name = Path(cfg.defense.rpartition(":")[2] or cfg.defense).name
-    return Path(cfg.run.out) / f"{name}-{cfg.preset}-{fingerprint[:12]}"
+    return Path(cfg.run.out) / f"{defense_slug(cfg.defense)}-{cfg.preset}-{fingerprint[:12]}"
 
 
 def population_indices(cfg: ExperimentConfig, data: ImageDataset) -> np.ndarray:
@@ -226,7 +230,7 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)
     check_defense_config(defense, cfg)
-    neighbours = any(getattr(resolve("canaries", c), "provides_neighbours", False)
+    neighbours = any(resolve("canaries", c).provides_neighbours
                      for _, c in experiments(cfg, defense))
     check_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), defense.provides, cfg.defense,
                   cfg.audit.population_samples, adaptive=defense.adaptive_attacks, neighbours=neighbours)
@@ -265,8 +269,8 @@ def open_run(plan: RunPlan) -> Prepared:
     repairing damaged files), and save each experiment's design. Hold the run's lock
     (:class:`harness.run.runlock.RunLock`) around this and everything that follows."""
     run = RunDir(plan.path)
-    if run.recover():
-        run.healed.append("finished writing the results of an interrupted attack phase")
+    if note := run.recover():
+        run.healed.append(note)
     run.init(plan.cfg, plan.fingerprint, plan.manifest, plan.data)
     levels = []
     for ld in plan.designs:
@@ -413,8 +417,7 @@ class _JobSetup:
         """Query model ``index``, save its signals (and state with --save-models); return its metadata."""
         cfg, data, ld, run, defense = self.cfg, self.data, self.ld, self.run, self.defense
         where = self.where([index])
-        plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
-        checked = plugin_errors.CheckedServed(served, data.num_classes, cfg.defense, where)  # every query checked
+        checked = plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
         t1 = time.perf_counter()
         try:
             signals = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,

@@ -103,10 +103,7 @@ def _named(e: OSError, path: Path) -> OSError:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``. On any
     failure (a full disk) the temp file is removed and ``path`` is as before; the OSError names it."""
-    try:
-        tmp = _temp_file(path, data)
-    except OSError as e:
-        raise _named(e, path) from None
+    tmp = _temp_file(path, data)  # its OSErrors name the file
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -299,10 +296,12 @@ class RunDir:
         self.healed.append(f"{path.relative_to(self.path)} was damaged ({reason}): moved aside to {moved.name} "
                            "and rebuilt")
 
-    def recover(self) -> bool:
+    def recover(self) -> str | None:
         """Finish an interrupted commit of the attack phase's outputs (:func:`commit_files`); call
-        with the run's lock held. True when one was finished."""
-        return recover_commit(self.path) if self.path.is_dir() else False
+        with the run's lock held. A note for the user when one was finished, else None."""
+        if self.path.is_dir() and recover_commit(self.path):
+            return "finished writing the results of an interrupted attack phase"
+        return None
 
     def commit(self, files: dict[str, bytes]) -> None:
         """Replace ``files`` (paths relative to the run directory) as one change (:func:`commit_files`)."""

@@ -37,6 +37,7 @@ from harness.core.augment import shift_flip
 from harness.core.errors import ConfigError
 from harness.core.data import AugmentSpec
 from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, Signal
+from harness.run.plugin_errors import CheckedServed
 
 if TYPE_CHECKING:
     from attacks.base import Attack
@@ -230,7 +231,7 @@ def compute_signals(names: list[str], table: dict[str, Signal], served: ServedMo
         x = images[sig.images]
         if sig.images != "audit" and not len(x):
             continue
-        if hasattr(served, "during"):  # a plugin_errors.CheckedServed: its messages name the signal
+        if isinstance(served, CheckedServed):  # its messages name the signal
             served.during = f"signal {n!r} on the {sig.images} samples"
         value = sig.fn(served, x, spec, seed)
         if value is None:
