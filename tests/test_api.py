@@ -195,3 +195,20 @@ def test_python_dash_m_harness_cli_runs_once_with_a_pool(tmp_path):
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.count("Results:") == 1
+
+
+def test_an_unresolved_fpr_is_never_a_number_in_the_api():
+    """results.json stores TPR at FPR 0 at an unresolved FPR (with resolved=false); the API's Figure
+    must not print or return it as the TPR at that FPR (8 models x 100 canaries: 0.1% is unresolved)."""
+    from harness.audit.results import Results
+
+    best = {"name": "lira", "variant": "v", "access": "black-box", "source": "sample-mislabeled/lira:v",
+            "tpr_at_fpr": {"0.0": 0.5875, "0.001": 0.5875, "0.01": 0.975},
+            "tpr_ci": {"0.0": [0.56, 0.97], "0.001": [0.56, 0.97], "0.01": [0.95, 0.99]},
+            "resolved": {"0.0": True, "0.001": False, "0.01": True}}
+    r = Results("run", {"defense": "undefended", "preset": "quick", "headline_fpr": 0.001, "sample": {"best": best}})
+    h = r.headline("sample")
+    assert "58.8%" not in str(h) and "unresolved at 0.1% FPR" in str(h) and "97.5% [95.0, 99.0] at 1% FPR" in str(h)
+    assert math.isnan(r.tpr("sample")) and math.isnan(h.value(0.001))
+    assert r.tpr("sample", 0.01) == 0.975 and h.value(0.0) == 0.5875
+    assert "sample unresolved" in repr(r)

@@ -23,7 +23,9 @@ from harness.core.errors import ConfigError
 @dataclass(frozen=True)
 class Figure:
     """One headline-type figure of a level: which attack variant, its TPR at each reported FPR (0
-    included), the CI of each (selection-aware), and whether each FPR is resolvable."""
+    included), the CI of each (selection-aware), and whether each FPR is resolvable. ``tpr`` holds
+    results.json's raw values (TPR at FPR 0 where an FPR is unresolved); :meth:`value` and ``str``
+    give NaN / "unresolved" there."""
 
     attack: str
     variant: str
@@ -43,11 +45,21 @@ class Figure:
                    resolved={float(k): bool(v) for k, v in rec["resolved"].items()},
                    beats_headline=bool(rec.get("beats_headline", False)))
 
+    def value(self, fpr: float) -> float:
+        """TPR at ``fpr``; NaN where the pooled guesses cannot resolve that FPR (0 < fpr < 1/negatives:
+        results.json then stores TPR at FPR 0 there, which is not a figure at ``fpr``)."""
+        return self.tpr[fpr] if self.resolved.get(fpr, True) else float("nan")
+
     def __str__(self) -> str:
-        """``attack:variant (access, experiment): TPR x% [lo, hi] at y% FPR; ...`` (FPR 0 left out)."""
-        at = "; ".join(f"{100 * t:.1f}% [{100 * self.ci[f][0]:.1f}, {100 * self.ci[f][1]:.1f}] at {100 * f:g}% FPR"
-                       if f in self.ci else f"{100 * t:.1f}% at {100 * f:g}% FPR"
-                       for f, t in sorted(self.tpr.items()) if f > 0)
+        """``attack:variant (access, experiment): TPR x% [lo, hi] at y% FPR; ...`` (FPR 0 left out;
+        an unresolved FPR reads ``unresolved at y% FPR``, never a number)."""
+        def one(f: float, t: float) -> str:
+            if not self.resolved.get(f, True):
+                return f"unresolved at {100 * f:g}% FPR (too few negatives)"
+            ci = f" [{100 * self.ci[f][0]:.1f}, {100 * self.ci[f][1]:.1f}]" if f in self.ci else ""
+            return f"{100 * t:.1f}%{ci} at {100 * f:g}% FPR"
+
+        at = "; ".join(one(f, t) for f, t in sorted(self.tpr.items()) if f > 0)
         return f"{self.attack}:{self.variant} ({self.access}, {self.experiment}): TPR {at}"
 
 
@@ -108,8 +120,9 @@ class Results:
         return Figure.from_json(rec) if rec else None
 
     def tpr(self, level: str = "sample", fpr: float | None = None) -> float:
-        """The headline's TPR at ``fpr`` (default: the headline FPR)."""
-        return self.headline(level).tpr[self.headline_fpr if fpr is None else fpr]
+        """The headline's TPR at ``fpr`` (default: the headline FPR); NaN where that FPR is unresolved
+        (fewer than 1/fpr negative guesses), as in attacks.csv."""
+        return self.headline(level).value(self.headline_fpr if fpr is None else fpr)
 
     def test_accuracy(self, level: str = "sample") -> float:
         return float(self._level(level)["test_accuracy"]["mean"])
