@@ -28,7 +28,9 @@ import time
 
 import numpy as np
 
-from harness.core.config import ConfigError, build_config, parse_set_options
+from harness.core.config import ConfigError, parse_set_options
+
+from harness.configure import build_config
 from harness.run.runner import TrainJob, prepare_run, train_one
 
 

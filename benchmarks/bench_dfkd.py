@@ -30,7 +30,7 @@ import torch
 
 from defenses.base import FitContext, LabeledImages, TorchClassifier
 from defenses.dfkd import DFKD
-from harness.core.config import build_config
+from harness.configure import build_config
 from harness.core.data import load_digits
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness_cli import evaluate_into
 
-from harness.core.registry import available
+from harness.plugins import available
 from leaderboard.browser import render
 from leaderboard.site import build_site
 

@@ -51,9 +51,9 @@ class Subsample(Defense):
 
     @classmethod
     def _inner_cls(cls, params: dict[str, Any]) -> type[Defense]:
-        from harness.core.registry import resolve
+        from defenses import resolve
 
-        return resolve("defenses", str(params.get("inner", cls.param_defaults["inner"])))
+        return resolve(str(params.get("inner", cls.param_defaults["inner"])))
 
     @classmethod
     def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:
@@ -72,14 +72,14 @@ class Subsample(Defense):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        from harness.core.registry import resolve
+        from defenses import resolve
 
         rate = self.params["rate"]
         if not isinstance(rate, (int, float)) or not 0 < rate <= 1:
             raise ValueError(f"rate must be in (0, 1], got {rate!r}")
         if self.params["inner"] == "subsample":
             raise ValueError("subsample cannot wrap itself")
-        self.inner = resolve("defenses", str(self.params["inner"]))(**dict(self.params["inner_params"] or {}))
+        self.inner = resolve(str(self.params["inner"]))(**dict(self.params["inner_params"] or {}))
         # the wrapper audits and attacks as its inner defense does
         self.default_canary = self.inner.default_canary
         self.adaptive_attacks = self.inner.adaptive_attacks

@@ -10,7 +10,7 @@ Each call takes the run directory's lock (harness.run.runlock) for as long as it
 reports what it does through ``progress``: a callable that receives :class:`Progress` events
 (``print`` shows them; the CLI turns them into rich bars and lines). Mistakes raise
 :class:`~harness.core.errors.ConfigError` (one line) before anything is trained or written; a
-defense's own failure raises :class:`~harness.run.plugin_errors.PluginError`.
+defense's own failure raises :class:`~harness.run.plugin_errors.PluginFailure`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from harness.audit.results import Figure, Results
-from harness.core.config import ExperimentConfig, apply_overrides, build_config, validate_config
+from harness.core.config import ExperimentConfig, apply_overrides, validate_config
+from harness.configure import build_config
 from harness.core.errors import ConfigError
 
 __all__ = ["Progress", "Results", "Figure", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",

@@ -314,7 +314,8 @@ def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> s
     ``plugin_copy`` (``path.py:ClassName`` of the bundled source) while the config keeps the path
     the run was started with, which the fingerprint also hashes. Tested equal to the runner's."""
     from harness.core.version import MODELS_VERSION
-    from harness.core.registry import resolve, source_fingerprint
+    from harness.core.registry import source_fingerprint
+    from harness.plugins import resolve
     from harness.run.runner import run_fingerprint
     from harness.run.runstore import sha256_json
 

@@ -4,7 +4,9 @@ one command."""
 import numpy as np
 import pytest
 
-from harness.core.config import ConfigError, build_config
+from harness.core.config import ConfigError
+
+from harness.configure import build_config
 from harness.run.runner import prepare_run
 
 

@@ -2,7 +2,8 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.core.config import ConfigError, build_config, parse_set_options, preset_names
+from harness.core.config import ConfigError, parse_set_options, preset_names
+from harness.configure import build_config
 
 
 def test_presets_load_and_validate():

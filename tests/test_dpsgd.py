@@ -28,9 +28,10 @@ from defenses.dpsgd import (
     sum_clipped,
 )
 from defenses.models import build_model
-from harness.core.config import TrainConfig, build_config
+from harness.core.config import TrainConfig
+from harness.configure import build_config
 from harness.core.data import load_digits
-from harness.core.registry import resolve
+from harness.plugins import resolve
 
 INFO_KEYS = {"epsilon", "delta", "noise_multiplier", "sample_rate", "steps", "accountant", "batch_size", "epochs",
              "augmult", "max_grad_norm"}

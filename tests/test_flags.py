@@ -13,12 +13,13 @@ from typer.testing import CliRunner
 
 from defenses.base import FitContext, LabeledImages
 from harness.cli import app
-from harness.core.config import ConfigError, build_config
+from harness.core.config import ConfigError
+from harness.configure import build_config
 from harness.core.data import load_digits
-from harness.core.registry import BUILTINS
+import defenses
 from harness.run.runner import make_defense
 
-DEFENSES = sorted(BUILTINS["defenses"])
+DEFENSES = sorted(defenses.KIND.builtins)
 # a value different from every preset's for each recipe field (quick preset, digits)
 ALTERNATIVES = {"model": "cnn-gn", "width": 24, "epochs": 3, "batch_size": 30, "lr": 0.031, "momentum": 0.5,
                 "weight_decay": 0.02, "schedule": "constant", "milestones": [0.2], "gamma": 0.5, "warmup_epochs": 2}

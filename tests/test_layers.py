@@ -1,10 +1,12 @@
 """The package's layers, read from the code's imports (every import statement, function-level and
-TYPE_CHECKING ones included): no import cycle, and no import that runs up or sideways between layers.
+TYPE_CHECKING ones included): no import cycle, and no import that runs up or sideways between layers;
+and the core names no plugin module even as a string (an ``importlib`` import the statements miss).
 
 Bottom to top (docs/architecture.md, Layers):
 
     harness.core                     config types, data, design, metrics, signal types, errors
     harness.bounds | plugins         bounds; defenses/, attacks/, canaries/ (each only on core)
+    harness.plugins, .configure      the plugins by name; a config from a preset, a defense, overrides
     harness.run                      run store, lock, runner, executors, signals computation
     harness.audit                    attack phase, headline selection, report
     harness (the package), .api      the Python API
@@ -29,11 +31,12 @@ LAYERS = [
     ("defenses", 1, ("defenses",)),
     ("attacks", 1, ("attacks",)),
     ("canaries", 1, ("canaries",)),
-    ("run", 2, ("harness.run",)),
-    ("audit", 3, ("harness.audit",)),
-    ("api", 4, ("harness.api", "harness")),
-    ("leaderboard", 5, ("leaderboard",)),
-    ("cli", 6, ("harness.cli",)),
+    ("setup", 2, ("harness.plugins", "harness.configure")),
+    ("run", 3, ("harness.run",)),
+    ("audit", 4, ("harness.audit",)),
+    ("api", 5, ("harness.api", "harness")),
+    ("leaderboard", 6, ("leaderboard",)),
+    ("cli", 7, ("harness.cli",)),
 ]
 
 
@@ -153,9 +156,35 @@ def test_no_import_cycles(graph):
 def test_the_checker_sees_a_violation():
     """The rules reject what they are meant to (a test of the test): an upward edge and a cycle."""
     assert layer_of("harness.core.config") == ("core", 0)
-    assert layer_of("harness") == ("api", 4) and layer_of("harness.cli.evaluate") == ("cli", 6)
+    assert layer_of("harness") == ("api", 5) and layer_of("harness.cli.evaluate") == ("cli", 7)
+    assert layer_of("harness.plugins") == ("setup", 2)
     fake = {"harness.core.a": {"harness.run.b"}, "harness.run.b": {"harness.core.a"}}
     with pytest.raises(AssertionError):
         test_no_import_runs_up_or_sideways(fake)
     with pytest.raises(AssertionError):
         test_no_import_cycles(fake)
+
+
+def test_the_core_names_no_plugin_module_not_even_for_importlib():
+    """Import statements are not the only way up: a ``"defenses.hamp:HAMP"`` string that the core
+    hands to importlib is a dependency too. No string constant of the core may name a module of the
+    layers above, and importing every core module and building a config's parts loads none."""
+    above = tuple(f"{p}." for p in ("defenses", "attacks", "canaries", "leaderboard")) + \
+        ("harness.run", "harness.audit", "harness.cli", "harness.api", "harness.plugins", "harness.configure")
+    named = []
+    for f in sorted((REPO / "harness" / "core").rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith(above):
+                named.append(f"{f.name}:{node.lineno} {node.value!r}")
+    assert not named, named
+    import subprocess
+    import sys
+
+    code = ("import sys, pkgutil, importlib, harness.core as c\n"
+            "for m in pkgutil.iter_modules(c.__path__): importlib.import_module('harness.core.' + m.name)\n"
+            "from harness.core.config import apply_defense_preset, load_preset_mapping, validate_config\n"
+            "validate_config(apply_defense_preset(load_preset_mapping('quick'), 'hamp'))\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('defenses', 'attacks', 'canaries', 'leaderboard')"
+            " or m.startswith(('harness.run', 'harness.audit', 'harness.cli', 'harness.api', 'harness.plugins'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, check=True).stdout
+    assert out.strip() == "[]", out

@@ -8,7 +8,7 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.core.config import ConfigError
-from harness.core.registry import available, resolve
+from harness.plugins import available, resolve
 
 PLUGIN = textwrap.dedent(
     '''

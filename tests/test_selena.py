@@ -24,9 +24,10 @@ from defenses.selena import (
     hashed_query_set,
     teacher_masks,
 )
-from harness.core.config import TrainConfig, build_config
+from harness.core.config import TrainConfig
+from harness.configure import build_config
 from harness.core.data import load_digits
-from harness.core.registry import resolve
+from harness.plugins import resolve
 from harness.run.runner import TrainJob, prepare_run, train_one
 
 from conftest import tiny_overrides

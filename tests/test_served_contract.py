@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from conftest import TINY_ARGS
 from harness.cli import app
-from harness.run.plugin_errors import CheckedServed, PluginError
+from harness.run.plugin_errors import CheckedServed, PluginFailure
 
 runner = CliRunner()
 ARGS = TINY_ARGS
@@ -143,13 +143,13 @@ def test_checked_served_checks_raw_outputs_and_features_and_passes_good_ones():
     assert CheckedServed(_Model(good), 3, "d", "w").raw_query(x) is None  # not offered: fine
     bad = good.copy()
     bad[4, 0] = -np.inf
-    with pytest.raises(PluginError, match=r"raw_query returned -inf in row 4 of 5 images \(population model 4"):
+    with pytest.raises(PluginFailure, match=r"raw_query returned -inf in row 4 of 5 images \(population model 4"):
         CheckedServed(_Model(good, bad), 3, "d", "population model 4").raw_query(x)
     nan_feats = feats.copy()
     nan_feats[1, 6] = np.nan
     checked = CheckedServed(_Model(good, None, nan_feats), 3, "d", "w")
     checked.during = "signal 'contrastive_features'"
-    with pytest.raises(PluginError, match=r"features returned nan in row 1 of 5 images \(w, signal 'contrastive"):
+    with pytest.raises(PluginFailure, match=r"features returned nan in row 1 of 5 images \(w, signal 'contrastive"):
         checked.features(x)
-    with pytest.raises(PluginError, match="dtype int64"):
+    with pytest.raises(PluginFailure, match="dtype int64"):
         CheckedServed(_Model(np.zeros((5, 3), np.int64)), 3, "d", "w").query(x)

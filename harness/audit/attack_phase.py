@@ -18,7 +18,7 @@ from harness.run.attack_set import attack_names, check_declared_attacks, load_at
 from harness.audit.headline import (PRE_DEFENSE, Candidate, fpr_key, headline_fpr, ratio_json, select_best,
                                     strongest_figure, strongest_warning)
 from harness.core.metrics import AttackMetrics, evaluate_scores, roc_on_grid
-from harness.core.registry import resolve
+from harness.plugins import resolve
 from harness.run.runstore import RunDir, RunDirError
 
 LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every model): the label-only attack was "
@@ -197,7 +197,7 @@ def _metrics_json(m: AttackMetrics) -> dict[str, Any]:
 def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
     """Whether the run's models trained on augmented images: ``train.augment`` when the defense reads
     it (every built-in does); True for a defense that does not read it (its recipe is its own)."""
-    from harness.core.registry import resolve
+    from harness.plugins import resolve
 
     fields, _, _ = resolve("defenses", cfg.defense).recipe_routing(dict(cfg.defense_params))
     return cfg.train.augment if fields is None or "augment" in fields else True

@@ -132,7 +132,7 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
         prob = softmax(checked.query(data.x_train[idx]).astype(np.float64), axis=1)
         checked.during = "test accuracy on the test set"
         test_acc = float((checked.query(data.x_test).argmax(1) == data.y_test).mean())
-    except (ConfigError, plugin_errors.PluginError, KeyboardInterrupt):
+    except (ConfigError, plugin_errors.PluginFailure, KeyboardInterrupt):
         raise
     except Exception as e:
         raise plugin_errors.wrap(e, served, cfg.defense, "query", where) from None

@@ -1,7 +1,7 @@
 """What every command shares: the consoles, one-line failures, and progress shown with rich.
 
 Commands are thin: they parse options, call :mod:`harness.api` and print. :func:`guard` turns a
-user's mistake (ConfigError), a defense's failure (PluginError, with its own frames), an OS failure
+user's mistake (ConfigError), a defense's failure (PluginFailure, with its own frames), an OS failure
 (a read-only folder, a full disk) and Ctrl-C into one line and an exit code; :class:`ProgressView`
 turns the API's :class:`~harness.api.Progress` events into rich status lines and progress bars.
 """
@@ -50,13 +50,13 @@ def guard(debug: bool = False, interrupted: str | None = None) -> Iterator[None]
     a defense's failure (its own frames) and OS failures; Ctrl-C prints ``interrupted`` and exits 130
     (without it, the interrupt propagates)."""
     from harness.core.errors import os_error_message
-    from harness.run.plugin_errors import PluginError
+    from harness.run.plugin_errors import PluginFailure
 
     try:
         yield
     except ConfigError as e:
         fail(str(e))
-    except PluginError as e:
+    except PluginFailure as e:
         plugin_failure(e, debug)
     except OSError as e:
         fail(os_error_message(e))

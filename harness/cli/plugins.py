@@ -13,7 +13,7 @@ def list_plugins() -> None:
     from rich.table import Table
 
     from harness.core.config import preset_names
-    from harness.core.registry import available, resolve
+    from harness.plugins import available, resolve
 
     table = Table(title="privacy-harness plugins", title_justify="left")
     for col in ("kind", "name", "description"):

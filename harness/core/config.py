@@ -17,11 +17,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from harness.core.errors import ConfigError
-from harness.core.overrides import (apply_overrides, parse_set_options, route_overrides, run_attack_names,
-                                    settle_attack_params, settle_canary_params)
-from harness.core.registry import resolve
+from harness.core.overrides import apply_overrides, parse_set_options
 
-__all__ = ["ConfigError", "apply_overrides", "parse_set_options", "build_config", "validate_config"]
+__all__ = ["ConfigError", "apply_overrides", "parse_set_options", "validate_config"]
 
 
 class _Strict(BaseModel):
@@ -317,28 +315,6 @@ def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[st
         node.update({k: v for k, v in entry["params"].items() if k not in node})
         out["defense_params"] = dp
     return out
-
-
-def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None) -> ExperimentConfig:
-    """Load a preset, fold in its section for the chosen defense, check and apply overrides, validate.
-
-    Every override must take effect: :func:`harness.core.overrides.route_overrides` rewrites recipe
-    overrides a defense takes as its own parameters and refuses the ones nothing would read.
-    Raises :class:`ConfigError` on any mistake.
-    """
-    overrides = overrides or {}
-    raw = load_preset_mapping(preset)
-    defense = str(overrides.get("defense", raw.get("defense", "undefended")))
-    if defense == "subsample":  # scale the wrapped defense as the preset scales it
-        inner = overrides.get("defense_params.inner", (raw.get("defense_params") or {}).get("inner", "undefended"))
-        raw = apply_defense_preset(raw, str(inner), ("inner_params",))
-    else:
-        raw = apply_defense_preset(raw, defense)
-    defense_cls = resolve("defenses", defense)
-    routed = route_overrides(raw, overrides, defense_cls)
-    merged = settle_canary_params(apply_overrides(raw, routed), routed, defense_cls)
-    merged = settle_attack_params(merged, routed, run_attack_names(merged, defense_cls))
-    return validate_config(merged)
 
 
 def validate_config(raw: dict[str, Any]) -> ExperimentConfig:

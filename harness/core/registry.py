@@ -1,10 +1,14 @@
-"""Find defenses, attacks and canary generators by name.
+"""How a kind of plugin is found by name: :class:`PluginKind`, and a user's ``file.py:NAME``.
 
-Three sources, in this order:
-1. built-ins shipped in this repository (``defenses/``, ``attacks/``, ``canaries/``),
-2. installed Python entry points in the groups ``harness.defenses``, ``harness.attacks`` and
-   ``harness.canaries`` (a third-party package registers ``name = "module:Class"``),
-3. a direct reference ``path/to/file.py:ClassName`` to a user's file.
+The mechanism only; it knows no defense, attack or canary. Each plugin package declares its own
+kind (``defenses.KIND``, ``attacks.KIND``, ``canaries.KIND``: its built-in names and base class),
+and :mod:`harness.plugins` gathers the three for the layers above. A name resolves from three
+sources, in this order:
+
+1. a direct reference ``path/to/file.py:ClassName`` to a user's file,
+2. the package's built-ins (``"name": "module:Class"`` strings, imported on first use),
+3. installed Python entry points in the group ``harness.<kind>`` (a third-party package registers
+   ``name = "module:Class"``).
 """
 
 from __future__ import annotations
@@ -13,59 +17,13 @@ import hashlib
 import importlib
 import importlib.util
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 from harness.core.errors import ConfigError
-
-BUILTINS: dict[str, dict[str, str]] = {
-    "defenses": {
-        "undefended": "defenses.undefended:Undefended",
-        "hamp": "defenses.hamp:HAMP",
-        "relaxloss": "defenses.relaxloss:RelaxLoss",
-        "selena": "defenses.selena:SELENA",
-        "dpsgd-medium": "defenses.dpsgd:DPSGDMedium",
-        "dpsgd-high": "defenses.dpsgd:DPSGDHigh",
-        "dpsgd-veryhigh": "defenses.dpsgd:DPSGDVeryHigh",
-        "subsample": "defenses.subsample:Subsample",
-        "ssl-simclr": "defenses.ssl:SimCLR",
-        "ssl-moco": "defenses.ssl:MoCo",
-        "dfkd": "defenses.dfkd:DFKD",
-        "alibi": "defenses.labeldp:ALIBI",
-        "alibi-high": "defenses.labeldp:ALIBIHigh",
-        "alibi-medium": "defenses.labeldp:ALIBIMedium",
-        "alibi-low": "defenses.labeldp:ALIBILow",
-        "agibi": "defenses.labeldp:AGIBI",
-        "agibi-high": "defenses.labeldp:AGIBIHigh",
-        "agibi-medium": "defenses.labeldp:AGIBIMedium",
-        "agibi-low": "defenses.labeldp:AGIBILow",
-    },
-    "attacks": {
-        "lira": "attacks.lira:LiRA",
-        "lira-offline": "attacks.lira:LiRAOffline",
-        "lira-raw": "attacks.lira:LiRARaw",
-        "rmia": "attacks.rmia:RMIA",
-        "label-only": "attacks.label_only:LabelOnly",
-        "threshold": "attacks.threshold:GlobalThreshold",
-        "contrastive": "attacks.contrastive:Contrastive",
-        "contrastive-blackbox": "attacks.contrastive:ContrastiveBlackBox",
-        "lira-sslview": "attacks.ssl_view_lira:SSLViewLiRA",
-        "lira-neighbour": "attacks.lira:LiRANeighbour",
-    },
-    "canaries": {
-        "none": "canaries.none:NoCanaries",
-        "mislabeled": "canaries.mislabeled:Mislabeled",
-        "uniform": "canaries.uniform:UniformNoise",
-        "blank": "canaries.blank:Blank",
-        "ood": "canaries.ood:OutOfDistribution",
-        "duplicates": "canaries.duplicates:MislabeledDuplicates",
-        "near-duplicates": "canaries.near_duplicates:NearDuplicates",
-    },
-}
-
-_BASES = {"defenses": ("defenses.base", "Defense"), "attacks": ("attacks.base", "Attack"),
-          "canaries": ("canaries.base", "CanaryGenerator")}
 
 
 class PluginError(ConfigError):
@@ -76,10 +34,6 @@ def is_file_reference(ref: str) -> bool:
     """True for ``path/to/file.py:ClassName``."""
     path, sep, _ = ref.rpartition(":")
     return bool(sep) and path.endswith(".py")
-
-
-def _load_file_class(ref: str) -> type:
-    return load_file_attribute(ref)
 
 
 def load_file_attribute(ref: str) -> Any:
@@ -117,40 +71,43 @@ def _load_target(target: str) -> type:
         raise PluginError(f"{target} failed to load: {type(e).__name__}: {e}") from None
 
 
-def _entry_points(kind: str) -> dict[str, Any]:
-    return {ep.name: ep for ep in entry_points(group=f"harness.{kind}")}
+@dataclass(frozen=True)
+class PluginKind:
+    """One kind of plugin: ``kind`` (``defenses``; the entry-point group is ``harness.<kind>``),
+    ``noun`` for messages (``defense``), the built-ins as ``{"name": "module:Class"}`` and the base
+    class every plugin of the kind must subclass."""
 
+    kind: str
+    noun: str
+    builtins: Mapping[str, str]
+    base: type
 
-def available(kind: str) -> list[str]:
-    """All names of a kind (built-ins and entry points)."""
-    return sorted(set(BUILTINS[kind]) | set(_entry_points(kind)))
+    def _entry_points(self) -> dict[str, Any]:
+        return {ep.name: ep for ep in entry_points(group=f"harness.{self.kind}")}
 
+    def available(self) -> list[str]:
+        """All names of the kind (built-ins and entry points)."""
+        return sorted(set(self.builtins) | set(self._entry_points()))
 
-def resolve(kind: str, ref: str) -> type:
-    """Return the plugin class for a name or file reference; check it subclasses the right base."""
-    if kind not in BUILTINS:
-        raise ValueError(f"unknown plugin kind {kind!r}")
-    if is_file_reference(ref):
-        cls = _load_file_class(ref)
-    elif ref in BUILTINS[kind]:
-        cls = _load_target(BUILTINS[kind][ref])
-    else:
-        eps = _entry_points(kind)
-        if ref not in eps:
-            singular = kind.rstrip("s").replace("canarie", "canary")
-            raise PluginError(
-                f"unknown {singular} {ref!r}; available: {', '.join(available(kind))} "
-                "(or path/to/file.py:ClassName)"
-            )
-        try:
-            cls = eps[ref].load()
-        except Exception as e:
-            raise PluginError(f"entry point {ref!r} failed to load: {type(e).__name__}: {e}") from None
-    base_mod, base_name = _BASES[kind]
-    base = getattr(importlib.import_module(base_mod), base_name)
-    if not (isinstance(cls, type) and issubclass(cls, base)):
-        raise PluginError(f"{ref!r} is not a subclass of {base_mod}.{base_name}")
-    return cls
+    def resolve(self, ref: str) -> type:
+        """The plugin class for a name or file reference, checked to subclass the kind's base;
+        :class:`PluginError` (one line) otherwise."""
+        if is_file_reference(ref):
+            cls = load_file_attribute(ref)
+        elif ref in self.builtins:
+            cls = _load_target(self.builtins[ref])
+        else:
+            eps = self._entry_points()
+            if ref not in eps:
+                raise PluginError(f"unknown {self.noun} {ref!r}; available: {', '.join(self.available())} "
+                                  "(or path/to/file.py:ClassName)")
+            try:
+                cls = eps[ref].load()
+            except Exception as e:
+                raise PluginError(f"entry point {ref!r} failed to load: {type(e).__name__}: {e}") from None
+        if not (isinstance(cls, type) and issubclass(cls, self.base)):
+            raise PluginError(f"{ref!r} is not a subclass of {self.base.__module__}.{self.base.__qualname__}")
+        return cls
 
 
 def source_fingerprint(ref: str) -> str:

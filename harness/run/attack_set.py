@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core.config import ExperimentConfig
 from harness.core.errors import ConfigError
-from harness.core.registry import resolve
+from harness.plugins import resolve
 
 if TYPE_CHECKING:
     from attacks.base import Attack

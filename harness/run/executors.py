@@ -149,7 +149,7 @@ class LocalExecutor(Executor):
 def _run_group(fn: Callable[[J], R], jobs: list[J], threads: int) -> list[tuple[bool, Any]]:
     """Run ``fn`` on each job in a remote worker with ``threads`` torch threads; return (ok, result
     or exception) per job, so that the exception's own type (a ConfigError, a defense's
-    PluginError) reaches the caller intact, whatever the engine does with failures."""
+    PluginFailure) reaches the caller intact, whatever the engine does with failures."""
     _init_worker(threads)
     out: list[tuple[bool, Any]] = []
     for job in jobs:

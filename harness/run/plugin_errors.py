@@ -1,7 +1,7 @@
 """A defense's own mistakes, reported as such (not as harness tracebacks).
 
 When a defense's ``fit`` or its served model's ``query`` raises, or breaks the served-model
-contract, the job raises :class:`PluginError`: one line naming the defense, the model and the
+contract, the job raises :class:`PluginFailure`: one line naming the defense, the model and the
 exception, the defense's own stack frames only (files in the defense's folder, not the harness's,
 torch's or the worker pool's), and the full traceback for ``--debug``. The contract is checked on
 every trained model right after ``fit`` (:func:`check_served`: a few images) and then on *every*
@@ -27,7 +27,7 @@ import numpy as np
 MAX_FRAMES = 6
 
 
-class PluginError(Exception):
+class PluginFailure(Exception):
     """A defense (built-in or plugin) failed or broke the served-model contract."""
 
     def __init__(self, message: str, frames: str = "", full: str = "") -> None:
@@ -37,7 +37,7 @@ class PluginError(Exception):
         self.full = full
 
     def __reduce__(self) -> tuple[Any, ...]:  # picklable across the worker pool
-        return (PluginError, (self.message, self.frames, self.full))
+        return (PluginFailure, (self.message, self.frames, self.full))
 
     def __str__(self) -> str:
         return self.message
@@ -67,22 +67,22 @@ def _under(path: Path, folder: Path) -> bool:
     return "site-packages" not in path.parts
 
 
-def wrap(exc: BaseException, defense: object, defense_name: str, what: str, where: str) -> PluginError:
-    """A :class:`PluginError` for ``exc`` raised by the defense's ``what`` (``fit`` / ``query``)."""
+def wrap(exc: BaseException, defense: object, defense_name: str, what: str, where: str) -> PluginFailure:
+    """A :class:`PluginFailure` for ``exc`` raised by the defense's ``what`` (``fit`` / ``query``)."""
     text = str(exc).splitlines()[0] if str(exc) else ""
     message = f"defense {defense_name!r} failed in {what} ({where}): {type(exc).__name__}" + (f": {text}" if text else "")
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    return PluginError(message, own_frames(exc, defense_folder(defense)), full)
+    return PluginFailure(message, own_frames(exc, defense_folder(defense)), full)
 
 
 def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str, where: str) -> "CheckedServed":
-    """Raise :class:`PluginError` unless ``served`` is a ServedModel whose ``query`` on a few audit
+    """Raise :class:`PluginFailure` unless ``served`` is a ServedModel whose ``query`` on a few audit
     images keeps the contract (:func:`check_output`); return it wrapped in :class:`CheckedServed`,
     which checks every later query."""
     from defenses.base import ServedModel
 
     if not isinstance(served, ServedModel):
-        raise PluginError(f"defense {defense_name!r}: fit returned {type(served).__name__} ({where}); it must return a "
+        raise PluginFailure(f"defense {defense_name!r}: fit returned {type(served).__name__} ({where}); it must return a "
                           "defenses.base.ServedModel (e.g. TorchClassifier(net, train.mean, train.std, ctx.device))")
     probe = x[: min(4, len(x))]
     try:
@@ -106,25 +106,25 @@ def _bad_rows(out: np.ndarray) -> np.ndarray:
 
 def check_output(out: Any, n: int, width: int | None, method: str, defense_name: str, where: str,
                  during: str = "") -> None:
-    """Raise :class:`PluginError` unless ``out`` (what ``method`` returned for ``n`` images) is a
+    """Raise :class:`PluginFailure` unless ``out`` (what ``method`` returned for ``n`` images) is a
     floating-point array of shape (n, width) (any width when None) whose values are finite and fit
     float32; the message names the first bad row."""
     ctx = f"{where}{', ' + during if during else ''}"
     shape = f"({n}, {width if width is not None else 'D'})"
     expected = f"a float array of shape {shape} with finite values that fit float32 (|v| <= 3.4e38)"
     if not isinstance(out, np.ndarray):
-        raise PluginError(f"defense {defense_name!r}: {method} returned {type(out).__name__} ({ctx}); expected "
+        raise PluginFailure(f"defense {defense_name!r}: {method} returned {type(out).__name__} ({ctx}); expected "
                           f"{expected}")
     if out.ndim != 2 or out.shape[0] != n or (width is not None and out.shape[1] != width):
-        raise PluginError(f"defense {defense_name!r}: {method} returned shape {out.shape} on {n} images ({ctx}); "
+        raise PluginFailure(f"defense {defense_name!r}: {method} returned shape {out.shape} on {n} images ({ctx}); "
                           f"expected {expected}")
     if not np.issubdtype(out.dtype, np.floating):
-        raise PluginError(f"defense {defense_name!r}: {method} returned dtype {out.dtype} ({ctx}); expected {expected}")
+        raise PluginFailure(f"defense {defense_name!r}: {method} returned dtype {out.dtype} ({ctx}); expected {expected}")
     rows = _bad_rows(out)
     if len(rows):
         row = out[rows[0]]
         value = next(v for v in row.ravel() if not (np.isfinite(v) and abs(v) <= FLOAT32_MAX))
-        raise PluginError(f"defense {defense_name!r}: {method} returned {float(value):g} in row {rows[0]} of {n} images "
+        raise PluginFailure(f"defense {defense_name!r}: {method} returned {float(value):g} in row {rows[0]} of {n} images "
                           f"({ctx}; {len(rows)} bad row(s)); expected {expected}")
 
 

@@ -27,7 +27,8 @@ from harness.core.config import ConfigError, ExperimentConfig
 from harness.core.data import AugmentSpec, ImageDataset, load_dataset
 from harness.core.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
 from harness.run.executors import Executor
-from harness.core.registry import resolve, source_fingerprint
+from harness.core.registry import source_fingerprint
+from harness.plugins import resolve
 from harness.run.runstore import LevelDesign, RunDir, sha256_json
 
 
@@ -495,7 +496,7 @@ def train_group(group: TrainGroup) -> list[dict]:
         served = setup.fit(lambda: setup.defense.fit_group(trains, ctxs), group.indices)
         if served is not None:
             if len(served) != len(trains):
-                raise plugin_errors.PluginError(f"{setup.cfg.defense} ({setup.where(group.indices)}): fit_group "
+                raise plugin_errors.PluginFailure(f"{setup.cfg.defense} ({setup.where(group.indices)}): fit_group "
                                                 f"returned {len(served)} models for {len(trains)} training sets")
             per_model = (time.perf_counter() - t0) / len(trains)
             return [setup.finish(i, t, s, per_model) for i, t, s in zip(group.indices, trains, served)]

@@ -1,0 +1,31 @@
+"""The three kinds of plugin by name, for the layers above them: ``resolve("defenses", "hamp")``.
+
+Each plugin package declares its own :class:`~harness.core.registry.PluginKind` (its built-ins
+and base class); this module only gathers them, so that the core below knows no plugin.
+"""
+
+from __future__ import annotations
+
+import attacks
+import canaries
+import defenses
+from harness.core.registry import PluginKind
+
+KINDS: dict[str, PluginKind] = {"defenses": defenses.KIND, "attacks": attacks.KIND, "canaries": canaries.KIND}
+
+
+def kind(name: str) -> PluginKind:
+    if name not in KINDS:
+        raise ValueError(f"unknown plugin kind {name!r}")
+    return KINDS[name]
+
+
+def resolve(kind_name: str, ref: str) -> type:
+    """The plugin class of ``kind_name`` (defenses, attacks, canaries) for a name, an entry point or
+    ``path/to/file.py:ClassName``; PluginError (one line) otherwise."""
+    return kind(kind_name).resolve(ref)
+
+
+def available(kind_name: str) -> list[str]:
+    """All names of a kind (built-ins and entry points)."""
+    return kind(kind_name).available()
