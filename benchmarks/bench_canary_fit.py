@@ -30,7 +30,7 @@ import numpy as np
 
 from harness.core.config import ConfigError, parse_set_options
 
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.run.runner import TrainJob, prepare_run, train_one
 
 

@@ -19,7 +19,7 @@ import torch
 
 from attacks.base import AttackInput
 from defenses.base import FitContext
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_dataset
 from harness.run.attack_set import attack_names, load_attacks
 from harness.core.metrics import evaluate_scores

@@ -30,7 +30,7 @@ import torch
 
 from defenses.base import FitContext, LabeledImages, TorchClassifier
 from defenses.dfkd import DFKD
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 
 

@@ -72,7 +72,7 @@ def bench_epoch(data_dir: Path, device: str, epochs: int, overrides: list[str]) 
     from defenses.base import FitContext, LabeledImages
     from defenses.training import init_network, train_classifier
     from harness.core.config import parse_set_options
-    from harness.configure import build_config
+    from harness.defense_config import build_config
     from harness.core.data import load_dataset
     from harness.run.runner import configure_determinism
 

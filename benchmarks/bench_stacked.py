@@ -23,7 +23,7 @@ import torch
 from defenses.base import FitContext, Normalizer
 from defenses.stacked import train_stacked
 from defenses.training import init_network, train_classifier
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.run.runner import AUTO_GROUP_SIZE, build_level, model_seed, training_set
 from harness.core.data import load_dataset
 

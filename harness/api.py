@@ -25,7 +25,7 @@ from typing import Any, Callable, Iterator
 
 from harness.audit.results import Figure, Results
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.errors import ConfigError
 
 __all__ = ["Progress", "Results", "Figure", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",

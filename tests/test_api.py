@@ -212,3 +212,15 @@ def test_an_unresolved_fpr_is_never_a_number_in_the_api():
     assert math.isnan(r.tpr("sample")) and math.isnan(h.value(0.001))
     assert r.tpr("sample", 0.01) == 0.975 and h.value(0.0) == 0.5875
     assert "sample unresolved" in repr(r)
+
+
+def test_load_run_takes_the_results_file_and_names_a_missing_directory(api_run, tmp_path):
+    from harness import load_run
+
+    r, _ = api_run
+    assert load_run(r.path / "results.json").path == r.path
+    with pytest.raises(ConfigError, match=r"^run directory '.*nope' does not exist$"):
+        load_run(tmp_path / "nope")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match="is not a run directory"):
+        load_run(tmp_path / "file")

@@ -3,7 +3,7 @@ import numpy as np
 from canaries.base import CanaryContext
 from canaries.mislabeled import Mislabeled, random_wrong_labels
 from canaries.none import NoCanaries
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 from harness.run.runner import build_level
 

@@ -6,7 +6,7 @@ import pytest
 
 from harness.core.config import ConfigError
 
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.run.runner import prepare_run
 
 

@@ -3,7 +3,7 @@ from typer.testing import CliRunner
 
 from harness.cli import app
 from harness.core.config import ConfigError, parse_set_options, preset_names
-from harness.configure import build_config
+from harness.defense_config import build_config
 
 
 def test_presets_load_and_validate():

@@ -4,7 +4,7 @@ import torch
 
 from harness.core.augment import random_augment, shift_flip
 from harness.core.config import ConfigError
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import AugmentSpec, DataError, digits_arrays, load_cifar10, load_digits, load_npz
 
 

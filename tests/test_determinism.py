@@ -3,7 +3,7 @@
 import torch
 
 from conftest import tiny_overrides
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.run.runner import TrainJob, configure_determinism, prepare_run, train_one
 
 

@@ -18,7 +18,7 @@ from defenses.models import BATCHNORM_KINDS, MODEL_KINDS
 from harness.core.augment import shift_flip
 from harness.cli import app
 from harness.core.config import ConfigError
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import AugmentSpec, load_digits
 from harness.run.runner import prepare_run
 

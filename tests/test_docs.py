@@ -117,6 +117,8 @@ def test_the_tutorial_python_usage_and_its_mistakes(tutorial_run, monkeypatch):
 @pytest.mark.slow
 def test_the_tutorial_defense_can_be_submitted(tutorial_run, tmp_path):
     folder, run_dir = tutorial_run
+    shown = re.search(r"harness submit runs/(\S+)-[0-9a-f]{12} -o", TUTORIAL).group(1)
+    assert run_dir.name.rpartition("-")[0] == shown  # the page's run directory is where the run lives
     bundle = tmp_path / "entry.tar.gz"
     res = CliRunner().invoke(app, ["submit", str(run_dir), "-o", str(bundle)])
     assert res.exit_code == 0, res.output

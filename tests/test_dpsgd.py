@@ -29,7 +29,7 @@ from defenses.dpsgd import (
 )
 from defenses.models import build_model
 from harness.core.config import TrainConfig
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 from harness.plugins import resolve
 

@@ -16,7 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.run.runner import TrainJob, prepare_run, train_one
 
 from conftest import tiny_overrides

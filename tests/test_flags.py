@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from defenses.base import FitContext, LabeledImages
 from harness.cli import app
 from harness.core.config import ConfigError
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 import defenses
 from harness.run.runner import make_defense

@@ -9,7 +9,7 @@ from defenses.base import FitContext, LabeledImages
 from defenses.hamp import HAMP, rank_remap, soft_label_confidence
 from defenses.models import build_model
 from defenses.relaxloss import relaxloss_loss
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from attacks.base import AttackInput
 from attacks.lira import LiRA
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.audit.attack_phase import _metrics_json
 from harness.audit.headline import Candidate, select_headline
 from harness.core.metrics import bootstrap_selected_tpr_ci, bootstrap_tpr_ci, evaluate_scores

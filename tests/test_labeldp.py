@@ -16,7 +16,7 @@ from defenses.training import train_classifier
 from harness.audit.label_flip import alternatives, audit_one_run, play_games
 from harness.bounds.empirical import weighted_acgr_game
 from harness.core.config import TrainConfig
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 
 

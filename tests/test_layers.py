@@ -31,7 +31,7 @@ LAYERS = [
     ("defenses", 1, ("defenses",)),
     ("attacks", 1, ("attacks",)),
     ("canaries", 1, ("canaries",)),
-    ("setup", 2, ("harness.plugins", "harness.configure")),
+    ("setup", 2, ("harness.plugins", "harness.defense_config")),
     ("run", 3, ("harness.run",)),
     ("audit", 4, ("harness.audit",)),
     ("api", 5, ("harness.api", "harness")),
@@ -170,7 +170,7 @@ def test_the_core_names_no_plugin_module_not_even_for_importlib():
     hands to importlib is a dependency too. No string constant of the core may name a module of the
     layers above, and importing every core module and building a config's parts loads none."""
     above = tuple(f"{p}." for p in ("defenses", "attacks", "canaries", "leaderboard")) + \
-        ("harness.run", "harness.audit", "harness.cli", "harness.api", "harness.plugins", "harness.configure")
+        ("harness.run", "harness.audit", "harness.cli", "harness.api", "harness.plugins", "harness.defense_config")
     named = []
     for f in sorted((REPO / "harness" / "core").rglob("*.py")):
         for node in ast.walk(ast.parse(f.read_text())):

@@ -15,7 +15,7 @@ from canaries.base import CanaryContext
 from canaries.embedders import pixel_embeddings
 from canaries.near_duplicates import NearDuplicates, matched_neighbours
 from harness.cli import app
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_cifar10
 from harness.core.design import make_design
 from harness.run.runstore import ArrayCache

@@ -6,7 +6,7 @@ import pytest
 
 from canaries.base import CanaryContext, PaperDraws
 from canaries.blank import Blank, fill_images
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import AugmentSpec, ImageDataset
 from harness.core.design import make_design, paper_rng_tree
 from harness.run.runner import build_level, model_seed

@@ -6,7 +6,7 @@ import pytest
 from attacks.base import AttackInput
 from attacks.rmia import RMIA, label_log_prob, rmia_scores
 from harness.core.config import ConfigError
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.metrics import auc, roc_curve, tpr_at_fpr
 
 MEM = np.array([[True], [False], [True], [False]])  # one audit sample, exactly half of S = 4 models

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from conftest import TINY_ARGS
 from harness.cli import app
 from harness.core.config import ConfigError
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import DataError, load_npz
 from harness.run.runner import make_defense
 

@@ -25,7 +25,7 @@ from defenses.selena import (
     teacher_masks,
 )
 from harness.core.config import TrainConfig
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 from harness.plugins import resolve
 from harness.run.runner import TrainJob, prepare_run, train_one

@@ -80,7 +80,7 @@ def test_float16_signals_halve_the_files_and_keep_the_attack(tmp_path):
 
 
 def test_default_storage_keeps_earlier_fingerprints_and_float16_changes_it():
-    from harness.configure import build_config
+    from harness.defense_config import build_config
 
     assert "signal_dtype" not in build_config("quick").model_determining()["audit"]  # runs made before the field resume
     half = build_config("quick", {"audit.signal_dtype": "float16"}).model_determining()

@@ -362,7 +362,7 @@ def test_batch_larger_than_a_training_set_refused_before_training(tmp_path):
     from typer.testing import CliRunner
 
     from harness.cli import app
-    from harness.configure import build_config
+    from harness.defense_config import build_config
     from harness.run.runner import build_level, prepare_run, smallest_training_set, training_set
 
     cfg = build_config("quick", {"defense": "ssl-simclr", "audit.models": 6, "run.out": str(tmp_path / "ok"),

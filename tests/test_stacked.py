@@ -114,7 +114,7 @@ def test_auto_group_size_only_for_stackable_recipes():
 
 def test_grouped_run_writes_every_model(tmp_path):
     """A run trained in groups saves one signals file per model, with its own seed and test accuracy."""
-    from harness.configure import build_config
+    from harness.defense_config import build_config
     from harness.run.executors import LocalExecutor
     from harness.run.runner import prepare_run, train_all
     from tests.conftest import tiny_overrides

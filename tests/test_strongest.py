@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.audit.attack_phase import _metrics_json
 from harness.audit.headline import PRE_DEFENSE, Candidate, select_best, strongest_figure
 from harness.core.metrics import bootstrap_selected_tpr_ci, evaluate_scores, ratio_interval

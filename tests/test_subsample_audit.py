@@ -7,7 +7,7 @@ from defenses.base import FitContext, LabeledImages
 from defenses.subsample import Subsample
 from harness.audit.label_flip import two_wrong_labels
 from harness.cli import app
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_digits
 
 

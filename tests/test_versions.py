@@ -4,7 +4,7 @@ every run's fingerprint (runs resume and re-attack); one that trains other model
 from __future__ import annotations
 
 from harness.core.version import MODELS_VERSION, models_version_of
-from harness.configure import build_config
+from harness.defense_config import build_config
 from harness.core.data import load_dataset
 from harness.run.runner import build_level, run_fingerprint
 from harness.run.teachers import training_fingerprints

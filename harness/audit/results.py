@@ -82,8 +82,15 @@ class Results:
 
     @classmethod
     def load(cls, run_dir: Path | str) -> "Results":
-        """Read a run directory's results.json; ConfigError (one line) when it is missing or damaged."""
-        path = Path(run_dir) / "results.json"
+        """Read a run directory's results.json (or that file itself); ConfigError (one line) when it is
+        missing or damaged."""
+        run_dir = Path(run_dir)
+        if run_dir.name == "results.json" and run_dir.is_file():
+            run_dir = run_dir.parent
+        if not run_dir.is_dir():
+            raise ConfigError(f"run directory {str(run_dir)!r} does not exist" if not run_dir.exists() else
+                              f"{str(run_dir)!r} is not a run directory (give the folder that holds results.json)")
+        path = run_dir / "results.json"
         if not path.is_file():
             raise ConfigError(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
         try:
