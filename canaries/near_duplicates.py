@@ -1,11 +1,13 @@
 """The ``near-duplicates`` generator: natural mislabeled near-duplicates (the misleading-evaluations
-paper, SELENA section, Figure 11; its code's ``generate_selena_similarities`` notebook).
+paper, SELENA section, Figure 11; its code embeds the images in its ``generate_selena_similarities``
+notebook and matches them in its SELENA attack).
 
 Every training-pool image is embedded and L2-normalized (:mod:`canaries.embedders`: an OpenCLIP
 image encoder, the paper's ``ViT-SO400M-14-SigLIP-384`` / ``webli``; mean-centred pixels; or a
 user's function). Each audit sample is matched to a distinct non-audit sample with a *different
 label*: the matching that maximizes the total cosine similarity (``scipy.optimize.
-linear_sum_assignment(maximize=True)``, as the paper). That neighbour is the audit sample's natural
+linear_sum_assignment(maximize=True)``, as the paper's SELENA attack code; exact on a sparse graph
+for large pools). That neighbour is the audit sample's natural
 near-duplicate with another label, and every model trains on it. The canary is the audit sample
 itself, with its own label: a member makes the model fit two near-identical images with different
 labels (a memorization target), and the ``lira-neighbour`` attack queries the neighbour instead,
@@ -34,45 +36,58 @@ from canaries.base import Canaries, CanaryContext, CanaryGenerator
 from canaries.embedders import (DEFAULT_MODEL, DEFAULT_PRETRAINED, OpenClipEmbedder, embedding_key, file_digest,
                                 load_function, normalized, pixel_embeddings)
 
-#: a full (canaries x candidates) similarity matrix up to this many entries; beyond, each canary's
-#: TOP_K most similar candidates (widened until they can match every canary), as the paper's
-#: 500 x 50 000 matrix would be slow to match in full
+#: a dense (canaries x candidates) assignment up to this many entries; beyond it, the same maximum
+#: on a sparse graph of each canary's C best candidates (exact: see :func:`matched_neighbours`)
 FULL_MATRIX = 5_000_000
-TOP_K = 64
 
 
 def matched_neighbours(audit: np.ndarray, candidates: np.ndarray, audit_y: np.ndarray, candidate_y: np.ndarray
                        ) -> tuple[np.ndarray, np.ndarray]:
     """For L2-normalized embeddings of the audit samples (C, D) and the candidates (M, D): each audit
     sample's distinct candidate of a different label, by maximum total cosine similarity; returns
-    (candidate position per audit sample (C,), its similarity (C,))."""
+    (candidate position per audit sample (C,), its similarity (C,)).
+
+    Up to :data:`FULL_MATRIX` entries, ``linear_sum_assignment`` on the dense matrix (as the paper's
+    code). Beyond, the same maximum on a sparse bipartite graph that keeps each audit sample's C most
+    similar candidates of another label (``min_weight_full_bipartite_matching`` on 2 - similarity).
+    That loses no optimum: were a sample matched outside its C best in an optimal matching, one of
+    those C would be free (the other C - 1 samples hold at most C - 1 of them), and moving it there
+    would not lower the total."""
     from scipy.optimize import linear_sum_assignment
 
     c, m = len(audit), len(candidates)
     if m < c:
         raise ValueError(f"near-duplicates need at least as many non-audit samples as audit samples ({m} < {c})")
     sim = audit @ candidates.T  # (C, M) cosine similarities
-    sim[audit_y[:, None] == candidate_y[None, :]] = -np.inf  # a near-duplicate with *another* label
-    if not np.isfinite(sim).any(axis=1).all():
+    allowed = audit_y[:, None] != candidate_y[None, :]  # a near-duplicate with *another* label
+    if not allowed.any(axis=1).all():
         raise ValueError("an audit sample has no non-audit sample of another label to pair with")
-    cols = np.arange(m)
-    if c * m > FULL_MATRIX:  # each row's best candidates, widened until they can cover every row
-        k = TOP_K
-        while True:
-            top = np.argpartition(-sim, min(k, m - 1), axis=1)[:, :k]
-            cols = np.unique(top)
-            if len(cols) >= c or k >= m:
-                break
-            k *= 2
-        sim = sim[:, cols]
-    finite = np.isfinite(sim)
-    cost = np.where(finite, sim, sim[finite].min() - 1e6)  # a forbidden pair only where nothing else is left
-    rows, picked = linear_sum_assignment(cost, maximize=True)
+    too_few = ValueError("no matching pairs every audit sample with a distinct non-audit sample of another label "
+                         "(too few candidates of other labels)")
+    if c * m <= FULL_MATRIX:
+        finite = np.where(allowed, sim, -np.inf)
+        cost = np.where(allowed, sim, sim[allowed].min() - 1e6)  # a forbidden pair only where nothing else is left
+        rows, picked = linear_sum_assignment(cost, maximize=True)
+        if not np.isfinite(finite[rows, picked]).all():
+            raise too_few
+    else:
+        from scipy.sparse import csr_matrix
+        from scipy.sparse.csgraph import min_weight_full_bipartite_matching
+
+        masked = np.where(allowed, sim, -np.inf)
+        k = min(c, m)
+        top = np.argpartition(-masked, k - 1, axis=1)[:, :k]  # each row's k best (forbidden ones sort last)
+        r = np.repeat(np.arange(c), k)
+        col = top.ravel()
+        keep = allowed[r, col]
+        graph = csr_matrix((2.0 - sim[r[keep], col[keep]].astype(np.float64), (r[keep], col[keep])), shape=(c, m))
+        try:
+            rows, picked = min_weight_full_bipartite_matching(graph)
+        except ValueError:
+            raise too_few from None
     match = np.empty(c, dtype=np.int64)
-    match[rows] = cols[picked]
-    if not finite[rows, picked].all():
-        raise ValueError("the matching had to pair an audit sample with a same-label sample (too few candidates)")
-    return match, sim[rows, picked][np.argsort(rows)]
+    match[rows] = picked
+    return match, sim[np.arange(c), match]
 
 
 class NearDuplicates(CanaryGenerator):

@@ -46,10 +46,10 @@ def test_matching_recovers_planted_pairs_and_never_pairs_a_label_with_itself():
     assert np.all(cand_y[match2] != same)
 
 
-def test_the_top_k_route_for_large_pools_finds_the_same_planted_pairs(monkeypatch):
+def test_the_large_pool_route_finds_the_same_planted_pairs(monkeypatch):
     import canaries.near_duplicates as nd
 
-    monkeypatch.setattr(nd, "FULL_MATRIX", 100)  # force the restricted route
+    monkeypatch.setattr(nd, "FULL_MATRIX", 100)  # force the sparse route
     rng = np.random.default_rng(1)
     cand = rng.normal(size=(2000, 8))
     cand /= np.linalg.norm(cand, axis=1, keepdims=True)
@@ -59,6 +59,71 @@ def test_the_top_k_route_for_large_pools_finds_the_same_planted_pairs(monkeypatc
     audit /= np.linalg.norm(audit, axis=1, keepdims=True)
     match, _ = nd.matched_neighbours(audit, cand, (cand_y[partner] + 3) % 10, cand_y)
     assert np.array_equal(match, partner)
+
+
+def _full_optimum(audit, cand, audit_y, cand_y) -> float:
+    """The maximum total similarity over cross-label matchings, by the dense assignment."""
+    from scipy.optimize import linear_sum_assignment
+
+    sim = audit @ cand.T
+    cost = np.where(audit_y[:, None] != cand_y[None, :], sim, -1e9)
+    r, c = linear_sum_assignment(cost, maximize=True)
+    assert cost[r, c].min() > -1e8
+    return float(cost[r, c].sum())
+
+
+@pytest.mark.parametrize("spare_label", ["other", "own"])
+def test_the_large_pool_route_is_the_exact_maximum_when_samples_compete(monkeypatch, spare_label):
+    """66 audit samples whose best 64 candidates are the same: a route that kept only each row's
+    64 best would leave two samples with a poor or a same-label partner. The sparse route must reach
+    the dense assignment's total, with distinct cross-label partners."""
+    import canaries.near_duplicates as nd
+
+    monkeypatch.setattr(nd, "FULL_MATRIX", 100)
+    rng = np.random.default_rng(3)
+    c, m, d = 66, 3000, 16
+    hub = rng.normal(size=d)
+    cand = rng.normal(size=(m, d))
+    cand[:64] = hub + 0.05 * rng.normal(size=(64, d))  # the 64 candidates every audit sample prefers
+    cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+    audit = hub + 0.05 * rng.normal(size=(c, d))
+    audit /= np.linalg.norm(audit, axis=1, keepdims=True)
+    audit_y = np.zeros(c, dtype=int)
+    cand_y = np.ones(m, dtype=int)
+    if spare_label == "own":  # beyond the hub only a few candidates have another label
+        cand_y[64:] = 0
+        cand_y[rng.choice(np.arange(64, m), 5, replace=False)] = 2
+    match, sim = nd.matched_neighbours(audit, cand, audit_y, cand_y)
+    assert len(set(match)) == c and np.all(cand_y[match] != audit_y)
+    assert sim.sum() == pytest.approx(_full_optimum(audit, cand, audit_y, cand_y), abs=1e-9)
+    assert np.allclose(sim, (audit @ cand.T)[np.arange(c), match])
+
+
+def test_both_routes_reach_the_same_total_on_random_pools(monkeypatch):
+    import canaries.near_duplicates as nd
+
+    rng = np.random.default_rng(4)
+    for _ in range(5):
+        c, m = int(rng.integers(5, 40)), int(rng.integers(60, 300))
+        cand = rng.normal(size=(m, 6))
+        cand /= np.linalg.norm(cand, axis=1, keepdims=True)
+        audit = rng.normal(size=(c, 6))
+        audit /= np.linalg.norm(audit, axis=1, keepdims=True)
+        audit_y, cand_y = rng.integers(0, 3, c), rng.integers(0, 3, m)
+        dense = nd.matched_neighbours(audit, cand, audit_y, cand_y)[1].sum()
+        monkeypatch.setattr(nd, "FULL_MATRIX", 1)
+        sparse = nd.matched_neighbours(audit, cand, audit_y, cand_y)[1].sum()
+        monkeypatch.setattr(nd, "FULL_MATRIX", 5_000_000)
+        assert sparse == pytest.approx(dense, abs=1e-9) == _full_optimum(audit, cand, audit_y, cand_y)
+
+
+def test_too_few_candidates_of_other_labels_is_one_clear_error():
+    import canaries.near_duplicates as nd
+
+    audit = np.eye(3)
+    cand = np.eye(3)[[0, 1, 2, 0]]
+    with pytest.raises(ValueError, match="too few candidates of other labels"):
+        nd.matched_neighbours(audit, cand, np.zeros(3, int), np.array([1, 0, 0, 0]))
 
 
 def _planted_cifar(subset: Path, num_pairs: int = 12):
