@@ -140,7 +140,7 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     with _locked(plan.path, wait, emit):
         prep = open_run(plan)
         _train(prep, time.perf_counter() - t0, emit)
-        return _attack_phase(prep.run.path, None, emit)
+        return _attack_phase(prep.run.path, None, emit, prep.cfg)
 
 
 def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
@@ -222,15 +222,18 @@ def _every(seconds: float, fn: Callable[[], None]) -> Iterator[None]:
         thread.join()
 
 
-def _attack_phase(run_path: Path, overrides: dict[str, Any] | None, emit: Callable[..., None]) -> Results:
+def _attack_phase(run_path: Path, overrides: dict[str, Any] | None, emit: Callable[..., None],
+                  cfg: ExperimentConfig | None = None) -> Results:
     """Score the saved signals and replace the run's reports and saved attack settings as one
-    change (harness.audit.report.write_outputs). The caller holds the run's lock."""
+    change (harness.audit.report.write_outputs). ``cfg``: the config to attack with (``evaluate``'s,
+    whose attack settings config.json receives only in that commit); default the run's config.json.
+    The caller holds the run's lock."""
     from harness.audit.attack_phase import evaluate_run
     from harness.audit.report import write_outputs
     from harness.run.runstore import RunDir
 
     emit("status", "running attacks on saved signals")
-    results, curves = evaluate_run(RunDir(run_path), attack_overrides=overrides)
+    results, curves = evaluate_run(RunDir(run_path), attack_overrides=overrides, cfg=cfg)
     write_outputs(run_path, results, curves)
     return Results(run_path, results, curves)
 

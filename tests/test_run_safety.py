@@ -226,6 +226,40 @@ def test_settings_changed_by_an_interrupted_evaluate_do_not_break_the_bundle(run
     assert add.exit_code == 2 and "describe different models" in add.output, add.output
 
 
+def test_an_evaluate_interrupted_in_its_attack_phase_leaves_settings_results_and_bundle_agreeing(run_copy, tmp_path,
+                                                                                                   monkeypatch):
+    """`harness evaluate DEFENSE --run-dir RUN ... --set attack.bootstrap=...` on a finished run, interrupted in
+    its attack phase: config.json keeps the attack settings of the saved results, the manifest keeps
+    the run's creation time (results.json records it), and the bundle is accepted; the same command
+    run to its end saves the new settings with the new results."""
+    import harness.audit.attack_phase as attack_phase
+
+    before_cfg = json.loads((run_copy / "config.json").read_text())
+    before_manifest = json.loads((run_copy / "manifest.json").read_text())
+    time.sleep(1.1)  # a later second: a re-written creation time would differ
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(attack_phase, "evaluate_run", interrupted)
+    again = ["evaluate", "undefended", "--run-dir", str(run_copy), *[a.replace("bootstrap=20", "bootstrap=7") for a in ARGS]]
+    res = runner.invoke(app, again)
+    assert res.exit_code != 0 and "interrupted" in res.output, res.output
+    monkeypatch.undo()
+    cfg = json.loads((run_copy / "config.json").read_text())
+    results = json.loads((run_copy / "results.json").read_text())
+    assert cfg["attack"] == results["config"]["attack"] == before_cfg["attack"]
+    assert json.loads((run_copy / "manifest.json").read_text())["created"] == before_manifest["created"]
+    bundle = tmp_path / "e.tgz"
+    assert runner.invoke(app, ["submit", str(run_copy), "-o", str(bundle)]).exit_code == 0
+    add = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site")])
+    assert add.exit_code == 0, add.output
+    res = runner.invoke(app, again)
+    assert res.exit_code == 0, res.output
+    cfg = json.loads((run_copy / "config.json").read_text())
+    assert cfg["attack"]["bootstrap"] == 7 == json.loads((run_copy / "results.json").read_text())["config"]["attack"]["bootstrap"]
+
+
 def test_a_commit_interrupted_after_its_commit_point_is_finished_by_the_next_command(run_copy):
     """A journal left by an attack phase killed between its renames: the next command (here `harness
     report`, which reads results.json without rewriting it) finishes the renames first."""

@@ -359,17 +359,24 @@ class RunDir:
                     f"{run_fingerprint[:12]}): its models were trained with another config, data or harness "
                     "version. Use another --out/--run-dir or delete the folder; runs are never mixed."
                 )
-            # keep the per-level fingerprints recorded so far
-            manifest = {**old, **{k: v for k, v in manifest.items() if k != "levels"}}
+            # keep the per-level fingerprints recorded so far, and the run's creation time (results.json
+            # records it; a resume must not change it under the results)
+            manifest = {**old, **{k: v for k, v in manifest.items() if k not in ("levels", "created")}}
         self.path.mkdir(parents=True, exist_ok=True)
+        saved = cfg.model_dump(mode="json")
         if self.config_path.is_file():
             try:
-                validate_config(self._read_json(self.config_path))
+                before = validate_config(self._read_json(self.config_path))
+                if (self.path / "results.json").is_file():
+                    # the attack settings change with the results, in the attack phase's commit
+                    # (harness.audit.report.write_outputs): until then config.json keeps the ones the
+                    # saved results were computed with, so an interrupted run leaves the two agreeing
+                    saved["attack"] = before.model_dump(mode="json")["attack"]
             except DamagedFileError as e:
                 self._heal(self.config_path, e.reason)
             except ConfigError as e:
                 self._heal(self.config_path, f"not a valid config: {e}")
-        atomic_write_json(self.config_path, cfg.model_dump(mode="json"))
+        atomic_write_json(self.config_path, saved)
         data_path = self.path / "data.npz"
         if data_path.is_file():
             try:
