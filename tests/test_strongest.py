@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import textwrap
 from pathlib import Path
 
@@ -214,3 +215,28 @@ def test_a_real_two_level_run_records_the_ratio_with_its_ci(tmp_path):
     lo, hi = ratio["ci"]
     assert lo <= ratio["ratio"] <= hi
     assert f"x [{lo:.1f}, " in " ".join(res.output.split())
+
+
+def test_an_unresolved_headline_fpr_does_not_hide_the_gap(noisy_run, tmp_path):
+    """With 8 models (800 non-member guesses) 0.1% FPR is unresolved; the noisy plugin's global-variance
+    LiRA still beats the headline at 1% FPR by far more than its CI: the flag, the warning (naming the
+    FPR where it shows) and the report's strongest row at 1% must say so."""
+    import shutil
+
+    from harness.audit.headline import beats_at
+
+    run = tmp_path / "run"
+    shutil.copytree(noisy_run, run)
+    res = runner.invoke(app, ["attack", str(run), "--set", "attack.fprs=[0.001,0.01]"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    r = json.loads((run / "results.json").read_text())
+    best, st = r["sample"]["best"], r["sample"]["strongest"]
+    assert not best["resolved"]["0.001"] and best["resolved"]["0.01"]
+    assert st["beats_headline"] and beats_at(st, best, 0.001)[0] == 0.01
+    text = " ".join(res.output.split())
+    assert "at 1% FPR, above the headline's" in text and "cannot resolve the headline FPR, 0.1%" in text
+    assert any(w.startswith("sample level:") and "at 1% FPR" in w for w in r["warnings"])
+    assert re.search(r"strongest TPR@1% \(any attack\)\s+[\d.]+% \[[\d.]+, [\d.]+\] !", res.output)
+    # where the headline FPR is resolved, the gap is judged there alone (unchanged)
+    resolved = {**best, "resolved": {k: True for k in best["resolved"]}, "tpr_at_fpr": {**best["tpr_at_fpr"], "0.001": 1.0}}
+    assert beats_at({**st, "resolved": {k: True for k in st["resolved"]}}, resolved, 0.001) == []

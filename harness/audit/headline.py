@@ -113,27 +113,47 @@ def strongest_figure(pool: list[Candidate], headline: dict[str, Any], cfg: Exper
 
     Beside the pre-declared headline, it cannot understate the leak by which attacks a defense
     declares; being a maximum over many variants, it is biased upward, which its CI carries.
-    ``beats_headline``: its CI's lower limit at the headline FPR lies above the headline's TPR
-    there (the gap exceeds its uncertainty)."""
+    ``beats_headline``: its CI's lower limit lies above the headline's TPR (the gap exceeds its
+    uncertainty) at the headline FPR; where the run has too few guesses to resolve the headline FPR,
+    at any reported FPR both figures resolve (FPR 0, 1%: :func:`beats_at`), so that an unresolved
+    headline FPR never hides the gap."""
     record, _ = select_best(pool, cfg, what="attack variant")
-    hk = fpr_key(headline_fpr(cfg))
-    tpr, head = record["tpr_at_fpr"][hk], headline["tpr_at_fpr"][hk]
-    lo = record["tpr_ci"][hk][0]
-    resolved = bool(record["resolved"][hk] and headline["resolved"][hk])
     record["excluded_attacks"] = dict(excluded)
-    record["beats_headline"] = bool(resolved and tpr > head and lo == lo and lo > head)
+    record["beats_headline"] = bool(beats_at(record, headline, headline_fpr(cfg)))
     return record
 
 
+def beats_at(strongest: dict[str, Any], headline: dict[str, Any], fpr: float) -> list[float]:
+    """The reported FPRs at which both figures are resolved and the strongest figure's CI lower limit
+    lies above the headline's TPR: the headline FPR alone where both resolve it, else every other
+    reported FPR where the gap shows (ascending, FPR 0 last)."""
+    hk = fpr_key(fpr)
+    resolved_at_headline = bool(strongest["resolved"].get(hk) and headline["resolved"].get(hk))
+    keys = [hk] if resolved_at_headline else sorted((k for k in strongest["tpr_at_fpr"] if k != hk),
+                                                    key=lambda k: (float(k) == 0, float(k)))  # FPR 0 last
+    out = []
+    for k in keys:
+        if not (strongest["resolved"].get(k) and headline["resolved"].get(k)) or k not in headline["tpr_at_fpr"]:
+            continue
+        lo, head = strongest["tpr_ci"][k][0], headline["tpr_at_fpr"][k]
+        if strongest["tpr_at_fpr"][k] > head and lo == lo and lo > head:
+            out.append(float(k))
+    return out
+
+
 def strongest_warning(level: str, strongest: dict[str, Any], headline: dict[str, Any], fpr: float) -> str:
-    """The report's line when the strongest figure beats the headline by more than its CI."""
-    k = fpr_key(fpr)
+    """The report's line when the strongest figure beats the headline by more than its CI, at the
+    first FPR of :func:`beats_at` (the headline FPR where it does there)."""
+    at = beats_at(strongest, headline, fpr)
+    f = at[0] if at else fpr
+    k = fpr_key(f)
     lo, hi = strongest["tpr_ci"][k]
+    where = "" if f == fpr else f" (the run's guesses cannot resolve the headline FPR, {100 * fpr:g}%)"
     return (f"{level} level: {strongest['name']}:{strongest['variant']} ({strongest['access']}; "
             f"{strongest['source'].split('/')[0]}) finds {100 * strongest['tpr_at_fpr'][k]:.1f}% "
-            f"[{100 * lo:.1f}, {100 * hi:.1f}] at {100 * fpr:g}% FPR, above the headline's "
-            f"{100 * headline['tpr_at_fpr'][k]:.1f}% ({headline['name']}:{headline['variant']}) by more than its CI: "
-            "the headline, taken over the defense's declared adaptive attacks, understates the leak")
+            f"[{100 * lo:.1f}, {100 * hi:.1f}] at {100 * f:g}% FPR, above the headline's "
+            f"{100 * headline['tpr_at_fpr'][k]:.1f}% ({headline['name']}:{headline['variant']}) by more than its CI"
+            f"{where}: the headline, taken over the defense's declared adaptive attacks, understates the leak")
 
 
 def ratio_json(results: dict[str, Any], selections: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
-from harness.audit.headline import fpr_key
+from harness.audit.headline import beats_at, fpr_key
 from harness.core.metrics import AttackMetrics, thin_roc
 from harness.run.runstore import commit_files
 
@@ -239,10 +239,14 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     strongest = [results[lv].get("strongest") for lv in levels]
     if any(st is not None for st in strongest):  # every attack and variant that ran, beside the headline
         hf = results["headline_fpr"]
-        table.add_row(f"strongest TPR@{100 * hf:g}% (any attack)",
-                      *["-" if st is None else _tpr_cell(st, hf, e["num_neg"]) + (" [bold yellow]![/]" if st["beats_headline"]
-                                                                                  else "")
-                        for st, e in zip(strongest, bests)])
+        shown = [hf]  # where a level cannot resolve the headline FPR, the others too (the gap is judged there)
+        if any(not h["resolved"][fpr_key(hf)] for h in heads):
+            shown += [t for t in targets if t > 0 and t != hf]
+        for t in shown:
+            table.add_row(f"strongest TPR@{100 * t:g}% (any attack)",
+                          *["-" if st is None else _tpr_cell(st, t, e["num_neg"])
+                            + (" [bold yellow]![/]" if st["beats_headline"] and t in beats_at(st, h, hf) else "")
+                            for st, h, e in zip(strongest, heads, bests)])
         table.add_row("strongest attack", *["-" if st is None else
                                             f"{st['name']} {st['variant']} ({st.get('access', 'black-box')})"
                                             + (f", {st['source'].split('/')[0]}" if lv == "sample" and
