@@ -53,6 +53,14 @@ PLUGINS = textwrap.dedent('''
 
     class RmiaHeadline(Base):
         adaptive_attacks = ("rmia",)
+
+
+    class NoneAdaptive(Base):
+        adaptive_attacks = None
+
+
+    class NoneAblation(Base):
+        ablation_attacks = None
 ''')
 
 
@@ -63,6 +71,8 @@ PLUGINS = textwrap.dedent('''
     ("RawWithoutRawQuery", [], "declare provides = frozenset({'raw_query'})"),
     ("BothAdaptiveAndAblation", [], "lira both adaptive (a headline attack) and an ablation"),
     ("Unknown", [], "unknown attack 'lria'"),
+    ("NoneAdaptive", [], "adaptive_attacks must be a tuple of attack names, e.g. (\"lira\",), got None"),
+    ("NoneAblation", [], "ablation_attacks must be a tuple of attack names, e.g. (\"lira\",), got None"),
     ("RmiaHeadline", ["--set", "audit.population_samples=0"], "adaptive attack 'rmia' (declared by defense"),
 ])
 def test_bad_declarations_are_refused_before_any_run_directory(tmp_path, cls, extra, message):

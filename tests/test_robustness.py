@@ -3,6 +3,7 @@ first) training, with the defense's own frames only."""
 
 import json
 import shutil
+import re
 import textwrap
 import time
 from pathlib import Path
@@ -136,11 +137,24 @@ def test_parameter_kinds_follow_the_defaults_for_plugins_too(tmp_path):
     ([0.5, 1, 2, 0], "integer class indices"),
 ])
 def test_npz_labels_are_checked(tmp_path, y_test, message):
+    _check_npz_labels(tmp_path, np.array([0, 1, 2, 0, 1, 2]), np.array(y_test), message)
+
+
+@pytest.mark.parametrize("y_train, message", [
+    (np.array([0, 1, 2, 0, 1, 2**64 - 1], dtype=np.uint64), "holds label 18446744073709551615"),  # no wrap to -1
+    (np.array([0, 1, 2, 0, 1, 10**9]), "holds label 1000000000"),  # not a billion-way classifier
+    (np.array([0, 1, 5, 0, 1, 5]), "leaves 3 class(es) without a training image (first: 2)"),
+])
+def test_npz_labels_too_large_or_with_empty_classes_are_refused_before_training(tmp_path, y_train, message):
+    _check_npz_labels(tmp_path, y_train, np.array([0, 1, 0, 1]), message)
+
+
+def _check_npz_labels(tmp_path, y_train, y_test, message):
     rng = np.random.default_rng(0)
     path = tmp_path / "d.npz"
-    np.savez(path, x_train=rng.integers(0, 255, (6, 8, 8, 3), dtype=np.uint8), y_train=np.array([0, 1, 2, 0, 1, 2]),
-             x_test=rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), y_test=np.array(y_test))
-    with pytest.raises(DataError, match=message):
+    np.savez(path, x_train=rng.integers(0, 255, (6, 8, 8, 3), dtype=np.uint8), y_train=y_train,
+             x_test=rng.integers(0, 255, (4, 8, 8, 3), dtype=np.uint8), y_test=y_test)
+    with pytest.raises(DataError, match=re.escape(message)):
         load_npz(path)
 
 

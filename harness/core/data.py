@@ -318,7 +318,13 @@ def _labels(y: np.ndarray, key: str, path: Path) -> np.ndarray:
             raise DataError(f"{path}: {key} must hold integer class indices 0..K-1, got dtype {y.dtype}")
     if y.min() < 0:
         raise DataError(f"{path}: {key} holds negative label {int(y.min())}; labels must be 0..K-1")
+    if float(y.max()) > MAX_LABEL:  # checked before the cast, which would wrap a uint64 label round
+        raise DataError(f"{path}: {key} holds label {y.max()}; labels must be class indices 0..K-1")
     return y.astype(np.int64)
+
+
+#: the largest class index an npz dataset may hold (its classifier has one output per class)
+MAX_LABEL = 100_000
 
 
 def load_npz(path: Path, scale: float | None = None) -> ImageDataset:
@@ -351,6 +357,10 @@ def load_npz(path: Path, scale: float | None = None) -> ImageDataset:
     if y_test.max() >= k:
         raise DataError(f"{path}: y_test holds label {int(y_test.max())}, but y_train's labels are 0..{k - 1}: "
                         "every test class must occur in the training labels (classes are 0..K-1)")
+    empty = np.setdiff1d(np.arange(k), y_train)
+    if len(empty):
+        raise DataError(f"{path}: y_train's labels must be 0..K-1 with every class present; its largest label "
+                        f"{k - 1} leaves {len(empty)} class(es) without a training image (first: {int(empty[0])})")
     if len(np.unique(y_train)) < 2:
         raise DataError(f"{path}: y_train holds a single class; membership inference needs a classifier")
     xf = x_train.astype(np.float64) / 255.0

@@ -209,6 +209,18 @@ def settle_attack_params(merged: dict[str, Any], overrides: dict[str, Any], name
 
 def run_attack_names(merged: dict[str, Any], defense_cls: type) -> list[str]:
     """The attacks a config runs: ``attack.names``, then the defense's adaptive and ablation attacks."""
-    names = _get(merged, "attack.names") or ["lira", "rmia"]
-    return list(dict.fromkeys([*names, *getattr(defense_cls, "adaptive_attacks", ()),
-                               *getattr(defense_cls, "ablation_attacks", ())]))
+    names = _get(merged, "attack.names")
+    if names is None:
+        names = ["lira", "rmia"]
+    label = str(getattr(defense_cls, "name", getattr(defense_cls, "__name__", defense_cls)))
+    declared = [n for attr in ("adaptive_attacks", "ablation_attacks")
+                for n in declared_attacks(getattr(defense_cls, attr, ()), attr, label)]
+    return list(dict.fromkeys([*names, *declared]))
+
+
+def declared_attacks(value: Any, attr: str, defense: str) -> tuple[str, ...]:
+    """A defense's ``adaptive_attacks`` / ``ablation_attacks`` checked to be a tuple (or list) of
+    non-empty attack names; ConfigError (one line) otherwise."""
+    if isinstance(value, str) or not isinstance(value, (tuple, list)) or not all(isinstance(v, str) and v for v in value):
+        raise ConfigError(f"defense {defense!r}: {attr} must be a tuple of attack names, e.g. (\"lira\",), got {value!r}")
+    return tuple(value)

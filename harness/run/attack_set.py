@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from harness.core.config import ExperimentConfig
 from harness.core.errors import ConfigError
+from harness.core.overrides import declared_attacks
 from harness.plugins import resolve
 
 if TYPE_CHECKING:
@@ -29,11 +30,7 @@ def check_declared_attacks(defense: Defense, name: str) -> None:
     refused before training (whether each can run on the defense's outputs is
     :func:`harness.run.signals.check_signals`' part)."""
     for attr in ("adaptive_attacks", "ablation_attacks"):
-        value = getattr(defense, attr)
-        if isinstance(value, str) or not isinstance(value, (tuple, list)) or \
-                not all(isinstance(v, str) and v for v in value):
-            raise ConfigError(f"defense {name!r}: {attr} must be a tuple of attack names, e.g. (\"lira\",), "
-                              f"got {value!r}")
+        declared_attacks(getattr(defense, attr), attr, name)
     if not defense.adaptive_attacks:
         raise ConfigError(f"defense {name!r} declares no adaptive attacks (adaptive_attacks = ()): its headline is "
                           "the best of the attacks adapted to it, so it needs at least one, e.g. (\"lira\",) for a "
