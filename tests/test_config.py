@@ -82,3 +82,13 @@ def test_cli_user_errors_exit_2_with_one_line(args, needle, tmp_path):
     out = res.output.strip()
     assert needle in out and "Traceback" not in out
     assert out.startswith("error:") and len(out.splitlines()) <= 3  # one message (terminal may wrap it)
+
+
+def test_exponent_floats_without_a_dot_are_numbers_in_overrides():
+    """YAML 1.1 reads ``1e-9`` as a string; an override must read it as the number the user typed."""
+    from harness.core.overrides import parse_set_options
+
+    got = parse_set_options(["attack.fprs=[1e-3, 1E-2]", "data.scale=1e-300", "train.lr=-2e+3", "run.out=1e"])
+    assert got == {"attack.fprs": [0.001, 0.01], "data.scale": 1e-300, "train.lr": -2000.0, "run.out": "1e"}
+    cfg = build_config("quick", {"attack.fprs": got["attack.fprs"]})
+    assert cfg.attack.fprs == [0.001, 0.01]

@@ -24,18 +24,31 @@ does not read); ``results.json`` records the fields each run's defense reads (``
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import yaml
 
 from harness.core.errors import ConfigError
 
+class _Loader(yaml.SafeLoader):
+    """YAML 1.1's safe loader, plus YAML 1.2's floats without a dot (``1e-9``, ``5E3``), which 1.1
+    reads as strings."""
+
+
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9]+(?:\.[0-9]*)?[eE][-+]?[0-9]+$"),
+                              list("-+0123456789"))
+
+
 def _parse_value(text: str) -> Any:
-    """Parse an override's value as YAML so that ``16``, ``0.5``, ``true`` and ``[1, 2]`` get their types."""
+    """Parse an override's value as YAML so that ``16``, ``0.5``, ``1e-9``, ``true`` and ``[1, 2]``
+    get their types."""
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader)
     except yaml.YAMLError:
         return text
+
+
 def apply_overrides(raw: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """Set dotted paths (``audit.models``) in a copy of ``raw``; values are kept as given."""
     out = copy.deepcopy(raw)
