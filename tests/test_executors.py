@@ -217,3 +217,47 @@ def test_ray_address_that_accepts_but_is_no_ray_cluster_times_out(monkeypatch):
         address = f"127.0.0.1:{server.getsockname()[1]}"
         with pytest.raises(ConfigError, match=f"no Ray cluster answered at {address} within 4 s"):
             executors.check_ray(address)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork-server pool and /proc are Linux's")
+def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
+    """SIGKILL of a `harness evaluate` (or an out-of-memory kill) must not leave its pool workers
+    training into the run directory: each worker ends within a second of its owner."""
+    import signal
+    import time
+
+    (tmp_path / "slowjob.py").write_text(textwrap.dedent('''
+        import os, time
+        from pathlib import Path
+
+        def job(i):
+            Path(os.environ["PIDS"], str(os.getpid())).write_text("")
+            time.sleep(120)
+    '''))
+    pids = tmp_path / "pids"
+    pids.mkdir()
+    code = "from harness.run.executors import LocalExecutor; import slowjob; list(LocalExecutor(2).map(slowjob.job, [0, 1]))"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+           "PIDS": str(pids)}
+    owner = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        workers = [int(p.name) for p in pids.iterdir()]
+        assert len(workers) == 2
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        deadline = time.monotonic() + 5
+        while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        alive = [w for w in workers if Path(f"/proc/{w}").exists() and
+                 Path(f"/proc/{w}/stat").read_text().split()[2] != "Z"]
+        assert not alive, f"workers {alive} outlived their owner"
+    finally:
+        owner.kill()
+        for w in [int(p.name) for p in pids.iterdir()]:
+            try:
+                os.kill(w, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

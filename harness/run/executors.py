@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import sys
+import time
 from abc import ABC, abstractmethod
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -35,10 +36,34 @@ class Executor(ABC):
         return type(self).__name__
 
 
-def _init_worker(threads: int) -> None:
+def _init_worker(threads: int, parent: int | None = None) -> None:
+    """A pool worker's set-up: torch's thread count, and (``parent``: the pool owner's PID) a watchdog
+    that ends this worker within :data:`PARENT_POLL_S` of its owner's death. A killed ``harness
+    evaluate`` (SIGKILL, an out-of-memory kill) must not leave workers training into a run directory
+    whose lock the next process may take over."""
     import torch
 
     torch.set_num_threads(threads)
+    if parent is not None:
+        import threading
+
+        threading.Thread(target=_exit_with, args=(parent,), name="harness-parent-watch", daemon=True).start()
+
+
+#: how often a pool worker checks that the process that owns the pool is alive
+PARENT_POLL_S = 0.5
+
+
+def _exit_with(parent: int) -> None:
+    """End this process as soon as process ``parent`` no longer exists."""
+    while True:
+        time.sleep(PARENT_POLL_S)
+        try:
+            os.kill(parent, 0)
+        except ProcessLookupError:
+            os._exit(70)
+        except PermissionError:  # alive, under another user (a reused PID would be too: then it waits)
+            pass
 
 
 #: what the local pool's worker server imports once; every worker is a fork of it (docs/executors.md)
@@ -123,7 +148,7 @@ class LocalExecutor(Executor):
             max_workers=min(self.workers, len(jobs)),
             mp_context=worker_context(),
             initializer=_init_worker,
-            initargs=(self.threads,),
+            initargs=(self.threads, os.getpid()),
         )
         with main_module_hidden():  # workers start on submit; they must not re-import the caller's script
             futures: dict[Future[Any], J] = {pool.submit(fn, job): job for job in jobs}
