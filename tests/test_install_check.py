@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.install_check import build_mismatch, install_advice, package_version
+from harness.core.install_check import build_mismatch, install_advice, package_version, version_mismatch
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,6 +25,34 @@ REPO = Path(__file__).resolve().parents[1]
 ])
 def test_build_labels_are_compared(torch_v, tv_v, why):
     assert build_mismatch(torch_v, tv_v) == why
+
+
+def test_an_unlabelled_version_is_pypis_cuda_wheel_on_linux_only():
+    assert build_mismatch("2.5.0+cpu", "0.20.0", "linux") == "CPU vs PyPI's default (CUDA) build"
+    assert build_mismatch("2.5.0", "0.20.0+cpu", "linux") == "CPU vs PyPI's default (CUDA) build"
+    assert build_mismatch("2.5.0+cpu", "0.20.0", "darwin") is None
+
+
+def test_torchvisions_declared_torch_version_must_admit_the_installed_torch():
+    assert version_mismatch("2.5.0+cpu", ["numpy", "torch (==2.7.0)"]) == "torchvision requires torch==2.7.0"
+    assert version_mismatch("2.5.0+cpu", ["torch==2.5.0"]) is None  # the local label is not part of the match
+    assert version_mismatch("2.15.0+cu132", ["torch (>=2.14.0)"]) is None
+    assert version_mismatch("2.15.0", ["scipy ; extra == 'scipy'"]) is None and version_mismatch("2.15.0", None) is None
+
+
+def test_a_torchvision_made_for_another_torch_version_stops_evaluate_at_the_start(tmp_path):
+    torch_v = package_version("torch") or "2.15.0"
+    fake = _fake_torchvision(tmp_path / "site", "0.1.0" + (f"+{torch_v.partition('+')[2]}" if "+" in torch_v else ""),
+                             NMS_ERROR)
+    info = fake / "torchvision-0.1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.1.0\n"
+                                   "Requires-Dist: torch (==1.0.0)\n")
+    proc = _harness(["evaluate", "undefended", "--out", str(tmp_path / "runs")], fake, tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr
+    assert len(err) == 1 and "are not a matching pair (torchvision requires torch==1.0.0)" in err[0], err
+    assert not (tmp_path / "runs").exists()
 
 
 def test_advice_names_the_index_of_the_installed_torch():

@@ -12,7 +12,9 @@ matching builds:
 - :func:`check_torch_builds`, at the start of the commands that train: the build labels of the two
   installed versions (``2.15.0+cpu``, ``0.29.2+cu132``), read from each package's ``version.py``
   as text, without importing torchvision (about 1 s): CPU against CUDA or ROCm, or two CUDA major
-  versions, is a mismatch. A version without a label (macOS wheels, source builds) is not judged.
+  versions, is a mismatch; on Linux an unlabelled version is PyPI's CUDA wheel. A version without a
+  label elsewhere (macOS wheels, source builds) is not judged. Then the torch version torchvision's
+  metadata requires (``Requires-Dist: torch (==2.5.0)``) must admit the installed torch.
 - :func:`import_torchvision`, wherever the harness imports torchvision (the ResNet-18 encoder, the
   CIFAR-10 download): the real import, its failure turned into that line.
 """
@@ -22,6 +24,8 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import re
+import sys
+from importlib import metadata
 from pathlib import Path
 from types import ModuleType
 
@@ -67,10 +71,14 @@ def _describe(label: str) -> str:
     return label.upper() if label.startswith("xpu") else label.replace("rocm", "ROCm ")
 
 
-def build_mismatch(torch_version: str, torchvision_version: str) -> str | None:
+def build_mismatch(torch_version: str, torchvision_version: str, platform: str = sys.platform) -> str | None:
     """Why two installed versions are builds for different platforms, or None when they match or
-    cannot be judged (a version without a build label)."""
+    cannot be judged. On Linux a version without a build label is PyPI's default wheel, a CUDA
+    build, so ``cpu`` against an unlabelled version is a mismatch; elsewhere (macOS wheels, source
+    builds) an unlabelled version is not judged."""
     a, b = _build(torch_version), _build(torchvision_version)
+    if platform.startswith("linux") and {a, b} == {"cpu", ""}:
+        return f"{_describe('cpu')} vs PyPI's default (CUDA) build"
     if not a or not b or a == b:
         return None
     cuda_a, cuda_b = re.fullmatch(r"cu(\d+)\d", a), re.fullmatch(r"cu(\d+)\d", b)
@@ -87,15 +95,45 @@ def install_advice(torch_version: str | None) -> str:
             f"(or {TORCH_INDEX}/cpu for the CPU build), then pip install -e . (README, Set up)")
 
 
+def version_mismatch(torch_version: str, torchvision_requires: list[str] | None) -> str | None:
+    """Why the installed torch does not satisfy the torch requirement torchvision's metadata declares
+    (``torch (==2.5.0)``, ``torch (>=2.14.0)``), or None (satisfied, or nothing declared)."""
+    from packaging.requirements import InvalidRequirement, Requirement
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        version = Version(torch_version.partition("+")[0])
+    except InvalidVersion:
+        return None
+    for text in torchvision_requires or []:
+        try:
+            req = Requirement(text)
+        except InvalidRequirement:
+            continue
+        if req.name.lower() == "torch" and req.marker is None and req.specifier and \
+                not req.specifier.contains(version, prereleases=True):
+            return f"torchvision requires torch{req.specifier}"
+    return None
+
+
 def check_torch_builds() -> None:
     """Raise ConfigError when the installed torch and torchvision are builds for different
-    platforms (module docstring); nothing is imported."""
+    platforms, or torchvision's declared torch requirement excludes the installed torch (module
+    docstring); nothing is imported."""
     tv, tvv = package_version("torch"), package_version("torchvision")
     if tv is None or tvv is None:
         return
     why = build_mismatch(tv, tvv)
     if why:
         raise ConfigError(f"torch {tv} and torchvision {tvv} are builds for different platforms ({why}); "
+                          f"torchvision's compiled ops fail with this torch: {install_advice(tv)}")
+    try:
+        requires = metadata.requires("torchvision")
+    except metadata.PackageNotFoundError:
+        requires = None
+    why = version_mismatch(tv, requires)
+    if why:
+        raise ConfigError(f"torch {tv} and torchvision {tvv} are not a matching pair ({why}); "
                           f"torchvision's compiled ops fail with this torch: {install_advice(tv)}")
 
 
