@@ -346,3 +346,15 @@ def test_a_full_disk_stops_with_one_line_and_the_run_resumes_once_space_is_freed
     assert again.returncode == 0, again.stdout + again.stderr
     assert f"Resuming: {len(saved)} of 6 models already trained" in again.stdout
     assert (run_dir / "results.json").is_file()
+
+
+def test_re_attacking_with_fewer_attacks_removes_their_curves(run_copy):
+    """`harness attack RUN --set attack.names=[threshold]`: roc/ holds exactly the curves results.json
+    describes, not the old RMIA ones beside them."""
+    assert list((run_copy / "roc").glob("*__rmia__*.csv"))
+    res = runner.invoke(app, ["attack", str(run_copy), "--set", "attack.names=[threshold]"])
+    assert res.exit_code == 0, res.output
+    results = json.loads((run_copy / "results.json").read_text())
+    described = {f"{lv}__{a['name']}__{a['variant']}.csv" for lv in ("population",) for a in results[lv]["attacks"]}
+    assert {f.name for f in (run_copy / "roc").glob("*.csv")} == described
+    assert not list((run_copy / "roc").glob("*__rmia__*.csv"))

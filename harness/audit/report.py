@@ -145,7 +145,8 @@ def check_schema(results: dict[str, Any]) -> None:
 def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dict[tuple[str, str], AttackMetrics]]) -> None:
     """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv
     and config.json (the configuration these results were computed with, so the run's saved attack
-    settings are those of its results), all replaced as one change (:func:`harness.run.runstore.commit_files`):
+    settings are those of its results), all replaced as one change, in which the ROC curves of
+    attacks or variants these results no longer hold are deleted (:func:`harness.run.runstore.commit_files`):
     an interrupted attack phase leaves every one of them as it was, a finished one all of them new."""
     check_schema(results)
     files = {"results.json": json_bytes(results), **csv_files(results), "config.json": json_bytes(results["config"])}
@@ -154,7 +155,10 @@ def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dic
             roc = thin_roc(m.roc)
             df = pd.DataFrame({"fpr": roc.fpr, "tpr": roc.tpr, "threshold": roc.thresholds})
             files[f"roc/{level}__{name}__{variant}.csv"] = df.to_csv(index=False).encode()
-    commit_files(run_path, files)
+    roc_dir = run_path / "roc"  # curves of attacks these results no longer hold go in the same change
+    stale = sorted(f"roc/{f.name}" for f in roc_dir.glob("*.csv") if f"roc/{f.name}" not in files) \
+        if roc_dir.is_dir() else []
+    commit_files(run_path, files, remove=stale)
 
 
 def _pct(v: float) -> str:

@@ -133,13 +133,13 @@ def _temp_file(path: Path, data: bytes) -> Path:
 COMMIT_JOURNAL = ".commit.json"
 
 
-def commit_files(root: Path, files: dict[str, bytes]) -> None:
-    """Replace several files under ``root`` (relative paths -> contents) as one change: every new
-    file is written to a temp file first; then a journal listing the renames is written atomically
-    (the commit point); then the renames are done and the journal removed. Interrupted before the
-    commit point, nothing has changed (the temps are removed); after it, :func:`recover_commit`
-    finishes the renames, so a reader never sees some files new and others old for long, and the
-    next command sees all of them new."""
+def commit_files(root: Path, files: dict[str, bytes], remove: list[str] | None = None) -> None:
+    """Replace several files under ``root`` (relative paths -> contents), and delete the ``remove``
+    ones, as one change: every new file is written to a temp file first; then a journal listing the
+    renames and deletions is written atomically (the commit point); then they are done and the
+    journal removed. Interrupted before the commit point, nothing has changed (the temps are
+    removed); after it, :func:`recover_commit` finishes them, so a reader never sees some files new
+    and others old for long, and the next command sees all of them new."""
     root = root.absolute()
     temps: list[tuple[Path, Path]] = []
     try:
@@ -147,7 +147,8 @@ def commit_files(root: Path, files: dict[str, bytes]) -> None:
             final = root / rel
             temps.append((_temp_file(final, data), final))
         atomic_write_json(root / COMMIT_JOURNAL, {"moves": [[str(t.relative_to(root)), str(f.relative_to(root))]
-                                                            for t, f in temps]})
+                                                            for t, f in temps],
+                                                  "removes": [str(r) for r in remove or []]})
     except BaseException:
         for t, _ in temps:
             t.unlink(missing_ok=True)
@@ -162,8 +163,9 @@ def recover_commit(root: Path) -> bool:
     finished = False
     if journal.is_file():
         try:
-            moves = json.loads(journal.read_text())["moves"]
-        except (OSError, ValueError, KeyError, TypeError):
+            entry = json.loads(journal.read_text())
+            moves, removes = entry["moves"], entry.get("removes", [])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             moves = None  # written atomically, so unreadable means not ours: set aside below
         if moves is None:
             move_aside(journal)
@@ -171,6 +173,8 @@ def recover_commit(root: Path) -> bool:
             for tmp, final in moves:
                 if (root / tmp).is_file():
                     os.replace(root / tmp, root / final)
+            for rel in removes:
+                (root / rel).unlink(missing_ok=True)
             journal.unlink(missing_ok=True)
             finished = True
     for folder in (root, root / "roc"):
