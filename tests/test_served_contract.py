@@ -153,3 +153,19 @@ def test_checked_served_checks_raw_outputs_and_features_and_passes_good_ones():
         checked.features(x)
     with pytest.raises(PluginFailure, match="dtype int64"):
         CheckedServed(_Model(np.zeros((5, 3), np.int64)), 3, "d", "w").query(x)
+
+
+def test_float16_outputs_pass_without_an_overflow_warning():
+    """float16 / float32 outputs cannot exceed float32's range: no comparison that overflows (it
+    printed 'overflow encountered in cast' twice per model)."""
+    import warnings
+
+    from harness.run.plugin_errors import check_output
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_output(np.ones((5, 3), dtype=np.float16), 5, 3, "query", "d", "population model 0")
+        with pytest.raises(PluginFailure, match="returned inf in row 2"):
+            bad = np.ones((5, 3), dtype=np.float16)
+            bad[2, 1] = np.inf
+            check_output(bad, 5, 3, "query", "d", "population model 0")

@@ -99,8 +99,11 @@ FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 def _bad_rows(out: np.ndarray) -> np.ndarray:
     """Rows holding a value that is NaN, infinite, or beyond float32's range."""
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(out) | (np.abs(out) > FLOAT32_MAX)
+    if out.dtype.itemsize <= 4:  # float16 / float32: every finite value fits float32
+        bad = ~np.isfinite(out)
+    else:
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(out) | (np.abs(out) > FLOAT32_MAX)
     return np.flatnonzero(bad.reshape(len(out), -1).any(axis=1))
 
 
@@ -123,7 +126,7 @@ def check_output(out: Any, n: int, width: int | None, method: str, defense_name:
     rows = _bad_rows(out)
     if len(rows):
         row = out[rows[0]]
-        value = next(v for v in row.ravel() if not (np.isfinite(v) and abs(v) <= FLOAT32_MAX))
+        value = next(v for v in row.ravel().astype(np.float64) if not (np.isfinite(v) and abs(v) <= FLOAT32_MAX))
         raise PluginFailure(f"defense {defense_name!r}: {method} returned {float(value):g} in row {rows[0]} of {n} images "
                           f"({ctx}; {len(rows)} bad row(s)); expected {expected}")
 
