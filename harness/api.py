@@ -16,6 +16,7 @@ defense's own failure raises :class:`~harness.run.plugin_errors.PluginFailure`.
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from contextlib import contextmanager
@@ -316,7 +317,14 @@ def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any]
     out_dir = Path(cfg.run.out)
     if out_dir.exists() and not out_dir.is_dir():
         raise ConfigError(f"--out {out_dir} is a file; it must be the folder for the JSON result")
-    res = play(cfg, canaries, taus or None, game)
     path = out_dir / f"audit-one-run-{defense_slug(cfg.defense)}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
+    try:  # the folder must take the result before the model trains, not after
+        out_dir.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-check-", delete=True)
+        probe.close()
+    except OSError as e:
+        raise ConfigError(f"--out {out_dir} cannot take the JSON result ({e.strerror or type(e).__name__}); "
+                          "nothing was trained") from None
+    res = play(cfg, canaries, taus or None, game)
     atomic_write_json(path, res)
     return res, path

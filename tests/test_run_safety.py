@@ -310,6 +310,7 @@ def test_report_and_audit_one_run_into_a_read_only_folder_are_one_line(finished_
     ro = tmpfs("1m", readonly=True)
     res = runner.invoke(app, ["audit-one-run", "undefended", "--canaries", "20", "--epochs", "1", "--out", str(ro)])
     assert res.exit_code == 2 and "Read-only file system" in "".join(_error_lines(res.output)), res.output
+    assert "nothing was trained" in "".join(_error_lines(res.output)) and ".tmp" not in res.output  # checked first
     disk = tmpfs("8m")
     shutil.copytree(finished_run, disk / "run")
     before = {p: p.read_bytes() for p in (disk / "run").rglob("*") if p.is_file()}
