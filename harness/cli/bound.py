@@ -1,4 +1,5 @@
-"""``harness bound``: provable membership-inference bounds from the command line (docs/bounds.md).
+"""``harness bound``: provable membership-inference bounds from the command line (docs/bounds.md);
+the numbers come from :mod:`harness.bounds.summary`, this module parses and prints.
 
     bound thudi --epsilon E [--delta D] --p1 P [--tpr T] [--tnr T] [--json]   accuracy bounds, prior bounds
     bound sgm --q Q --noise Z --steps T [--fpr F ...] [--delta D] [--json]      optimal DP-SGD bound
@@ -19,13 +20,13 @@ from rich.markup import escape
 from rich.table import Table
 
 from harness.cli.common import console, fail
+from harness.bounds.summary import dpsgd_bounds, sgm_bounds, thudi_bounds
 from harness.core.errors import ConfigError
 
 bound_app = typer.Typer(
     add_completion=False, no_args_is_help=True,
     help="Provable membership-inference bounds from DP parameters (Thudi et al., Mahloujifar et al.).",
 )
-DEFAULT_FPRS = (0.001, 0.01)
 
 
 def _finite_or_none(x: Any) -> Any:
@@ -59,37 +60,6 @@ def _row(table: Table, *cells: str) -> None:
     table.add_row(*(escape(c) for c in cells))
 
 
-def _check(cond: bool, msg: str) -> None:
-    if not cond:
-        raise ConfigError(msg)
-
-
-def thudi_bounds(epsilon: float, delta: float, p1: float, tpr: float | None, tnr: float | None) -> dict[str, Any]:
-    """Everything ``bound thudi`` reports, in the units of docs/bounds.md (advantages in [0, 1])."""
-    from harness.bounds import prior, thudi
-
-    _check(math.isfinite(epsilon) and epsilon >= 0, f"--epsilon must be a finite number >= 0, got {epsilon}")
-    _check(0.0 <= delta < 1.0, f"--delta must be in [0, 1), got {delta}")
-    _check(0.0 < p1 < 1.0, f"--p1 must be in (0, 1), got {p1}")
-    _check(tpr is None or 0.0 < tpr <= 1.0, f"--tpr must be in (0, 1], got {tpr}")
-    _check(tnr is None or 0.0 < tnr <= 1.0, f"--tnr must be in (0, 1], got {tnr}")
-    sab = prior.sablayrolles_pos_acc(epsilon, p1)
-    return {
-        "pos_acc_upper": thudi.pos_acc_upper(epsilon, p1, delta, tpr),
-        "pos_acc_lower": thudi.pos_acc_lower(epsilon, p1, delta, tpr),
-        "neg_acc_upper": thudi.neg_acc_upper(epsilon, p1, delta, tnr),
-        "neg_acc_lower": thudi.neg_acc_lower(epsilon, p1, delta, tnr),
-        "positive_advantage": thudi.positive_advantage(epsilon, p1),
-        "advantage_bounds": {
-            "yeom": prior.yeom_advantage(epsilon),
-            "erlingsson": prior.erlingsson_advantage(epsilon, delta),
-            "humphries": prior.humphries_advantage(epsilon, delta),
-            "sablayrolles": prior.pos_acc_to_positive_advantage(sab, p1),
-            "mahloujifar": prior.accuracy_to_advantage(prior.mahloujifar_pos_acc(epsilon)),
-        },
-    }
-
-
 @bound_app.command()
 def thudi(
     epsilon: float = typer.Option(..., help="epsilon of the (eps, delta)-DP trainer"),
@@ -120,34 +90,6 @@ def thudi(
     _row(table, "Sablayrolles advantage <=", _fmt(adv["sablayrolles"]), "2 (min(1, P1 + eps/4) - P1), eps-DP")
     _row(table, "Mahloujifar advantage <=", _fmt(adv["mahloujifar"]), "2 sigmoid(eps) - 1, P1 = 1/2")
     console.print(table)
-
-
-def sgm_bounds(q: float, noise: float, steps: int, fprs: list[float], delta: float) -> dict[str, Any]:
-    """Everything ``bound sgm`` reports: optimal advantage, Pinsker, epsilon at delta, TPR at each FPR."""
-    from harness.bounds import sgm
-
-    _check(0.0 < q <= 1.0, f"--q must be in (0, 1], got {q}")
-    _check(math.isfinite(noise) and noise > 0.0, f"--noise must be > 0, got {noise}")
-    _check(steps >= 1, f"--steps must be >= 1, got {steps}")
-    _check(0.0 < delta < 1.0, f"--delta must be in (0, 1), got {delta}")
-    fprs = list(fprs) or list(DEFAULT_FPRS)
-    for f in fprs:
-        _check(0.0 <= f <= 1.0, f"--fpr must be in [0, 1], got {f}")
-    b = sgm.SgmBound.compute(q, noise, steps)
-    keys = [str(float(f)) for f in fprs]
-    order = sorted(range(len(fprs)), key=lambda i: fprs[i])
-    tprs = b.tpr_upper([fprs[i] for i in order])
-    return {
-        "q": float(q),
-        "noise": float(noise),
-        "steps": int(steps),
-        "delta": float(delta),
-        "advantage": b.advantage(),
-        "advantage_pinsker": sgm.pinsker_advantage(q, noise, steps),
-        "epsilon": b.epsilon(delta),
-        "tpr_at_fpr": {keys[i]: float(t) for i, t in zip(order, tprs)},
-        "value_discretization_interval": b.value_discretization_interval,
-    }
 
 
 def _print_sgm(res: dict[str, Any], title: str) -> None:
@@ -193,18 +135,7 @@ def dpsgd(
     as_json: bool = typer.Option(False, "--json", help="print one JSON object"),
 ) -> None:
     """The sgm bound for DP-SGD hyperparameters: T = epochs * ceil(N/B), q = B/N or 1/ceil(N/B) (Poisson sampling)."""
-    from harness.bounds import sgm
-
-    def compute() -> dict[str, Any]:
-        _check(batch_size >= 1, f"--batch-size must be >= 1, got {batch_size}")
-        _check(dataset_size >= batch_size, f"--dataset-size must be >= --batch-size, got {dataset_size} < {batch_size}")
-        _check(math.isfinite(epochs) and epochs > 0, f"--epochs must be > 0, got {epochs}")
-        _check(poisson_rate in ("b_over_n", "paper"), f"--poisson-rate must be b_over_n or paper, got {poisson_rate!r}")
-        q, steps = sgm.dpsgd_params(batch_size, dataset_size, epochs, poisson_rate)
-        return sgm_bounds(q, noise, steps, fpr, delta)  # holds "q" and "steps"
-
-    res = {**_compute(compute), "batch_size": batch_size, "dataset_size": dataset_size, "epochs": epochs,
-           "poisson_rate": poisson_rate}
+    res = _compute(lambda: dpsgd_bounds(batch_size, dataset_size, epochs, noise, fpr, delta, poisson_rate))
     q, steps = res["q"], res["steps"]
     if as_json:
         _emit_json(res)
