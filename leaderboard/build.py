@@ -14,10 +14,14 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
+from harness.run.runstore import atomic_write_bytes
 
-COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR", "sample TPR",
-           "strongest sample TPR", "canary", "sample attack", "strongest sample attack", "DP ε", "label ε",
-           "empirical ε ≥", "nominal ε ≥")
+COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR",
+           "strongest population TPR", "sample TPR", "strongest sample TPR", "canary", "sample attack",
+           "strongest population attack", "strongest sample attack", "DP ε", "label ε", "empirical ε ≥",
+           "nominal ε ≥")
+#: the strongest-figure columns and the row key of their level's "beats the headline" flag (⚠)
+FLAGGED = {"strongest population TPR": "population beats headline", "strongest sample TPR": "sample beats headline"}
 
 
 def rank_value(headline: Any, strongest: Any) -> Any:
@@ -57,7 +61,7 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         "defense": results["defense"],
         "dataset": results["dataset"],
         "preset": results["preset"],
-        "models": results["num_models"],
+        "models": results["num_models"],  # S: the models of each level (a run trains S per level)
         "audit": results["audit_size"],
         "test acc": results[acc_level]["test_accuracy"]["mean"],
         "population TPR": tpr("population"),
@@ -69,8 +73,10 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         "rank TPR": rank_value(tpr("sample"), tpr("sample", "strongest")),
         "beats headline": any(bool((results.get(lv, {}).get("strongest") or {}).get("beats_headline"))
                               for lv in levels),
+        "population beats headline": bool((results.get("population", {}).get("strongest") or {}).get("beats_headline")),
         "sample beats headline": bool((results.get("sample", {}).get("strongest") or {}).get("beats_headline")),
         "sample attack": attack("sample", "best"),
+        "strongest population attack": attack("population", "strongest"),
         "strongest sample attack": attack("sample", "strongest"),
         "canary": results["sample"]["canary"] if "sample" in results else "",
         # the accountant's epsilon (delta 1e-5) of DP-trained runs; the headline variant's one-run
@@ -138,7 +144,7 @@ def _fmt(col: str, v: Any) -> str:
         return "-"
     if isinstance(v, str):
         return v
-    if col in ("test acc", "population TPR", "sample TPR", "strongest sample TPR"):
+    if col in ("test acc", "population TPR", "strongest population TPR", "sample TPR", "strongest sample TPR"):
         return f"{100 * v:.1f}%"
     if col in ("DP ε", "label ε", "empirical ε ≥", "nominal ε ≥"):
         return f"{v:.3g}"
@@ -150,16 +156,24 @@ def _md(text: str) -> str:
     return html.escape(" ".join(text.split()), quote=True).replace("|", "&#124;")
 
 
+def _text(col: str, e: dict[str, Any]) -> str:
+    """One cell as plain text: a strongest figure whose CI lies above its level's headline gets ⚠."""
+    flag = FLAGGED.get(col)
+    return _fmt(col, e[col]) + (" ⚠" if flag and e.get(flag) and isinstance(e[col], float) else "")
+
+
 def to_markdown(entries: list[dict[str, Any]]) -> str:
+    """The leaderboard table as Markdown (one row per entry, in the given order)."""
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(_md(_fmt(c, e[c])) for c in COLUMNS) + " |" for e in entries]
+    lines += ["| " + " | ".join(_md(_text(c, e)) for c in COLUMNS) + " |" for e in entries]
     return "\n".join(lines) + "\n"
 
 
 def to_html(entries: list[dict[str, Any]]) -> str:
+    """The plain one-table page (no plots; :mod:`leaderboard.site` builds the full site)."""
     head = "".join(f"<th>{html.escape(c)}</th>" for c in COLUMNS)
     rows = "".join(
-        "<tr>" + "".join(f"<td>{html.escape(_fmt(c, e[c]))}</td>" for c in COLUMNS) + "</tr>" for e in entries
+        "<tr>" + "".join(f"<td>{html.escape(_text(c, e))}</td>" for c in COLUMNS) + "</tr>" for e in entries
     )
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>privacy-harness leaderboard</title>"
@@ -167,7 +181,8 @@ def to_html(entries: list[dict[str, Any]]) -> str:
         "padding:4px 8px;text-align:right}</style></head><body><h1>privacy-harness leaderboard</h1>"
         "<p>TPR at 0.1% FPR of the headline attack (the best primary variant of the defense's adaptive "
         "attacks): population level (audit samples as they are) vs sample level (the defense's canaries); "
-        "strongest: the best of every attack and variant that ran. Rows rank by the larger sample-level figure. "
+        "strongest: the best of every attack and variant that ran at that level (⚠: its CI lies above the "
+        "headline). Rows rank by the larger sample-level figure; models: S, the models of each level. "
         "Lower is more private. Empirical ε ≥: one-run lower bound (Steinke et al. 2023, per victim model, "
         "Bonferroni over victims); nominal: pooled Clopper-Pearson, which treats the S x C guesses as "
         "independent.</p>"
@@ -177,9 +192,10 @@ def to_html(entries: list[dict[str, Any]]) -> str:
 
 def build(paths: list[Path], out_dir: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
     """Write index.html and leaderboard.md from the results.json files under ``paths``; broken
-    files are left out and listed in ``skipped``."""
+    files are left out and listed in ``skipped``. Each file is replaced atomically (an OSError leaves
+    it as before, with no temp file)."""
     entries = collect(paths, skipped)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "leaderboard.md").write_text(to_markdown(entries))
-    (out_dir / "index.html").write_text(to_html(entries))
+    atomic_write_bytes(out_dir / "leaderboard.md", to_markdown(entries).encode())
+    atomic_write_bytes(out_dir / "index.html", to_html(entries).encode())
     return entries

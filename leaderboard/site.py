@@ -22,11 +22,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-import shutil
 from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.run.runstore import atomic_write_bytes
 from leaderboard.build import rank_order, read_json_object, read_results, to_markdown
 from leaderboard.plots import privacy_utility_svg, roc_svg
 
@@ -45,8 +45,17 @@ rows.sort(function(a,b){var x=a.cells[i].dataset.sort,y=b.cells[i].dataset.sort;
 var c=(isNaN(nx)||isNaN(ny))?String(x).localeCompare(String(y)):nx-ny;return asc?c:-c;});
 rows.forEach(function(r){body.appendChild(r);});});});});"""
 
-COLUMNS = ("defense", "setting", "test acc", "population TPR", "sample TPR", "strongest sample TPR", "ratio",
-           "canary", "attack", "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models", "device-hours", "verified")
+COLUMNS = ("defense", "setting", "test acc", "population TPR", "strongest population TPR", "sample TPR",
+           "strongest sample TPR", "ratio", "canary", "attack", "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models",
+           "device-hours", "verified")
+#: the TPR columns of the index: column -> (the row key of its CI, the row key of its attack or None, the
+#: row key of its level's "beats the headline" flag or None)
+TPR_COLUMNS = {
+    "population TPR": ("population CI", None, None),
+    "strongest population TPR": ("strongest population CI", "strongest population attack", "population beats headline"),
+    "sample TPR": ("sample CI", None, None),
+    "strongest sample TPR": ("strongest sample CI", "strongest sample attack", "sample beats headline"),
+}
 
 
 def entry_id(results: dict[str, Any]) -> str:
@@ -73,13 +82,14 @@ def _ratio(results: dict[str, Any]) -> tuple[float, tuple[float, float]] | None:
 
 
 def _compute(results: dict[str, Any]) -> tuple[int, float | None, list[str]]:
+    """(number of levels, device-hours summed over every model of every level, devices) of an entry."""
     levels = [lv for lv in ("population", "sample") if lv in results]
     secs, devices = 0.0, set()
     for lv in levels:
         c = results[lv].get("compute") or {}
         secs += float(c.get("train_seconds_total") or 0.0) + float(c.get("query_seconds_total") or 0.0)
         devices.update(c.get("devices") or [])
-    return results["num_models"] * len(levels), (secs / 3600 if secs else None), sorted(devices)
+    return len(levels), (secs / 3600 if secs else None), sorted(devices)
 
 
 def is_dpsgd(results: dict[str, Any]) -> bool:
@@ -101,17 +111,18 @@ def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> float |
 def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], eid: str) -> dict[str, Any]:
     """The index row of an entry: its leaderboard.build row ``base`` plus CIs, compute and status."""
     k = repr(float(results.get("headline_fpr", 0.001)))
-    models, hours, devices = _compute(results)
+    levels, hours, devices = _compute(results)
     return {
         **base,
         "id": eid,
         "setting": f"{results['dataset']}/{results['preset']}",
         "population CI": _ci(results["population"], k) if "population" in results else None,
+        "strongest population CI": _ci(results["population"], k, "strongest") if "population" in results else None,
         "sample CI": _ci(results["sample"], k) if "sample" in results else None,
         "strongest sample CI": _ci(results["sample"], k, "strongest") if "sample" in results else None,
         "ratio": _ratio(results),
         "attack": base["sample attack"],
-        "models": models,
+        "levels": levels,  # base["models"] is S, the models of each level
         "device-hours": hours,
         "devices": devices,
         "verified": bool(meta.get("verified")),
@@ -131,12 +142,13 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
         name = str(r["defense"])
         return (f'<a href="entries/{escape(r["id"], quote=True)}/index.html" title="{escape(name, quote=True)}">'
                 f'{escape(name)}</a>', name)
-    if col in ("population TPR", "sample TPR", "strongest sample TPR"):
-        ci = r[{"population TPR": "population CI", "sample TPR": "sample CI"}.get(col, "strongest sample CI")]
+    if col in TPR_COLUMNS:
+        ci_key, attack_key, flag_key = TPR_COLUMNS[col]
+        ci = r[ci_key]
         txt = _pct(v) + (f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and isinstance(v, float) else "")
-        if col == "strongest sample TPR" and isinstance(v, float):
-            txt += f' <span class="muted">{escape(r["strongest sample attack"])}</span>'
-            if r.get("sample beats headline"):
+        if attack_key is not None and isinstance(v, float):
+            txt += f' <span class="muted">{escape(r[attack_key])}</span>'
+            if flag_key is not None and r.get(flag_key):
                 txt += (' <span class="loses" title="the strongest attack beats the headline by more than its CI: '
                         'the headline understates the leak">&#9888; above the headline</span>')
         return txt, f"{v:.6f}" if isinstance(v, float) else "9"
@@ -165,8 +177,10 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
     if col == "device-hours":
         dev = ", ".join(r["devices"])
         return (f'{v:.3f} <span class="muted">{escape(dev)}</span>' if v is not None else "-"), f"{v or 0:.6f}"
-    if col == "models":
-        return str(int(v)), str(int(v))
+    if col == "models":  # S per level; the device-hours cover all S x levels models
+        n = int(r["levels"])
+        times = f' <span class="muted">&#215; {n} levels</span>' if n > 1 else ""
+        return f"{int(v)}{times}", str(int(v))
     if col == "verified":
         return ('<span class="badge">verified</span>' if v else escape(r["source_kind"])), "1" if v else "0"
     return escape(str(v) if v not in (None, "") else "-"), str(v or "")
@@ -198,9 +212,10 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     return _page("privacy-harness leaderboard", f"""<h1>privacy-harness leaderboard</h1>
 <p>TPR at 0.1% FPR of each entry's headline attack (the best primary variant of the defense's adaptive attacks,
 declared before any result) at the population level (audit samples as they are) and the sample level (the defense's
-canaries, built to mimic the most vulnerable samples), with 95% bootstrap CIs over victim models. <b>Strongest</b>:
-the best of every attack and variant that ran, with a CI that carries that choice; &#9888; where it beats the
-headline by more than its CI. Rows rank by the larger of the two sample-level figures; lower is more private.
+canaries, built to mimic the most vulnerable samples), with 95% bootstrap CIs over victim models. <b>Strongest</b>
+(at each level): the best of every attack and variant that ran, with a CI that carries that choice; &#9888; where it
+beats that level's headline by more than its CI. Rows rank by the larger of the two sample-level figures; lower is
+more private. <b>Models</b>: S, the victim models of each level (the device-hours cover all of them).
 <b>Ratio</b>: sample- over population-level headline, with its bootstrap CI. <b>DP-SGD at same acc</b>: the DP-SGD
 baselines' sample-level figure (the same larger one) interpolated at the entry's accuracy (same dataset and
 preset); a defense is only interesting if it beats it. Empirical ε ≥: one-run lower bound of the headline variant.
@@ -299,7 +314,7 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
     if not figures:
         figures.append('<p class="muted">This results.json predates ROC curves in results.json (harness 0.2.0 '
                        'before roc_curve): re-run `harness attack RUN_DIR` to add them.</p>')
-    models, hours, devices = _compute(results)
+    levels, hours, devices = _compute(results)
     prov = {
         "harness version": results.get("harness_version"),
         "trained with version": results.get("trained_with_version"),
@@ -308,7 +323,7 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "seed": results.get("seed"),
         "created": results.get("created"),
         "devices": ", ".join(devices),
-        "models": models,
+        "models": f"{results['num_models']} per level, {results['num_models'] * levels} trained",
         "device-hours": f"{hours:.3f}" if hours is not None else None,
         "source": meta.get("source", "run"),
         "verified": ("yes, " + str(meta.get("verified_by"))) if meta.get("verified") else "no",
@@ -359,33 +374,41 @@ def _entries(site: Path) -> list[tuple[str, Path]]:
 
 
 def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
-    """Regenerate index.html, leaderboard.md and every entry page from ``site/entries/*``."""
+    """Regenerate index.html, leaderboard.md and every entry page from ``site/entries/*``.
+
+    Each file is replaced atomically (runstore.atomic_write_bytes): an OSError (a full disk) stops
+    the build with every file either as before or wholly new, and no temp file left."""
     rows = []
     for eid, f in _entries(site):
         try:
             meta = _meta(f.parent)
             results, base = read_results(f)
             rows.append(_row(results, base, meta, eid))
-            (f.parent / "index.html").write_text(entry_html(results, meta))
+            page = entry_html(results, meta)
         except (ValueError, KeyError, TypeError, IndexError, StopIteration) as e:
             if skipped is not None:
                 skipped.append((f, str(e) or type(e).__name__))
+            continue
+        atomic_write_bytes(f.parent / "index.html", page.encode())  # an OSError (a full disk) stops the build
     rows.sort(key=rank_order)
     site.mkdir(parents=True, exist_ok=True)
-    (site / "index.html").write_text(index_html(rows))
-    (site / "leaderboard.md").write_text(to_markdown(rows))
+    atomic_write_bytes(site / "index.html", index_html(rows).encode())
+    atomic_write_bytes(site / "leaderboard.md", to_markdown(rows).encode())
     return rows
 
 
 def add_results(site: Path, results_file: Path, meta: dict[str, Any] | None = None) -> str:
-    """Copy one results.json into ``site/entries/<entry_id>/`` (replacing an older copy); its id."""
-    results = json.loads(results_file.read_text())
+    """Copy one results.json into ``site/entries/<entry_id>/`` (replacing an older copy, byte for
+    byte); its id. ``meta`` (entry.json) is written first, so a failure between the two never leaves
+    new results under an older entry's ``verified`` mark; each file is replaced atomically."""
+    data = results_file.read_bytes()
+    results = json.loads(data)
     eid = entry_id(results)
     d = site / "entries" / eid
     d.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(results_file, d / "results.json")
     if meta is not None:
-        (d / "entry.json").write_text(json.dumps(meta, indent=2))
+        atomic_write_bytes(d / "entry.json", json.dumps(meta, indent=2).encode())
+    atomic_write_bytes(d / "results.json", data)
     return eid
 
 

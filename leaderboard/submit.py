@@ -43,6 +43,7 @@ import hashlib
 import io
 import json
 import math
+import os
 import tarfile
 import tempfile
 import zlib
@@ -123,7 +124,10 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
     The run is read under its shared lock (harness.run.runlock: no writer changes it meanwhile;
     ``wait`` waits for one instead of refusing), after finishing an interrupted commit of its
     results. Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model
-    or a damaged file, or a file plugin whose source is not found or changed since the run."""
+    or a damaged file, or a file plugin whose source is not found or changed since the run.
+
+    ``out`` is replaced only once the whole bundle is written (:func:`_write_tar_atomic`): a failed
+    or interrupted write (a full disk, Ctrl-C) leaves an existing ``out`` as it was and no temp file."""
     from harness.core.errors import ConfigError
     from harness.run.runlock import RunLock
     from harness.run.runstore import RunDir
@@ -166,19 +170,41 @@ def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
         name = f"defense_source/{src.name}"
         extra[name] = src.read_bytes()
         hashes[name] = hashlib.sha256(extra[name]).hexdigest()
+    members = {**extra, "hashes.json": json.dumps(hashes, indent=1, sort_keys=True).encode()}
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with tarfile.open(out, "w:gz") as tar:
-            for f in files:
-                tar.add(run_dir / f, arcname=f, recursive=False)
-            for name, data in {**extra, "hashes.json": json.dumps(hashes, indent=1, sort_keys=True).encode()}.items():
-                info = tarfile.TarInfo(name)
-                info.size = len(data)
-                tar.addfile(info, io.BytesIO(data))
+        _write_tar_atomic(out, [(run_dir / f, f) for f in files], members)
     except OSError as e:
-        out.unlink(missing_ok=True)
         raise SubmissionError(f"cannot write {out}: {e.strerror or e}") from None
     return hashes
+
+
+def _write_tar_atomic(out: Path, files: list[tuple[Path, str]], members: dict[str, bytes]) -> None:
+    """Write a tar.gz of ``files`` ((path, name in the archive)) and then ``members`` (name -> bytes)
+    to ``out``, all or nothing: into a temp file beside ``out`` (``.<name>.<random>.tmp``), fsynced,
+    then renamed over it. On any exception (a full disk, Ctrl-C) the temp file is removed and an
+    existing ``out`` is as before."""
+    from harness.run.runstore import _UMASK
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, "wb") as raw:
+            os.fchmod(raw.fileno(), 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
+            # named after ``out``: the gzip header records that name, not the temp file's
+            with tarfile.open(name=str(out), mode="w:gz", fileobj=raw) as tar:
+                for path, arcname in files:
+                    tar.add(path, arcname=arcname, recursive=False)
+                for arcname, data in members.items():
+                    info = tarfile.TarInfo(arcname)
+                    info.size = len(data)
+                    tar.addfile(info, io.BytesIO(data))
+            raw.flush()
+            os.fsync(raw.fileno())
+        os.replace(tmp, out)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _check_plugin_source(run_dir: Path, results: dict[str, Any]) -> None:
@@ -574,6 +600,7 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     the seed, ``run.*`` and the data path, a seed other than the entry's and than any seed that
     verified another entry of the site, and a sample-level headline TPR (at the headline FPR) whose
     95% CI overlaps the entry's."""
+    from harness.run.runstore import atomic_write_bytes
     from leaderboard.site import rebuild
 
     d = site / "entries" / entry
@@ -605,6 +632,6 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     meta_file = d / "entry.json"
     meta = _read_json(meta_file, "entry") if meta_file.is_file() else {"source": "run"}
     meta.update({"verified": True, "verified_by": by})
-    meta_file.write_text(json.dumps(meta, indent=2))
+    atomic_write_bytes(meta_file, json.dumps(meta, indent=2).encode())  # a failure leaves entry.json as it was
     rebuild(site)
     return by

@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
+import builtins
 import copy
+import errno
+import io
 import json
 import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 from typer.testing import CliRunner
 
 from harness.cli import app
-from leaderboard.site import entry_id, matched_baseline, rebuild
+from leaderboard.build import COLUMNS as MD_COLUMNS
+from leaderboard.site import COLUMNS, entry_id, matched_baseline, rebuild
 
 runner = CliRunner()
 ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
@@ -226,3 +231,156 @@ def test_privacy_utility_labels_merge_identical_points_and_never_overlap():
         for b0, b1, by in boxes[i + 1:]:
             assert not (a0 < b1 and b0 < a1 and abs(ay - by) < 11), (boxes, i)
     assert placed[4] == (17.0, 294.0, "hamp")  # a lone label sits just above and right of its point
+
+
+def _index_cells(page: str, defense: str) -> dict[str, tuple[str, str]]:
+    """The index row of ``defense``: column -> (its cell's HTML, its sort key)."""
+    row = next(r for r in page.split("<tr>") if f">{defense}<" in r)
+    cells = re.findall(r'<td class="[^"]*" data-sort="([^"]*)">(.*?)</td>', row)
+    assert len(cells) == len(COLUMNS), row
+    return {c: (html, key) for c, (key, html) in zip(COLUMNS, cells)}
+
+
+def _md_rows(md: str) -> list[dict[str, str]]:
+    """leaderboard.md as rows of column -> cell text."""
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    head = [c.strip() for c in lines[0].strip("|").split(" | ")]
+    return [dict(zip(head, (c.strip() for c in ln.strip("|").split(" | ")))) for ln in lines[1:]]
+
+
+def test_population_strongest_figure_is_shown_beside_the_population_headline(results, tmp_path):
+    r = _variant(results, "popleak", 0.9, 0.2, f"{7:064x}")
+    for lv, tpr, beats in (("population", 0.777, True), ("sample", 0.333, False)):
+        r[lv]["strongest"]["tpr_at_fpr"]["0.001"], r[lv]["strongest"]["resolved"]["0.001"] = tpr, True
+        r[lv]["strongest"]["beats_headline"] = beats
+    d = tmp_path / "entries" / entry_id(r)
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps(r))
+    rebuild(tmp_path)
+    assert COLUMNS.index("strongest population TPR") == COLUMNS.index("population TPR") + 1
+    cells = _index_cells((tmp_path / "index.html").read_text(), "popleak")
+    html, key = cells["strongest population TPR"]
+    name = f'{r["population"]["strongest"]["name"]} ({r["population"]["strongest"]["variant"]})'
+    assert html.startswith("77.7%") and key == "0.777000" and name in html
+    assert "above the headline" in html  # the population level's own flag
+    assert "33.3%" in cells["strongest sample TPR"][0] and "above the headline" not in cells["strongest sample TPR"][0]
+    (row,) = _md_rows((tmp_path / "leaderboard.md").read_text())
+    assert row["strongest population TPR"] == "77.7% ⚠" and row["strongest sample TPR"] == "33.3%"
+    assert row["strongest population attack"] == name
+    assert MD_COLUMNS.index("strongest population TPR") == MD_COLUMNS.index("population TPR") + 1
+
+
+def test_models_column_is_the_per_level_count_of_the_report(site, results):
+    assert results["num_models"] == 6 and "population" in results and "sample" in results  # 2 levels of 6
+    rows = _md_rows((site / "leaderboard.md").read_text())
+    assert len(rows) == 6 and {r["models"] for r in rows} == {"6"}
+    html, key = _index_cells((site / "index.html").read_text(), "hamp")["models"]
+    assert key == "6" and html.startswith("6 ") and "2 levels" in html
+    page = next(site.glob("entries/*/index.html")).read_text()
+    assert "6 per level, 12 trained" in page
+
+
+class _FillingFile:
+    """A file opened for writing on a disk with ``left[0]`` bytes free (shared by every such file;
+    None: no limit): a write stores what fits, then raises ENOSPC, as a full disk does."""
+
+    def __init__(self, f: Any, left: list[int | None]) -> None:
+        self._f, self._left = f, left
+
+    def write(self, data: Any) -> int:
+        room = self._left[0]
+        if room is not None and len(data) > room:
+            self._f.write(data[:room])
+            self._f.flush()
+            self._left[0] = 0
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        if room is not None:
+            self._left[0] = room - len(data)
+        return self._f.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._f, name)
+
+    def __enter__(self) -> "_FillingFile":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._f.close()
+
+
+@pytest.fixture()
+def disk_full(monkeypatch) -> Callable[[int | None], None]:
+    """``fill(n)``: from then on every file opened for writing (open(), Path.write_text, os.fdopen,
+    shutil's copies) has ``n`` bytes left in all, then each write fails with ENOSPC; ``fill(None)``
+    lifts the limit."""
+    real_open = io.open
+    left: list[int | None] = [None]
+
+    def opener(file: Any, mode: str = "r", *args: Any, **kwargs: Any) -> Any:
+        f = real_open(file, mode, *args, **kwargs)
+        return _FillingFile(f, left) if set(mode) & set("wax+") else f
+
+    monkeypatch.setattr(io, "open", opener)
+    monkeypatch.setattr(builtins, "open", opener)
+    monkeypatch.setattr(shutil, "_USE_CP_SENDFILE", False)  # copies go through write() as well
+
+    def fill(n: int | None) -> None:
+        left[0] = n
+
+    return fill
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_full_disk_leaves_every_site_file_as_it_was_or_wholly_new(site, results, disk_full, tmp_path):
+    # a new version of an entry (same id: its results.json is replaced, its page and the index change)
+    changed = _variant(results, "undefended", 0.91, 0.3, f"{0:064x}")
+    eid = entry_id(changed)
+    new_in = tmp_path / "new"
+    new_in.mkdir()
+    (new_in / "results.json").write_text(json.dumps(changed, indent=1))
+    before = _files(site)
+    reference = tmp_path / "reference"
+    shutil.copytree(site, reference)
+    assert runner.invoke(app, ["leaderboard", "build", str(new_in), "--out", str(reference)]).exit_code == 0
+    after = _files(reference)
+    assert {f for f in after if after[f] != before.get(f)} == {
+        "index.html", "leaderboard.md", f"entries/{eid}/index.html", f"entries/{eid}/results.json"}
+    # the bytes a build writes: the new results.json, every entry page, the index and leaderboard.md
+    total = sum(len(data) for f, data in after.items() if not f.endswith("results.json")) + len(
+        after[f"entries/{eid}/results.json"])
+    budgets = [0, 100, *(k * total // 6 for k in range(1, 6)), total - 10]
+    for budget in budgets:  # the disk fills up at every stage of the build
+        trial = tmp_path / f"site-{budget}"
+        disk_full(None)
+        shutil.copytree(site, trial)
+        disk_full(budget)
+        res = runner.invoke(app, ["leaderboard", "build", str(new_in), "--out", str(trial)])
+        disk_full(None)
+        assert res.exit_code == 2 and "No space left on device" in res.output, (budget, res.output)
+        assert "Traceback" not in res.output
+        now = _files(trial)
+        assert set(now) == set(before), sorted(set(now) ^ set(before))  # no temp file left
+        for f, data in now.items():
+            assert data in (before[f], after[f]), f"{f} is half-written with {budget} bytes free"
+
+
+def test_verify_on_a_full_disk_leaves_entry_json_as_it_was(results, disk_full, tmp_path):
+    from leaderboard.submit import verify_entry
+
+    site = tmp_path / "site"
+    d = site / "entries" / entry_id(results)
+    d.mkdir(parents=True)
+    (d / "results.json").write_text(json.dumps(results))
+    meta = json.dumps({"source": "submission", "verified": False, "verified_by": None, "submitted": "2026-01-01"})
+    (d / "entry.json").write_text(meta)
+    rerun = tmp_path / "rerun.json"
+    rerun.write_text(json.dumps({**results, "seed": results["seed"] + 1}))
+    disk_full(20)
+    with pytest.raises(OSError) as err:
+        verify_entry(site, d.name, rerun)
+    assert err.value.errno == errno.ENOSPC
+    assert (d / "entry.json").read_text() == meta
+    assert sorted(p.name for p in d.iterdir()) == ["entry.json", "results.json"]  # no temp file

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -177,6 +178,38 @@ def test_submit_refuses_a_run_without_results_or_with_a_damaged_signals_file(run
     line = _refusal(runner.invoke(app, ["submit", str(copy), "-o", str(tmp_path / "x.tar.gz")]), "error:")
     assert "results.json does not exist" in line
     assert not (tmp_path / "x.tar.gz").exists()
+
+
+@pytest.mark.parametrize("raised, code, line", [
+    (KeyboardInterrupt(), 130, "interrupted: nothing was written"),
+    (OSError(errno.ENOSPC, "No space left on device"), 2, "error: cannot write"),
+])
+def test_an_interrupted_or_failed_submit_leaves_the_old_bundle_and_no_temp_file(run_dir, bundle, tmp_path,
+                                                                                   monkeypatch, raised, code, line):
+    out = tmp_path / "entry.tar.gz"
+    shutil.copyfile(bundle, out)
+    old = out.read_bytes()
+    real_addfile = tarfile.TarFile.addfile
+    calls = []
+
+    def addfile(self, tarinfo, fileobj=None):  # Ctrl-C or a full disk in the middle of the archive
+        calls.append(tarinfo.name)
+        if len(calls) == 3:
+            raise raised
+        return real_addfile(self, tarinfo, fileobj)
+
+    monkeypatch.setattr(tarfile.TarFile, "addfile", addfile)
+    res = runner.invoke(app, ["submit", str(run_dir), "-o", str(out)], env={"COLUMNS": "300"})
+    assert len(calls) == 3 and res.exit_code == code, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith(line) and "Traceback" not in res.output, res.output
+    assert out.read_bytes() == old  # the previous bundle, untouched
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.tar.gz"]  # no temp file
+    monkeypatch.undo()  # the run's lock was released: submitting again works and replaces the bundle
+    assert runner.invoke(app, ["submit", str(run_dir), "-o", str(out)]).exit_code == 0
+    with tarfile.open(out) as tar:
+        assert "hashes.json" in tar.getnames() and "results.json" in tar.getnames()
+    assert [p.name for p in tmp_path.iterdir()] == ["entry.tar.gz"]
 
 
 def test_harness_attack_reproduces_results_bit_for_bit(run_dir, tmp_path):
