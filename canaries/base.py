@@ -10,6 +10,7 @@ tree (:class:`PaperDraws`), so that a canary's label change or colour is the pap
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Protocol
@@ -95,8 +96,10 @@ class CanaryGenerator(ABC):
     """Rewrite the audit samples. Subclasses set ``name`` and ``description``.
 
     Parameters come from ``audit.canary_params.<name>``; a generator with none keeps this
-    constructor, which refuses any. ``describe()`` returns what should be recorded with the run
-    (e.g. the resolved source of OOD images), after ``apply``.
+    constructor, which refuses any. A generator with parameters declares them as keyword arguments
+    of its own constructor, takes ``**params`` besides and passes those here: an unknown one is
+    then refused naming the known ones (:meth:`parameter_names`). ``describe()`` returns what
+    should be recorded with the run (e.g. the resolved source of OOD images), after ``apply``.
     """
 
     name: ClassVar[str]
@@ -106,7 +109,18 @@ class CanaryGenerator(ABC):
 
     def __init__(self, **params: Any) -> None:
         if params:
-            raise ValueError(f"canary {self.name!r} takes no parameters, got {sorted(params)}")
+            # the run prefixes "canary '<name>': ", as to every generator's ValueError
+            known = self.parameter_names()
+            if not known:
+                raise ValueError(f"takes no parameters, got {sorted(params)}")
+            raise ValueError(f"unknown parameter(s) {sorted(params)}; known: {known}")
+
+    @classmethod
+    def parameter_names(cls) -> list[str]:
+        """The generator's parameters: its constructor's named keyword arguments, sorted."""
+        kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+        return sorted(n for n, p in inspect.signature(cls.__init__).parameters.items()
+                      if n != "self" and p.kind in kinds)
 
     @abstractmethod
     def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:

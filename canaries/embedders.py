@@ -9,7 +9,18 @@ float32 features (N, D), so that a dot product is the cosine similarity.
   that fix it, never a fallback to other weights. ``pretrained=None`` builds random weights (tests),
   drawn from torch seed :data:`RANDOM_WEIGHTS_SEED` so that they are the same on every run;
   ``model_config`` registers an OpenCLIP model config JSON (a custom architecture);
-- a user's function ``path/to/file.py:function`` (:func:`load_function`).
+- a user's function ``path/to/file.py:function`` (:func:`load_function`); its output is checked by
+  :func:`checked_embeddings` (numbers, one finite row per image, no zero row, not one row repeated),
+  every error naming the embedder.
+
+Cache keys (:func:`embedding_key`): an OpenCLIP embedder is identified by its model, tag, the
+*content* (SHA-256) of a checkpoint file, its model config's content, the open_clip and torch
+versions and the device type (CPU and CUDA embeddings differ in rounding). A user's function is
+identified by its file's absolute path, the function's name and **that one file's content only**:
+a change in a module it imports or in a file it reads (its weights) is not seen, and the cached
+embeddings are reused. Recompute them with ``audit.canary_params.near-duplicates.cache=false``
+(computed again and the cached copy overwritten) or by deleting the cache file (its path is in
+the level's ``canary_info``, ``embeddings``).
 """
 
 from __future__ import annotations
@@ -28,7 +39,18 @@ DEFAULT_PRETRAINED = "webli"
 RANDOM_WEIGHTS_SEED = 0
 
 
+#: read size of a streamed file hash (a checkpoint can be gigabytes)
+HASH_CHUNK = 1 << 20
+#: a row whose norm is at most this is a zero row (its cosine similarity is undefined)
+ZERO_NORM = 1e-30
+#: rows that differ by at most this after normalization are the same direction
+SAME_ROW = 1e-6
+#: digests of files already hashed in this process, by (resolved path, size, mtime_ns)
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
 def normalized(features: np.ndarray) -> np.ndarray:
+    """``features`` (N, D) as float32 rows of unit length (a zero row stays zero)."""
     f = np.asarray(features, dtype=np.float32)
     if f.ndim != 2 or not np.all(np.isfinite(f)):
         raise ValueError(f"an embedder must return finite features of shape (N, D), got shape {f.shape}")
@@ -51,9 +73,62 @@ def load_function(ref: str) -> Callable[[np.ndarray], np.ndarray]:
     return fn
 
 
+def checked_embeddings(features: Any, n: int, who: str) -> np.ndarray:
+    """The output of embedder ``who`` (its name as errors show it) for ``n`` images, checked and
+    L2-normalized: an array of numbers (N, D) with one finite row per image, no zero row (the cosine
+    similarity is undefined there) and, for more than one image, not the same direction in every
+    row (similarity 1 everywhere: no pair is nearer than another). Each failure is a ValueError of
+    one line naming the embedder."""
+    try:
+        f = np.asarray(features, dtype=np.float32)
+    except (TypeError, ValueError) as e:
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"embedder {who} returned {type(features).__name__}, not an array of numbers "
+                         f"({type(e).__name__}: {first})") from None
+    if f.ndim != 2 or f.shape[1] < 1:
+        raise ValueError(f"embedder {who} must return features of shape (N, D), got shape {f.shape}")
+    if f.shape[0] != n:
+        raise ValueError(f"embedder {who} returned {f.shape[0]} rows for {n} images")
+    bad = np.flatnonzero(~np.isfinite(f).all(axis=1))
+    if len(bad):
+        raise ValueError(f"embedder {who} returned non-finite values (row {bad[0]} of {n}, "
+                         f"{len(bad)} rows in all)")
+    norms = np.linalg.norm(f.astype(np.float64), axis=1)
+    zero = np.flatnonzero(norms <= ZERO_NORM)
+    if len(zero):
+        raise ValueError(f"embedder {who} returned a zero row (row {zero[0]} of {n}, {len(zero)} rows in all): "
+                         "the cosine similarity is undefined there")
+    emb = normalized(f)
+    if n > 1 and np.abs(emb - emb[0]).max() <= SAME_ROW:
+        raise ValueError(f"embedder {who} returned the same direction for all {n} images (similarity 1 "
+                         "everywhere): its features do not vary")
+    return emb
+
+
+def _sha256_stream(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(HASH_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def file_digest(path: str) -> str:
-    """SHA-256 of a small file (a plugin's source, a model config)."""
-    return hashlib.sha256(Path(path).expanduser().read_bytes()).hexdigest()
+    """SHA-256 of a small file (a plugin's source, a model config), read every time."""
+    return _sha256_stream(Path(path).expanduser())
+
+
+def content_digest(path: str) -> str:
+    """SHA-256 of a possibly large file (a checkpoint), streamed in chunks of :data:`HASH_CHUNK` and
+    hashed once per process: memoized by (resolved path, size, mtime_ns), so that one run does not
+    read a checkpoint twice. Across processes the content is hashed again: a file swapped for
+    another of the same size, with its mtime restored, is seen."""
+    p = Path(path).expanduser().resolve()
+    st = p.stat()
+    memo = (str(p), st.st_size, st.st_mtime_ns)
+    if memo not in _DIGESTS:
+        _DIGESTS[memo] = _sha256_stream(p)
+    return _DIGESTS[memo]
 
 
 class OpenClipEmbedder:
@@ -84,12 +159,19 @@ class OpenClipEmbedder:
         self.batch_size, self.device = batch_size, device
 
     def key(self) -> dict[str, Any]:
-        """What identifies these embeddings (for the run store's cache)."""
+        """What identifies these embeddings (for the run store's cache): the model, the tag, the
+        checkpoint's content (:func:`content_digest`), the model config's content, the open_clip and
+        torch versions (random weights and numerics change between them) and the device type (CPU
+        and CUDA embeddings differ in rounding)."""
+        import torch
+
         ck = Path(self.checkpoint).expanduser() if self.checkpoint else None
         return {"embedder": "openclip", "model": self.model, "pretrained": None if ck else self.pretrained,
-                "checkpoint": ([str(ck.resolve()), ck.stat().st_size, ck.stat().st_mtime_ns] if ck.is_file() else str(ck))
-                if ck else None,
-                "model_config": file_digest(self.model_config) if self.model_config else None}
+                "checkpoint": (content_digest(str(ck)) if ck.is_file() else str(ck)) if ck else None,
+                "model_config": file_digest(self.model_config) if self.model_config else None,
+                "open_clip": str(getattr(self.open_clip, "__version__", "unknown")),
+                "torch": str(torch.__version__),
+                "device": torch.device(str(self.device)).type}
 
     def weights(self) -> tuple[str | None, dict[str, Any]]:
         """(the local weights file, or None for random weights; the tag's preprocessing config)."""

@@ -5,6 +5,7 @@ embeddings are cached per dataset, and lira-neighbour runs beside LiRA on SELENA
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -217,7 +218,10 @@ def test_a_named_tag_without_local_weights_stops_before_anything_is_written(tmp_
 
 def test_bad_parameters_are_refused():
     for params, message in (({"embedder": "clip"}, "embedder must be openclip, pixels"),
-                            ({"embedder": "pixels", "pretrained": "webli2"}, "apply to embedder openclip only"),
+                            ({"embedder": "pixels", "pretrained": "webli2"},
+                             r"^pretrained applies to the openclip embedder only \(embedder is 'pixels'\)$"),
+                            ({"embedder": "pixels", "model": "RN50", "pretrained": None},
+                             "^model, pretrained apply to the openclip embedder only"),
                             ({"evaluate": 0}, "evaluate must be a positive number"),
                             ({"checkpoint": "/no/such/weights.pt"}, "checkpoint '/no/such/weights.pt' .* is not a file")):
         with pytest.raises(ValueError, match=message):
@@ -235,14 +239,74 @@ def test_a_users_embedder_function(tmp_path, cifar_subset):
 
 def test_a_failing_or_missing_embedder_function_is_one_error_line_before_training(tmp_path):
     f = tmp_path / "emb.py"
-    f.write_text("def bad(images):\n    return 1 / 0\n")
+    f.write_text("import numpy as np\n\ndef bad(images):\n    return 1 / 0\n\n"
+                 "def words(images):\n    return [['a', 'b']] * len(images)\n\n"
+                 "def zeros(images):\n    return np.zeros((len(images), 4))\n")
     for ref, message in ((f"{f}:bad", "raised ZeroDivisionError: division by zero"),
-                         (f"{tmp_path / 'none.py'}:f", "none.py is not a file")):
+                         (f"{tmp_path / 'none.py'}:f", "none.py is not a file"),
+                         (f"{f}:words", f"embedder '{f}:words' returned list, not an array of numbers"),
+                         (f"{f}:zeros", f"embedder '{f}:zeros' returned a zero row (row 0 of")):
         out = tmp_path / "runs"
         res = runner.invoke(app, ["evaluate", "undefended", "--canary", "near-duplicates", "--models", "6", "--out",
                                   str(out), "--set", f"audit.canary_params.near-duplicates.embedder={ref}"])
         assert res.exit_code == 2 and message in " ".join(res.output.split()), res.output
-        assert "Traceback" not in res.output and not out.exists()
+        assert res.output.count("error:") == 1 and "Traceback" not in res.output and not out.exists()
+
+
+@pytest.mark.parametrize("body, message", [
+    ("np.zeros((len(images), 4))", "returned a zero row (row 0 of 60, 60 rows in all): the cosine similarity is undefined"),
+    ("np.where(np.arange(len(images))[:, None] == 3, 0.0, images.reshape(len(images), -1) + 1.0)",
+     "returned a zero row (row 3 of 60, 1 rows in all)"),
+    ("np.tile([1.0, 2.0, 3.0], (len(images), 1))", "returned the same direction for all 60 images"),
+    ("np.outer(np.arange(1, len(images) + 1), [1.0, 2.0])", "returned the same direction for all 60 images"),
+    ("[['x'] * 3] * len(images)", "returned list, not an array of numbers (ValueError: could not convert string"),
+    ("np.ones((len(images) - 1, 3))", "returned 59 rows for 60 images"),
+    ("np.full((len(images), 3), np.nan)", "returned non-finite values (row 0 of 60"),
+    ("np.ones(len(images))", "must return features of shape (N, D), got shape (60,)"),
+])
+def test_a_degenerate_or_malformed_embedding_is_refused_naming_the_embedder(tmp_path, body, message):
+    """Zero rows (cosine undefined), one direction for every image (similarity 1 everywhere) and
+    output that is not (N, D) finite numbers: each an error that names the user's function."""
+    f = tmp_path / "emb.py"
+    f.write_text(f"import numpy as np\n\ndef features(images):\n    return {body}\n")
+    rng = np.random.default_rng(0)
+    x = rng.integers(0, 256, (60, 3, 4, 4), dtype=np.uint8)
+    y = rng.integers(0, 5, 60)
+    audit = np.arange(10)
+    ref = f"{f}:features"
+    with pytest.raises(ValueError, match="^" + re.escape(f"embedder '{ref}' {message}")):
+        NearDuplicates(embedder=ref).apply(x[audit], y[audit], _context(x, y, audit, ArrayCache(tmp_path / "c")))
+    assert not (tmp_path / "c").exists()  # nothing cached
+
+
+def test_unknown_canary_parameters_are_refused_naming_the_known_ones(tmp_path):
+    from canaries.blank import Blank
+    from canaries.ood import OutOfDistribution
+
+    with pytest.raises(ValueError, match=r"^unknown parameter\(s\) \['foo'\]; known: \['batch_size', 'cache', "
+                                         r"'checkpoint', 'embedder', 'evaluate', 'model', 'model_config', 'pretrained'\]$"):
+        NearDuplicates(foo=1)
+    with pytest.raises(ValueError, match=r"^unknown parameter\(s\) \['foo'\]; known: \['label', 'source'\]$"):
+        OutOfDistribution(foo=1)  # it has two: not 'takes no parameters'
+    with pytest.raises(ValueError, match=r"^takes no parameters, got \['foo'\]$"):
+        Blank(foo=1)
+    for canary, known in (("near-duplicates", "['batch_size', 'cache', 'checkpoint'"), ("ood", "['label', 'source']")):
+        out = tmp_path / "runs"
+        res = runner.invoke(app, ["evaluate", "undefended", "--canary", canary, "--models", "6", "--out", str(out),
+                                  "--set", f"audit.canary_params.{canary}.foo=1"])
+        text = " ".join(res.output.split())
+        assert res.exit_code == 2 and f"error: canary '{canary}': unknown parameter(s) ['foo']; known: {known}" in text
+        assert "unexpected keyword" not in text and res.output.count("error:") == 1 and not out.exists()
+
+
+def test_a_checkpoint_with_a_pretrained_tag_is_refused(tmp_path):
+    ck = tmp_path / "weights.pt"
+    ck.write_bytes(b"0")
+    for tag in ("webli", None):
+        with pytest.raises(ValueError, match=r"^checkpoint and pretrained are both given"):
+            NearDuplicates(checkpoint=str(ck), pretrained=tag)
+    gen = NearDuplicates(checkpoint=str(ck))  # the checkpoint alone: its weights, no tag
+    assert gen.openclip["pretrained"] is None and gen.openclip["checkpoint"] == str(ck)
 
 
 def test_pixel_embeddings_are_unit_vectors():
