@@ -289,12 +289,15 @@ def report(run_dir: Path | str, *, html: Callable[[dict[str, Any]], str] | None 
     return res
 
 
-def compare(a: Path | str | Results, b: Path | str | Results) -> Any:
+def compare(a: Path | str | Results, b: Path | str | Results, fpr: float | None = None) -> Any:
     """Two runs side by side (``harness compare``): a :class:`harness.audit.compare.Comparison` of
-    their headlines and per-attack tables, with the differences and whether the CIs overlap."""
+    their headlines and per-attack tables at ``fpr`` (default: A's headline FPR; else 0 or any FPR
+    of both runs' ``attack.fprs``, a ConfigError otherwise), with the differences, whether the CIs
+    overlap, unresolved TPRs marked as such, what only one run has and the runs' provable bounds."""
     from harness.audit.compare import compare_results
 
-    return compare_results(a if isinstance(a, Results) else load_run(a), b if isinstance(b, Results) else load_run(b))
+    return compare_results(a if isinstance(a, Results) else load_run(a), b if isinstance(b, Results) else load_run(b),
+                           fpr)
 
 
 def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any] | None = None, *, canaries: int = 100,

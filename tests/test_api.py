@@ -224,3 +224,155 @@ def test_load_run_takes_the_results_file_and_names_a_missing_directory(api_run, 
     (tmp_path / "file").write_text("x")
     with pytest.raises(ConfigError, match="is not a run directory"):
         load_run(tmp_path / "file")
+
+
+# --- compare: unresolved FPRs, --fpr, what one run lacks, either run's primary variant, DP bounds ---------------
+
+def _results_dir(tmp_path: Path, name: str, data: dict) -> Path:
+    """A run directory holding only ``data`` as its results.json (what compare reads)."""
+    d = tmp_path / name
+    d.mkdir()
+    (d / "results.json").write_text(json.dumps(data))
+    return d
+
+
+def _records(data: dict):
+    """Every record with TPRs in a results dict: each level's best and strongest, every attack entry."""
+    from harness.audit.report import experiments
+
+    for lv in ("population", "sample"):
+        yield data[lv]["best"]
+        yield data[lv]["strongest"]
+    for _, res in experiments(data):
+        yield from res["attacks"]
+
+
+def _compare_cli(a: Path, b: Path, *options: str):
+    return runner.invoke(app, ["compare", str(a), str(b), *options], env={"COLUMNS": "250"})
+
+
+def test_compare_prints_an_unresolved_fpr_as_unresolved(api_run, tmp_path):
+    """At 8 models the 0.1% FPR is unresolved: every TPR there, and every difference with it, reads
+    'unresolved' (as the report says), never a bare '-' nor TPR at FPR 0."""
+    import copy
+
+    from harness import compare
+    from harness.audit.results import Results
+
+    r, _ = api_run
+    k = repr(r.headline_fpr)
+    b = copy.deepcopy(r.data)
+    for rec in _records(b):  # B cannot resolve the headline FPR (too few non-member guesses)
+        rec["resolved"][k] = False
+    c = compare(r, Results(r.path, b))
+    assert c.headlines["resolved_b"].eq(False).all() and c.headlines["tpr_b"].isna().all()
+    assert c.headlines["resolved_a"].eq(True).all() and c.headlines["difference"].isna().all()
+    res = _compare_cli(r.path, _results_dir(tmp_path, "b", b))
+    assert res.exit_code == 0, res.output
+    rows = [line.split() for line in res.output.splitlines() if line.split()[:1] in (["population"], ["sample"])
+            or line.split()[:1] == ["sample-mislabeled"]]
+    assert len(rows) == 4 + len(c.attacks[c.attacks["primary"]])
+    for row in rows:  # A's TPR, then B's and the difference: unresolved
+        assert row[-2:] == ["unresolved", "unresolved"] and "-" not in row, row
+    assert "fewer than 1/FPR non-member guesses" in res.output
+
+
+def test_compare_at_another_reported_fpr_and_refuses_one_not_reported(api_run, tmp_path):
+    from harness import compare
+
+    r, _ = api_run  # attack.fprs [0.01]: TPRs at 0 and 0.01
+    c = compare(r, r, fpr=0)
+    assert c.fpr == 0.0 and c.fprs == [0.0, 0.01]
+    row = c.headlines.iloc[2]  # the sample headline, at FPR 0
+    assert row["tpr_a"] == r.data["sample"]["best"]["tpr_at_fpr"]["0.0"] and row["difference"] == 0
+    for bad in (0.001, 0.05, -1.0, float("nan")):
+        with pytest.raises(ConfigError, match=r"both runs report TPRs only at 0, 0\.01"):
+            compare(r, r, fpr=bad)
+    res = _compare_cli(r.path, r.path, "--fpr", "0")
+    assert res.exit_code == 0, res.output
+    assert "A TPR@0% FPR" in res.output and "TPR@1% FPR" not in res.output
+    res = _compare_cli(r.path, r.path, "--fpr", "0.001")
+    assert res.exit_code == 2 and res.output.startswith("error: --fpr 0.001:") and len(res.output.splitlines()) == 1
+
+
+def test_compare_lists_experiments_and_attacks_only_one_run_has(api_run, tmp_path):
+    """A DP-SGD run (mislabeled, ood and blank canaries) against an undefended one (mislabeled): the
+    experiments of one run only are listed, not dropped; so is an attack only one run ran."""
+    import copy
+
+    from harness import compare
+    from harness.audit.results import Results
+
+    r, _ = api_run
+    a, b = copy.deepcopy(r.data), copy.deepcopy(r.data)
+    for canary in ("ood", "blank"):
+        b["sample_by_canary"][canary] = {**copy.deepcopy(b["sample"]), "canary": canary}
+    a["population"]["attacks"] = [e for e in a["population"]["attacks"] if e["name"] != "threshold"]
+    c = compare(Results(r.path, a), Results(r.path, b))
+    assert c.only_in_a == [] and c.only_in_b == ["sample-ood", "sample-blank", "population/threshold"]
+    assert set(c.attacks["experiment"]) == {"population", "sample-mislabeled"}
+    res = _compare_cli(_results_dir(tmp_path, "a", a), _results_dir(tmp_path, "b", b))
+    assert res.exit_code == 0, res.output
+    assert "only in B: sample-ood, sample-blank, population/threshold" in res.output and "only in A" not in res.output
+
+
+def test_compare_shows_the_primary_variant_of_either_run(api_run, tmp_path):
+    """DP-SGD's primary LiRA variant is aug9, the undefended run's noaug: without --details both are
+    shown, each marked with the run it is primary in."""
+    import copy
+
+    from harness import compare
+    from harness.audit.results import Results
+
+    r, _ = api_run
+    b = copy.deepcopy(r.data)
+    lira = [e for e in b["population"]["attacks"] if e["name"] == "lira"]
+    was = next(e for e in lira if e["primary"])
+    now = next(e for e in lira if not e["primary"])
+    was["primary"], now["primary"] = False, True
+    c = compare(r, Results(r.path, b))
+    pop = c.attacks[(c.attacks["experiment"] == "population") & (c.attacks["attack"] == "lira")].set_index("variant")
+    assert pop.loc[now["variant"], "primary"] and pop.loc[now["variant"], "primary_b"]
+    assert not pop.loc[now["variant"], "primary_a"] and pop.loc[was["variant"], "primary"]
+    res = _compare_cli(r.path, _results_dir(tmp_path, "b", b))
+    assert res.exit_code == 0, res.output
+    lines = [line for line in res.output.splitlines() if line.split()[:2] == ["population", "lira"]]
+    assert any(f"{now['variant']} *B" in line for line in lines) and any(f"{was['variant']} *A" in line
+                                                                          for line in lines)
+
+
+def test_compare_shows_the_bounds_of_a_dp_run(api_run, tmp_path):
+    import copy
+
+    from harness import compare
+    from harness.audit.attack_phase import _bounds_json
+    from harness.audit.results import Results
+
+    r, _ = api_run
+    b = copy.deepcopy(r.data)
+    b["bounds"] = _bounds_json({"sample_rate": 0.04, "noise_multiplier": 1.0, "steps": 300}, [0.001, 0.01])
+    c = compare(r, Results(r.path, b))
+    assert c.bounds == {"B": b["bounds"]}
+    res = _compare_cli(r.path, _results_dir(tmp_path, "b", b))
+    assert res.exit_code == 0, res.output
+    (line,) = [ln for ln in res.output.splitlines() if ln.startswith("B: DP ε")]
+    eps, tpr = b["bounds"]["epsilon"], b["bounds"]["tpr_at_fpr"]["0.01"]
+    assert f"DP ε = {eps:.3g}" in line and f"TPR@1% ≤ {100 * tpr:.1f}%" in line and "TPR@0.1% ≤" in line
+    assert not any(ln.startswith("A: DP ε") for ln in res.output.splitlines())
+
+
+def test_the_preset_help_names_every_preset():
+    """`--preset`'s help lists the presets that `harness list` and the API offer (fast was missing)."""
+    import re
+
+    import typer
+
+    from harness.core.config import preset_names
+
+    evaluate = typer.main.get_command(app).commands["evaluate"]
+    text = next(p.help for p in evaluate.params if p.name == "preset")
+    assert "fast" in preset_names() and text.startswith("quick (default) | ")
+    for name in preset_names():
+        assert re.search(rf"(^|\| ){re.escape(name)}( \(default\))?( \||, or a YAML file$)", text), (name, text)
+    res = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0 and "fast" in next(line for line in res.output.splitlines() if "--preset" in line)

@@ -43,3 +43,31 @@ def test_every_documented_top_level_key_is_in_the_schema():
     keys = {k for line in top.splitlines() if line.startswith("| `") for k in
             [part.strip("` ") for part in line.split("|")[1].split(",")]}
     assert keys <= set(SCHEMA["properties"]), sorted(keys - set(SCHEMA["properties"]))
+
+
+def test_tprs_and_their_ci_limits_are_bounded_to_0_1_and_a_nan_ci_passes(finished_run):
+    """A TPR (like the AUC) is a rate: 1.5 and -1 are refused wherever one is stored; a CI limit may be
+    NaN (attack.bootstrap=0 writes [NaN, NaN]), which is what real files hold besides numbers."""
+    results = json.loads((finished_run / "results.json").read_text())
+    k = "0.001"
+    for bad_value in (1.5, -1.0):
+        for mutate in (
+            lambda r, v: r["population"]["attacks"][0]["tpr_at_fpr"].__setitem__(k, v),
+            lambda r, v: r["population"]["best"]["tpr_at_fpr"].__setitem__(k, v),
+            lambda r, v: r["population"]["strongest"]["tpr_at_fpr"].__setitem__(k, v),
+            lambda r, v: r["population"]["attacks"][0]["tpr_ci"].__setitem__(k, [0.1, v] if v > 1 else [v, 0.1]),
+            lambda r, v: r["population"]["best"]["tpr_ci"].__setitem__(k, [0.1, v] if v > 1 else [v, 0.1]),
+            lambda r, v: r["population"]["best"]["tpr_ci_variant"].__setitem__(k, [0.1, v] if v > 1 else [v, 0.1]),
+            lambda r, v: r["population"]["attacks"][0]["roc_curve"]["tpr"].__setitem__(-1, v),
+            lambda r, v: r.__setitem__("bounds", {"mechanism": "poisson-subsampled gaussian", "sample_rate": 0.01,
+                                                  "noise_multiplier": 1.0, "steps": 100, "epsilon": 1.0,
+                                                  "delta": 1e-5, "advantage": 0.1, "tpr_at_fpr": {k: v}}),
+        ):
+            bad = copy.deepcopy(results)
+            mutate(bad, bad_value)
+            with pytest.raises(jsonschema.ValidationError):
+                check_schema(bad)
+    nan = copy.deepcopy(results)  # what a run without a bootstrap writes
+    for rec in (*nan["population"]["attacks"], nan["population"]["best"], nan["population"]["strongest"]):
+        rec["tpr_ci"] = {f: [float("nan"), float("nan")] for f in rec["tpr_ci"]}
+    check_schema(json.loads(json.dumps(nan)))

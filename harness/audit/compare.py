@@ -1,9 +1,14 @@
 """Two runs side by side (``harness compare RUN_A RUN_B``, ``harness.compare``).
 
-For each level, the headline and the strongest figure of both runs at the headline FPR, and for
-every attack variant both runs have, its TPR in each: the difference (B - A) and whether the two
-95% CIs overlap (disjoint CIs: the runs differ beyond their bootstrap uncertainty). The config keys
-that differ between the runs are listed, so a difference can be traced to what changed.
+For each level, the headline and the strongest figure of both runs at one FPR (default: run A's
+headline FPR; any other FPR both runs report, or 0, with ``--fpr`` / ``fpr=``), and for every attack
+variant both runs have, its TPR in each: the difference (B - A) and whether the two 95% CIs overlap
+(disjoint CIs: the runs differ beyond their bootstrap uncertainty). A TPR at an FPR the run cannot
+resolve (fewer than 1/FPR non-member guesses) is no figure: it is marked unresolved, never compared.
+What only one run has is listed rather than dropped: experiments (e.g. a DP-SGD run's ood and blank
+canaries) and attacks (e.g. HAMP's label-only attack). The provable bounds of a DP run
+(results.json ``bounds``) come with it (:attr:`Comparison.bounds`), and the config keys that differ
+between the runs are listed, so that a difference can be traced to what changed.
 """
 
 from __future__ import annotations
@@ -16,13 +21,21 @@ import pandas as pd
 from harness.audit.headline import fpr_key
 from harness.audit.report import experiments
 from harness.audit.results import Results
+from harness.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
 class Comparison:
-    """``headlines``: one row per (level, figure); ``attacks``: one row per attack variant present in
-    both runs; ``config_differences``: dotted keys whose values differ (``a -> b``); ``fpr``: the FPR
-    compared (run A's headline FPR)."""
+    """Two runs lined up at one FPR.
+
+    ``headlines``: one row per (level, figure); ``attacks``: one row per attack variant present in
+    both runs (``primary``: the primary variant of its attack in either run; ``primary_a`` /
+    ``primary_b``: in that run); in both tables ``tpr_a`` / ``tpr_b`` are None where the variant is
+    absent or the FPR unresolved (``resolved_a`` / ``resolved_b``: False there, None where absent),
+    and ``difference`` (B - A) is None unless both are figures; ``fpr``: the FPR compared;
+    ``only_in_a`` / ``only_in_b``: the experiments (``sample-ood``) and the attacks of shared
+    experiments (``sample-mislabeled/label-only``) that only that run has; ``config_differences``:
+    dotted keys whose values differ (``a -> b``)."""
 
     a: Results
     b: Results
@@ -30,6 +43,54 @@ class Comparison:
     headlines: pd.DataFrame
     attacks: pd.DataFrame
     config_differences: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    only_in_a: list[str] = field(default_factory=list)
+    only_in_b: list[str] = field(default_factory=list)
+
+    @property
+    def fprs(self) -> list[float]:
+        """The FPRs this comparison could be made at: those both runs report (0 included)."""
+        return comparable_fprs(self.a, self.b)
+
+    @property
+    def bounds(self) -> dict[str, dict[str, Any]]:
+        """The provable bounds (results.json ``bounds``: DP-SGD's epsilon and TPR upper bounds) of
+        the run(s) that have them: ``{"A": ..., "B": ...}``, without a run that has none."""
+        return {name: r.bounds for name, r in (("A", self.a), ("B", self.b)) if r.bounds}
+
+
+def reported_fprs(r: Results) -> list[float]:
+    """The FPRs at which a run reports TPRs: 0 and its ``attack.fprs`` (the keys of its headlines
+    for a results.json whose config lacks them)."""
+    fprs = ((r.data.get("config") or {}).get("attack") or {}).get("fprs")
+    if fprs is None:
+        fprs = [float(k) for lv in r.levels for k in r.data[lv]["best"]["tpr_at_fpr"]]
+    return sorted({0.0, *(float(f) for f in fprs)})
+
+
+def comparable_fprs(a: Results, b: Results) -> list[float]:
+    """The FPRs both runs report (0 included)."""
+    in_b = {fpr_key(f) for f in reported_fprs(b)}
+    return [f for f in reported_fprs(a) if fpr_key(f) in in_b]
+
+
+def _check_fpr(a: Results, b: Results, fpr: float | None) -> float:
+    """The FPR to compare at: ``fpr``, or A's headline FPR; ConfigError (one line) unless both runs
+    report it."""
+    common = comparable_fprs(a, b)
+    choices = ", ".join(f"{f:g}" for f in common)
+    if fpr is None:
+        fpr = a.headline_fpr
+        if fpr_key(fpr) not in {fpr_key(f) for f in common}:
+            raise ConfigError(f"run A's headline FPR {fpr:g} is not among run B's FPRs (attack.fprs); give --fpr "
+                              f"(fpr=) one both runs report: {choices}")
+        return fpr
+    try:
+        fpr = float(fpr)
+    except (TypeError, ValueError):
+        raise ConfigError(f"--fpr (fpr=) must be a number, got {fpr!r}; both runs report {choices}") from None
+    if fpr_key(fpr) not in {fpr_key(f) for f in common}:
+        raise ConfigError(f"--fpr {fpr:g}: both runs report TPRs only at {choices} (0 and the attack.fprs of both)")
+    return next(f for f in common if fpr_key(f) == fpr_key(fpr))
 
 
 def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -48,26 +109,41 @@ def _overlap(ci_a: list[float] | None, ci_b: list[float] | None) -> bool | None:
     return bool(ci_a[0] <= ci_b[1] and ci_b[0] <= ci_a[1])
 
 
-def _cell(rec: dict[str, Any] | None, k: str) -> tuple[Any, Any, Any]:
-    """(label, TPR or None when unresolved or absent, CI)."""
+def _cell(rec: dict[str, Any] | None, k: str) -> tuple[str | None, float | None, list[float] | None, bool | None]:
+    """(label, TPR, CI, resolved): TPR and CI None where the FPR is unresolved (resolved False) or
+    the record or its FPR is absent (resolved None)."""
     if rec is None:
-        return None, None, None
+        return None, None, None, None
     label = f"{rec['name']}:{rec['variant']}"
-    if not rec.get("resolved", {}).get(k, True) or k not in rec["tpr_at_fpr"]:
-        return label, None, None
-    return label, float(rec["tpr_at_fpr"][k]), list(rec["tpr_ci"].get(k) or []) or None
+    if k not in rec["tpr_at_fpr"]:
+        return label, None, None, None
+    if not rec.get("resolved", {}).get(k, True):
+        return label, None, None, False
+    return label, float(rec["tpr_at_fpr"][k]), list(rec["tpr_ci"].get(k) or []) or None, True
 
 
 def _row(base: dict[str, Any], ra: dict[str, Any] | None, rb: dict[str, Any] | None, k: str) -> dict[str, Any]:
-    la, ta, ca = _cell(ra, k)
-    lb, tb, cb = _cell(rb, k)
-    return {**base, "attack_a": la, "tpr_a": ta, "ci_a": ca, "attack_b": lb, "tpr_b": tb, "ci_b": cb,
-            "difference": tb - ta if ta is not None and tb is not None else None, "cis_overlap": _overlap(ca, cb)}
+    la, ta, ca, sa = _cell(ra, k)
+    lb, tb, cb, sb = _cell(rb, k)
+    return {**base, "attack_a": la, "tpr_a": ta, "ci_a": ca, "resolved_a": sa, "attack_b": lb, "tpr_b": tb,
+            "ci_b": cb, "resolved_b": sb, "difference": tb - ta if ta is not None and tb is not None else None,
+            "cis_overlap": _overlap(ca, cb)}
 
 
-def compare_results(a: Results, b: Results) -> Comparison:
-    """The :class:`Comparison` of two runs' results (module docstring)."""
-    fpr = a.headline_fpr
+def _one_sided(ea: dict[str, Any], eb: dict[str, Any]) -> list[str]:
+    """The experiments of ``ea`` that ``eb`` lacks, then ``experiment/attack`` for each attack that
+    ran in an experiment of both but only in ``ea``."""
+    out = [e for e in ea if e not in eb]
+    for exp in (e for e in ea if e in eb):
+        in_b = {x["name"] for x in eb[exp]["attacks"]}
+        out += [f"{exp}/{n}" for n in dict.fromkeys(x["name"] for x in ea[exp]["attacks"]) if n not in in_b]
+    return out
+
+
+def compare_results(a: Results, b: Results, fpr: float | None = None) -> Comparison:
+    """The :class:`Comparison` of two runs' results at ``fpr`` (default: A's headline FPR); a
+    ConfigError (one line) for an FPR that one of the runs does not report (module docstring)."""
+    fpr = _check_fpr(a, b, fpr)
     k = fpr_key(fpr)
     heads = []
     for lv in ("population", "sample"):
@@ -83,10 +159,11 @@ def compare_results(a: Results, b: Results) -> Comparison:
         for x in ea[exp]["attacks"]:
             y = in_b.get((x["name"], x["variant"]))
             if y is not None:
+                pa, pb = bool(x.get("primary")), bool(y.get("primary"))
                 rows.append(_row({"experiment": exp, "attack": x["name"], "variant": x["variant"],
-                                  "primary": bool(x.get("primary"))}, x, y, k))
+                                  "primary": pa or pb, "primary_a": pa, "primary_b": pb}, x, y, k))
     fa, fb = _flat(a.data.get("config", {})), _flat(b.data.get("config", {}))
     diffs = {key: (fa.get(key), fb.get(key)) for key in sorted(set(fa) | set(fb))
              if fa.get(key) != fb.get(key) and not key.startswith("run.")}
     return Comparison(a=a, b=b, fpr=fpr, headlines=pd.DataFrame(heads), attacks=pd.DataFrame(rows),
-                      config_differences=diffs)
+                      config_differences=diffs, only_in_a=_one_sided(ea, eb), only_in_b=_one_sided(eb, ea))

@@ -9,8 +9,14 @@ import typer
 
 from harness.cli.app import app
 from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard
-from harness.core.config import parse_set_options
+from harness.core.config import parse_set_options, preset_names
 from harness.core.errors import ConfigError
+
+
+def preset_help(default: str = "quick") -> str:
+    """``--preset``'s help: every shipped preset (:func:`harness.core.config.preset_names`), the default first."""
+    names = sorted(preset_names(), key=lambda n: n != default)
+    return " | ".join(f"{n} (default)" if n == default else n for n in names) + ", or a YAML file"
 
 
 @app.command()
@@ -18,7 +24,7 @@ def evaluate(
     defense: Optional[str] = typer.Argument(
         None, help="defense name (see `harness list`) or path/to/file.py:ClassName; leave out with --run-dir to "
                    "resume that run as saved (a damaged model file is moved aside and retrained)"),
-    preset: Optional[str] = typer.Option(None, help="quick (default) | cifar10 | paper, or a YAML file"),
+    preset: Optional[str] = typer.Option(None, help=preset_help()),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
     models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
     audit_size: Optional[int] = typer.Option(None, "--audit-size", help="C, number of audit samples"),
