@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import numpy as np
@@ -359,3 +360,24 @@ def test_re_attacking_with_fewer_attacks_removes_their_curves(run_copy):
     described = {f"{lv}__{a['name']}__{a['variant']}.csv" for lv in ("population",) for a in results[lv]["attacks"]}
     assert {f.name for f in (run_copy / "roc").glob("*.csv")} == described
     assert not list((run_copy / "roc").glob("*__rmia__*.csv"))
+
+
+class _Loading(types.ModuleType):
+    """A module whose names are interrupted while they load (Ctrl-C during the seconds a command
+    spends importing torch and the pipeline)."""
+
+    def __getattr__(self, name: str):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("module, argv, line", [
+    ("harness.api", ["attack", "RUN"], "interrupted: nothing was changed"),
+    ("harness.api", ["evaluate", "undefended"], "interrupted: every finished model is saved"),
+    ("harness.api", ["audit-one-run", "undefended"], "interrupted: nothing was saved"),
+    ("leaderboard.submit", ["submit", "RUN"], "interrupted: nothing was written"),
+])
+def test_ctrl_c_while_a_command_loads_prints_its_interrupted_line(module, argv, line, tmp_path, monkeypatch):
+    """Before the fix the imports ran before the guard: Ctrl-C there exited 130 with no line."""
+    monkeypatch.setitem(sys.modules, module, _Loading(module))
+    res = runner.invoke(app, [a.replace("RUN", str(tmp_path)) for a in argv])
+    assert res.exit_code == 130 and line in res.output and "Traceback" not in res.output, res.output

@@ -20,11 +20,12 @@ def attack(
     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
 ) -> None:
     """Re-run the attacks on a run's saved signals (no retraining) and rewrite its reports."""
-    from harness.api import attack as run_attacks
-    from harness.audit.report import print_report
-
+    # the imports (torch: seconds) inside the guard: Ctrl-C while they load prints its line too
     with guard(interrupted="nothing was changed: results.json and the run's saved attack settings (config.json) "
                            "are as before"):
+        from harness.api import attack as run_attacks
+        from harness.audit.report import print_report
+
         overrides = parse_set_options(set_)
         with ProgressView() as view:
             results = run_attacks(run_dir, overrides, wait=wait, progress=view)

@@ -35,9 +35,9 @@ def audit_one_run(
     debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
     """Label-flip memorization game on ONE trained model (Malek et al. 2021, Game 3): an epsilon lower bound."""
-    from harness.api import audit_one_run as play
-
     with guard(debug, interrupted="nothing was saved"):
+        from harness.api import audit_one_run as play  # inside the guard: Ctrl-C while it loads
+
         overrides = {**parse_set_options(set_),
                      **flag_overrides(epochs=epochs, seed=seed, device=device, out=out, data_dir=data_dir)}
         with console.status(f"training one {defense} model with {canaries} label-flip canaries..."):

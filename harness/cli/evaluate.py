@@ -49,11 +49,12 @@ def evaluate(
     debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
     """Train S models per level (resuming finished ones), run the attacks and print the report."""
-    from harness.api import evaluate as run_evaluation
-    from harness.audit.report import print_report
-
+    # the imports (torch: seconds) inside the guard: Ctrl-C while they load prints its line too
     with guard(debug, interrupted="every finished model is saved and the run's results are as before; run the "
                                   "same command again to resume."):
+        from harness.api import evaluate as run_evaluation
+        from harness.audit.report import print_report
+
         overrides = parse_set_options(set_)
         if canary is not None and not all(c.strip() for c in canary.split(",")):
             raise ConfigError(f"--canary needs canary names (comma-separated), got {canary!r}")

@@ -20,10 +20,10 @@ def submit(
     """Bundle a finished run for the leaderboard: results, design, signals and their hashes.
 
     The bundle appears at OUT only when complete; a failure or Ctrl-C leaves OUT as it was."""
-    from leaderboard.submit import SubmissionError, make_bundle
-
     # Ctrl-C: the bundle is written to a temp file renamed over OUT at the end, so nothing changed
     with guard(interrupted=f"nothing was written ({escape(str(out))} is as it was)"):
+        from leaderboard.submit import SubmissionError, make_bundle
+
         try:
             hashes = make_bundle(run_dir, out, wait=wait)
         except SubmissionError as e:
