@@ -80,9 +80,10 @@ def configure(defense: str | None = None, preset: str | None = None, overrides: 
     if defense is not None:
         return build_config(preset or "quick", {**overrides, "defense": defense})
     if run_dir is None:
-        raise ConfigError("name a DEFENSE (see `harness list`), or give --run-dir RUN to resume that run")
+        raise ConfigError("name a DEFENSE (see `harness list`), or give --run-dir RUN (run_dir=) to resume that run")
     if preset is not None:
-        raise ConfigError(f"--preset {preset}: without DEFENSE, --run-dir resumes the run with its own preset")
+        raise ConfigError(f"--preset {preset} (preset=): without DEFENSE, --run-dir (run_dir=) resumes the run with "
+                          "its own preset")
     from harness.run.runstore import RunDir
 
     changing = sorted(k for k in overrides if k not in RESUME_KEYS and not k.startswith(("run.slurm.", "run.ray.")))
@@ -314,19 +315,19 @@ def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any]
     check_one_run_overrides(overrides)
     cfg = configure(defense, preset, overrides)
     if taus and any(not 0.5 <= t <= 0.99 for t in taus):
-        raise ConfigError(f"--tau values must lie in [0.5, 0.99], got {taus}")
+        raise ConfigError(f"--tau values (taus=) must lie in [0.5, 0.99], got {taus}")
     if game not in GAMES:
-        raise ConfigError(f"--game must be one of {', '.join(GAMES)}, got {game!r}")
+        raise ConfigError(f"--game (game=) must be one of {', '.join(GAMES)}, got {game!r}")
     out_dir = Path(cfg.run.out)
     if out_dir.exists() and not out_dir.is_dir():
-        raise ConfigError(f"--out {out_dir} is a file; it must be the folder for the JSON result")
+        raise ConfigError(f"run.out (--out) {out_dir} is a file; it must be the folder for the JSON result")
     path = out_dir / f"audit-one-run-{defense_slug(cfg.defense)}-{cfg.preset}-seed{cfg.seed}-n{canaries}.json"
     try:  # the folder must take the result before the model trains, not after
         out_dir.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=out_dir, prefix=".write-check-", delete=True)
         probe.close()
     except OSError as e:
-        raise ConfigError(f"--out {out_dir} cannot take the JSON result ({e.strerror or type(e).__name__}); "
+        raise ConfigError(f"run.out (--out) {out_dir} cannot take the JSON result ({e.strerror or type(e).__name__}); "
                           "nothing was trained") from None
     res = play(cfg, canaries, taus or None, game)
     atomic_write_json(path, res)

@@ -38,8 +38,8 @@ def test_dpsgd_runs_its_three_canaries_in_one_command_at_the_cifar10_preset(tmp_
 @pytest.mark.parametrize("overrides, message", [
     ({"audit.canary_params": {"source": "photos"}}, "keyed by canary name"),
     ({"audit.canary_params.uniform.seed": 1}, "does not audit 'uniform'"),
-    ({"run.level": "population", "audit.canary": "blank"}, "--level population runs none"),
-    ({"run.level": "population", "audit.canary_params.mislabeled.x": 1}, "--level population runs none"),
+    ({"run.level": "population", "audit.canary": "blank"}, r"run\.level \(--level\) population runs none"),
+    ({"run.level": "population", "audit.canary_params.mislabeled.x": 1}, r"run\.level \(--level\) population runs none"),
 ])
 def test_canary_parameters_that_would_be_ignored_are_refused(overrides, message):
     with pytest.raises(ConfigError, match=message):

@@ -176,7 +176,8 @@ def test_slurm_that_cannot_run_is_one_line_before_the_run_directory(tmp_path, si
     code, stdout, stderr, seconds = _cli_timed(["evaluate", "undefended", "--executor", "slurm", "--out", str(out),
                                                 *ARGS, *extra], path)
     assert code == 2, stdout + stderr
-    assert stderr.startswith("error: --executor slurm") and len(stderr.strip().splitlines()) == 1, stderr
+    assert stderr.startswith("error: run.executor=slurm (--executor slurm): ") and len(stderr.strip().splitlines()) == 1, \
+        stderr
     assert message in stderr and seconds < 30
     assert not out.exists()
 
@@ -196,8 +197,8 @@ def test_ray_with_nothing_listening_is_one_line_before_the_run_directory(tmp_pat
     code, stdout, stderr, seconds = _cli_timed(["evaluate", "undefended", "--executor", "ray", "--set",
                                                 f"run.ray.address={address}", "--out", str(out), *ARGS])
     assert code == 2, stdout + stderr
-    assert stderr.strip() == (f"error: --executor ray: nothing answers at {address} (connection refused); start the "
-                              "cluster (`ray start --head` prints its address) or fix run.ray.address")
+    assert stderr.strip() == (f"error: run.executor=ray (--executor ray): nothing answers at {address} (connection "
+                              "refused); start the cluster (`ray start --head` prints its address) or fix run.ray.address")
     assert seconds < 30 and not out.exists()
 
 
@@ -261,3 +262,16 @@ def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
                 os.kill(w, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+@needs["slurm"]
+def test_the_api_names_the_executor_by_its_config_key(tmp_path, monkeypatch):
+    """From Python there is no --executor flag: the error names run.executor (the CLI flag beside it)."""
+    from harness import evaluate
+    from harness.core.errors import ConfigError
+
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(ConfigError, match=r"^run\.executor=slurm \(--executor slurm\): this machine has no Slurm"):
+        evaluate("undefended", overrides={**tiny_overrides(), "run.out": str(tmp_path / "runs"),
+                                          "run.executor": "slurm"})
+    assert not (tmp_path / "runs").exists()

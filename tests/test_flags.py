@@ -134,7 +134,7 @@ def test_overrides_nothing_reads_are_refused(overrides, message):
     (["--inner", "hamp"], "subsample defense only"),
     (["--run-dir", "x", "--out", "y"], "give one of them"),
     (["--canary", ""], "canary names"),
-    (["--level", "population", "--canary", "blank"], "--level population runs none"),
+    (["--level", "population", "--canary", "blank"], "run.level (--level) population runs none"),
     (["--device", "cuda"], "CUDA"),
     (["--set", "train.model=cnn"], None),  # accepted: undefended reads the model
 ])

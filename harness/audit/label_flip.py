@@ -98,11 +98,12 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
     """Train one model of ``cfg.defense`` with ``num_canaries`` label-flip canaries and play both
     games; ``game`` ("weighted", the paper's, or "clopper-pearson") is the headline."""
     if game not in GAMES:
-        raise ConfigError(f"--game must be one of {', '.join(GAMES)}, got {game!r}")
+        raise ConfigError(f"--game (game=) must be one of {', '.join(GAMES)}, got {game!r}")
     data = load_dataset(cfg.data, cfg.seed)
     n = len(data.y_train)
     if not 0 < num_canaries <= n:
-        raise ConfigError(f"--canaries must be between 1 and the training pool size {n}, got {num_canaries}")
+        raise ConfigError(f"--canaries (canaries=) must be between 1 and the training pool size {n}, "
+                          f"got {num_canaries}")
     if data.num_classes < 3:
         raise ConfigError("the label-flip game needs at least 3 classes (two wrong candidate labels)")
     rng = np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xA11B1]))

@@ -184,8 +184,8 @@ def settle_canary_params(merged: dict[str, Any], overrides: dict[str, Any], defe
     ``canary_params`` of canaries the run does not audit. Returns the (possibly pruned) mapping."""
     canaries = sample_canaries_of(merged, defense_cls)
     if not canaries and (_from_override(overrides, "audit.canary") or _from_override(overrides, "audit.canary_params")):
-        raise ConfigError("--canary / audit.canary_params set the sample-level canaries, but --level population "
-                          "runs none (use --level sample or both)")
+        raise ConfigError("audit.canary (--canary) / audit.canary_params set the sample-level canaries, but run.level "
+                          "(--level) population runs none (use sample or both)")
     params = _get(merged, "audit.canary_params") or {}
     if not isinstance(params, dict):
         return merged

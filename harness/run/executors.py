@@ -212,7 +212,7 @@ def check_engine(kind: str, run: Any = None) -> None:
 
     if kind in EXTRAS and importlib.util.find_spec(EXTRAS[kind][0]) is None:
         module, extra = EXTRAS[kind]
-        raise ConfigError(f"--executor {kind} needs {module}, which is not installed: pip install -e \".[{extra}]\" "
+        raise ConfigError(f"{_named(kind)} needs {module}, which is not installed: pip install -e \".[{extra}]\" "
                           f"(or pip install {module})")
     if run is None:
         return
@@ -220,6 +220,11 @@ def check_engine(kind: str, run: Any = None) -> None:
         check_slurm(run.slurm.partition)
     if kind == "ray" and run.ray.address:
         check_ray(run.ray.address)
+
+
+def _named(kind: str) -> str:
+    """An executor as errors name it, for the API (``run.executor``) and the CLI (``--executor``) alike."""
+    return f"run.executor={kind} (--executor {kind})"
 
 
 def _first_line(text: str) -> str:
@@ -235,23 +240,23 @@ def check_slurm(partition: str | None) -> None:
 
     missing = [c for c in ("sbatch", "sinfo") if shutil.which(c) is None]
     if missing:
-        raise ConfigError(f"--executor slurm: this machine has no Slurm ({' and '.join(missing)} not found on PATH); "
-                          "run from a Slurm login node, or use --executor local (or --set run.slurm.cluster=local to "
-                          "try the Slurm path with local subprocesses)")
+        raise ConfigError(f"{_named('slurm')}: this machine has no Slurm ({' and '.join(missing)} not found on "
+                          f"PATH); run from a Slurm login node, or use {_named('local')} (or run.slurm.cluster=local "
+                          "to try the Slurm path with local subprocesses)")
     cmd = ["sinfo", "--noheader", "--format=%P"]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=PREFLIGHT_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise ConfigError(f"--executor slurm: the Slurm controller did not answer `sinfo` within "
+        raise ConfigError(f"{_named('slurm')}: the Slurm controller did not answer `sinfo` within "
                           f"{PREFLIGHT_TIMEOUT:g} s") from None
     except OSError as e:
-        raise ConfigError(f"--executor slurm: `sinfo` cannot run ({e.strerror or e})") from None
+        raise ConfigError(f"{_named('slurm')}: `sinfo` cannot run ({e.strerror or e})") from None
     if proc.returncode != 0:
-        raise ConfigError(f"--executor slurm: `sinfo` failed (exit {proc.returncode}: "
+        raise ConfigError(f"{_named('slurm')}: `sinfo` failed (exit {proc.returncode}: "
                           f"{_first_line(proc.stderr) or 'no message'}); is the Slurm controller up?")
     partitions = [ln.strip().rstrip("*") for ln in proc.stdout.splitlines() if ln.strip()]
     if partition and partition not in partitions:
-        raise ConfigError(f"--executor slurm: partition {partition!r} does not exist (sinfo lists "
+        raise ConfigError(f"{_named('slurm')}: partition {partition!r} does not exist (sinfo lists "
                           f"{', '.join(partitions) or 'none'}); set run.slurm.partition")
 
 
@@ -278,16 +283,16 @@ def check_ray(address: str) -> None:
             socket.create_connection((host.strip("[]"), int(port)), timeout=CONNECT_TIMEOUT).close()
         except OSError as e:
             why = "refused" if isinstance(e, ConnectionRefusedError) else (e.strerror or type(e).__name__)
-            raise ConfigError(f"--executor ray: nothing answers at {address} (connection {why}); start the cluster "
-                              "(`ray start --head` prints its address) or fix run.ray.address") from None
+            raise ConfigError(f"{_named('ray')}: nothing answers at {address} (connection {why}); start the "
+                              "cluster (`ray start --head` prints its address) or fix run.ray.address") from None
     try:
         proc = subprocess.run([sys.executable, "-c", _RAY_PROBE, address], capture_output=True, text=True,
                               timeout=PREFLIGHT_TIMEOUT)
     except subprocess.TimeoutExpired:
-        raise ConfigError(f"--executor ray: no Ray cluster answered at {address} within {PREFLIGHT_TIMEOUT:g} s "
-                          "(is it a Ray head node's address?)") from None
+        raise ConfigError(f"{_named('ray')}: no Ray cluster answered at {address} within "
+                          f"{PREFLIGHT_TIMEOUT:g} s (is it a Ray head node's address?)") from None
     if proc.returncode != 0:
-        raise ConfigError(f"--executor ray: cannot connect to a Ray cluster at {address} "
+        raise ConfigError(f"{_named('ray')}: cannot connect to a Ray cluster at {address} "
                           f"({_first_line(proc.stderr) or f'exit {proc.returncode}'})")
 
 

@@ -128,7 +128,7 @@ class RunLock:
                 if not self.wait:
                     who = holder.describe() if holder else "another process reading it (e.g. `harness submit`)"
                     raise RunLockedError(f"{self.run_dir} is in use by {who}; wait for it to finish, or run this "
-                                         "command with --wait")
+                                         "command with --wait (the API: wait=True)")
                 if self.on_wait is not None:
                     self.on_wait(holder)
                 _try_lock(fd, self.shared, block=True)

@@ -37,12 +37,13 @@ def resolve_device(device: str) -> str:
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda"):
         if not torch.cuda.is_available():
-            raise ConfigError(f"--device {device} asked for, but torch sees no CUDA device")
+            raise ConfigError(f"run.device={device} (--device) asked for, but torch sees no CUDA device")
         index = device.partition(":")[2]
         if index and int(index) >= torch.cuda.device_count():
-            raise ConfigError(f"--device {device} asked for, but torch sees {torch.cuda.device_count()} CUDA device(s)")
+            raise ConfigError(f"run.device={device} (--device) asked for, but torch sees {torch.cuda.device_count()} "
+                              "CUDA device(s)")
     if device == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
-        raise ConfigError("--device mps asked for, but torch sees no MPS device (Apple GPU)")
+        raise ConfigError("run.device=mps (--device) asked for, but torch sees no MPS device (Apple GPU)")
     return device
 
 
@@ -224,10 +225,10 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     from harness.run.signals import check_signals
 
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
-        raise ConfigError(f"--run-dir {run_dir} is a file, not a run directory")
+        raise ConfigError(f"the run directory (--run-dir, run_dir=) {run_dir} is a file, not a run directory")
     out = Path(cfg.run.out)
     if run_dir is None and out.exists() and not out.is_dir():
-        raise ConfigError(f"--out {out} is a file; it must be the folder that holds run directories")
+        raise ConfigError(f"run.out (--out) {out} is a file; it must be the folder that holds run directories")
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)
     check_defense_config(defense, cfg)
@@ -456,8 +457,8 @@ class _JobSetup:
         if cfg.run.save_models:  # before the signals: a finished model then always has its saved state
             state = served.model_state()
             if state is None:
-                raise ConfigError(f"--save-models: {cfg.defense}'s served model ({type(served).__name__}) has no "
-                                  "torch state to save; run without --save-models")
+                raise ConfigError(f"run.save_models (--save-models): {cfg.defense}'s served model "
+                                  f"({type(served).__name__}) has no torch state to save; run without it")
             run.write_model(self.level, index, state,
                             {"level_fingerprint": meta["level_fingerprint"], "model_index": index, "seed": seed})
             meta["model_saved"] = True
