@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -123,18 +124,22 @@ def test_killed_run_resumes_with_no_lost_model_and_the_same_numbers(tmp_path):
     reference = json.loads((ref_dir / "results.json").read_text())
 
     out = tmp_path / "killed"
-    proc = subprocess.Popen(_harness(*common, "--out", str(out)), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    files: list[Path] = []
-    while time.time() < deadline and len(files) < 3 and proc.poll() is None:
-        time.sleep(0.2)
-        files = list(out.glob("*/*/signals/model_*.npz"))
-    assert proc.poll() is None, "the run finished before it could be killed; make it longer"
-    os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    saved = {p: p.read_bytes() for p in out.glob("*/*/signals/model_*.npz")}
-    assert 3 <= len(saved) < 16
+    for attempt in range(3):  # on 2 busy cores the poll below can sleep through all 16 models: kill again
+        shutil.rmtree(out, ignore_errors=True)
+        proc = subprocess.Popen(_harness(*common, "--out", str(out)), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 300
+        files: list[Path] = []
+        while time.time() < deadline and len(files) < 3 and proc.poll() is None:
+            time.sleep(0.2)
+            files = list(out.glob("*/*/signals/model_*.npz"))
+        assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        saved = {p: p.read_bytes() for p in out.glob("*/*/signals/model_*.npz")}
+        if len(saved) < 16:
+            break
+    assert 3 <= len(saved) < 16, f"{len(saved)} of 16 models saved when killed, in all 3 attempts"
 
     subprocess.run(_harness(*common, "--out", str(out)), check=True, capture_output=True, timeout=600)
     (run_dir,) = out.iterdir()
