@@ -43,12 +43,11 @@ import hashlib
 import io
 import json
 import math
-import os
 import tarfile
 import tempfile
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 BUNDLE_LIMIT = 8 * 2**30  # bytes, all members together
 MAX_MEMBERS = 200_000  # files and folders in a bundle
@@ -180,31 +179,21 @@ def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
 
 def _write_tar_atomic(out: Path, files: list[tuple[Path, str]], members: dict[str, bytes]) -> None:
     """Write a tar.gz of ``files`` ((path, name in the archive)) and then ``members`` (name -> bytes)
-    to ``out``, all or nothing: into a temp file beside ``out`` (``.<name>.<random>.tmp``), fsynced,
-    then renamed over it. On any exception (a full disk, Ctrl-C) the temp file is removed and an
-    existing ``out`` is as before."""
-    from harness.run.runstore import _UMASK
+    to ``out``, all or nothing (runstore.atomic_write_with: a temp file beside ``out``, fsynced,
+    renamed over it; on any exception, a full disk or Ctrl-C, an existing ``out`` is as before)."""
+    from harness.run.runstore import atomic_write_with
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fd, name = tempfile.mkstemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp")
-    tmp = Path(name)
-    try:
-        with os.fdopen(fd, "wb") as raw:
-            os.fchmod(raw.fileno(), 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give the usual permissions
-            # named after ``out``: the gzip header records that name, not the temp file's
-            with tarfile.open(name=str(out), mode="w:gz", fileobj=raw) as tar:
-                for path, arcname in files:
-                    tar.add(path, arcname=arcname, recursive=False)
-                for arcname, data in members.items():
-                    info = tarfile.TarInfo(arcname)
-                    info.size = len(data)
-                    tar.addfile(info, io.BytesIO(data))
-            raw.flush()
-            os.fsync(raw.fileno())
-        os.replace(tmp, out)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    def write(raw: BinaryIO) -> None:
+        # named after ``out``: the gzip header records that name, not the temp file's
+        with tarfile.open(name=str(out), mode="w:gz", fileobj=raw) as tar:
+            for path, arcname in files:
+                tar.add(path, arcname=arcname, recursive=False)
+            for arcname, data in members.items():
+                info = tarfile.TarInfo(arcname)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+
+    atomic_write_with(out, write)
 
 
 def _check_plugin_source(run_dir: Path, results: dict[str, Any]) -> None:

@@ -36,7 +36,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -103,7 +103,13 @@ def _named(e: OSError, path: Path) -> OSError:
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     """Write ``data`` to a temp file in the same folder, fsync, then rename over ``path``. On any
     failure (a full disk) the temp file is removed and ``path`` is as before; the OSError names it."""
-    tmp = _temp_file(path, data)  # its OSErrors name the file
+    atomic_write_with(path, lambda f: f.write(data))
+
+
+def atomic_write_with(path: Path, write: Callable[[BinaryIO], Any]) -> None:
+    """:func:`atomic_write_bytes` for content that ``write`` streams into the open temp file (a
+    tar.gz too large to hold in memory)."""
+    tmp = _temp_file(path, write)  # its OSErrors name the file
     try:
         os.replace(tmp, path)
     except BaseException:
@@ -111,14 +117,14 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
         raise
 
 
-def _temp_file(path: Path, data: bytes) -> Path:
-    """``data`` written and fsynced to a temp file beside ``path`` (``.<name>.<random>.tmp``)."""
+def _temp_file(path: Path, write: Callable[[BinaryIO], Any]) -> Path:
+    """A temp file beside ``path`` (``.<name>.<random>.tmp``) that ``write`` filled, fsynced."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o666 & ~_UMASK)  # mkstemp makes 0600 files; give them the usual permissions
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            write(f)
             f.flush()
             os.fsync(f.fileno())
     except BaseException as e:
@@ -145,7 +151,7 @@ def commit_files(root: Path, files: dict[str, bytes], remove: list[str] | None =
     try:
         for rel, data in files.items():
             final = root / rel
-            temps.append((_temp_file(final, data), final))
+            temps.append((_temp_file(final, lambda f, data=data: f.write(data)), final))
         atomic_write_json(root / COMMIT_JOURNAL, {"moves": [[str(t.relative_to(root)), str(f.relative_to(root))]
                                                             for t, f in temps],
                                                   "removes": [str(r) for r in remove or []]})
