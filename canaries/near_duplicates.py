@@ -49,7 +49,7 @@ import numpy as np
 
 from canaries.base import Canaries, CanaryContext, CanaryGenerator
 from canaries.embedders import (DEFAULT_MODEL, DEFAULT_PRETRAINED, OpenClipEmbedder, checked_embeddings,
-                                content_digest, embedding_key, file_digest, load_function, pixel_embeddings)
+                                embedding_key, file_digest, load_function, pixel_embeddings)
 
 #: a dense (canaries x candidates) assignment up to this many entries; beyond it, the same maximum
 #: on a sparse graph of each canary's C best candidates (exact: see :func:`matched_neighbours`)
@@ -169,7 +169,7 @@ class NearDuplicates(CanaryGenerator):
             who = f"{label!r}"
             if self.openclip["checkpoint"] is not None:
                 ck = Path(str(self.openclip["checkpoint"])).expanduser().resolve()
-                files["checkpoint_file"] = {"path": str(ck), "sha256": content_digest(str(ck))}
+                files["checkpoint_file"] = {"path": str(ck), "sha256": spec["checkpoint"]}  # the key's digest
         else:
             path_s, _, name = self.embedder.rpartition(":")
             source = Path(path_s).expanduser().resolve()

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.run.runstore import atomic_write_bytes
-from leaderboard.build import rank_order, read_json_object, read_results, to_markdown
+from leaderboard.build import FLAGGED, rank_order, read_json_object, read_results, to_markdown
 from leaderboard.plots import privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -48,13 +48,13 @@ rows.forEach(function(r){body.appendChild(r);});});});});"""
 COLUMNS = ("defense", "setting", "test acc", "population TPR", "strongest population TPR", "sample TPR",
            "strongest sample TPR", "ratio", "canary", "attack", "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models",
            "device-hours", "verified")
-#: the TPR columns of the index: column -> (the row key of its CI, the row key of its attack or None, the
-#: row key of its level's "beats the headline" flag or None)
+#: the TPR columns of the index: column -> (the row key of its CI, the row key of its attack or None);
+#: a strongest figure's "beats the headline" flag is the row key leaderboard.build.FLAGGED names
 TPR_COLUMNS = {
-    "population TPR": ("population CI", None, None),
-    "strongest population TPR": ("strongest population CI", "strongest population attack", "population beats headline"),
-    "sample TPR": ("sample CI", None, None),
-    "strongest sample TPR": ("strongest sample CI", "strongest sample attack", "sample beats headline"),
+    "population TPR": ("population CI", None),
+    "strongest population TPR": ("strongest population CI", "strongest population attack"),
+    "sample TPR": ("sample CI", None),
+    "strongest sample TPR": ("strongest sample CI", "strongest sample attack"),
 }
 
 
@@ -143,7 +143,8 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
         return (f'<a href="entries/{escape(r["id"], quote=True)}/index.html" title="{escape(name, quote=True)}">'
                 f'{escape(name)}</a>', name)
     if col in TPR_COLUMNS:
-        ci_key, attack_key, flag_key = TPR_COLUMNS[col]
+        ci_key, attack_key = TPR_COLUMNS[col]
+        flag_key = FLAGGED.get(col)
         ci = r[ci_key]
         txt = _pct(v) + (f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and isinstance(v, float) else "")
         if attack_key is not None and isinstance(v, float):

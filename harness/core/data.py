@@ -305,6 +305,10 @@ def _to_nchw_uint8(x: np.ndarray, key: str, path: Path, scale: float | None = No
     return np.ascontiguousarray(_pixels(x, key, path, scale))
 
 
+#: the largest class index an npz dataset may hold (its classifier has one output per class)
+MAX_LABEL = 100_000
+
+
 def _labels(y: np.ndarray, key: str, path: Path) -> np.ndarray:
     """Integer class labels 0..K-1 as int64 (N,): integer-valued, non-negative, at least one."""
     y = np.asarray(y)
@@ -321,10 +325,6 @@ def _labels(y: np.ndarray, key: str, path: Path) -> np.ndarray:
     if float(y.max()) > MAX_LABEL:  # checked before the cast, which would wrap a uint64 label round
         raise DataError(f"{path}: {key} holds label {y.max()}; labels must be class indices 0..K-1")
     return y.astype(np.int64)
-
-
-#: the largest class index an npz dataset may hold (its classifier has one output per class)
-MAX_LABEL = 100_000
 
 
 def load_npz(path: Path, scale: float | None = None) -> ImageDataset:

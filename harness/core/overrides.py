@@ -31,6 +31,7 @@ import yaml
 
 from harness.core.errors import ConfigError
 
+
 class _Loader(yaml.SafeLoader):
     """YAML 1.1's safe loader, plus YAML 1.2's floats without a dot (``1e-9``, ``5E3``), which 1.1
     reads as strings."""
