@@ -15,8 +15,8 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
-from harness.audit.headline import (PRE_DEFENSE, Candidate, fpr_key, headline_fpr, ratio_json, select_best,
-                                    strongest_figure, strongest_warning)
+from harness.audit.headline import (PRE_DEFENSE, Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
+                                    headline_test_warning, ratio_json, select_best, strongest_figure, victim_weights)
 from harness.core.metrics import AttackMetrics, evaluate_scores, roc_on_grid
 from harness.plugins import resolve
 from harness.run.runstore import RunDir, RunDirError
@@ -203,6 +203,12 @@ def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
     return cfg.train.augment if fields is None or "augment" in fields else True
 
 
+def strongest_pool(candidates: list[Candidate], others: list[Candidate], excluded: dict[str, str]) -> list[Candidate]:
+    """The strongest figure's candidates: the headline's (first, so that a tie keeps the headline's),
+    but attacks on outputs the deployed model does not serve, then every other variant."""
+    return [c for c in candidates if c.entry["name"] not in excluded] + others
+
+
 @dataclass(frozen=True)
 class LevelEvaluation:
     result: dict[str, Any]
@@ -210,17 +216,18 @@ class LevelEvaluation:
     candidates: list[Candidate]  # the headline's: primary variants of the headline attacks
     others: list[Candidate]  # every other variant in the strongest figure's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
-    selection: Any  # the headline's harness.core.metrics.Selection (None without a bootstrap)
+    selection: Any  # the headline's harness.audit.headline.Selection (None without a bootstrap)
 
 
 def evaluate_level(
     run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str],
-    signals: LevelSignals | None = None,
+    signals: LevelSignals | None = None, weights: Any = None,
 ) -> LevelEvaluation:
     """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
     *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
     reported in ``attacks``. Attacks whose signals the run lacks (a run trained by an older
-    version) are skipped and listed in ``skipped_attacks``; a headline attack cannot be skipped."""
+    version) are skipped and listed in ``skipped_attacks``; a headline attack cannot be skipped.
+    ``weights``: the run's :func:`~harness.audit.headline.victim_weights` (built here when None)."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
     pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
@@ -228,6 +235,7 @@ def evaluate_level(
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
+    weights = weights if weights is not None else victim_weights(cfg, cfg.audit.models)
     from harness.run.signals import attack_access, reads_pre_defense_outputs, signal_table
 
     table = signal_table(attacks)
@@ -257,12 +265,12 @@ def evaluate_level(
             raise ConfigError(f"attack {attack.name!r} declares primary variant {primary!r}, which it did not return")
         for variant, scores in variants.items():
             m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
-                                confidence=cfg.attack.confidence, seed=cfg.seed)
+                                confidence=cfg.attack.confidence, seed=cfg.seed, weights=weights)
             curves[(attack.name, variant)] = m
             entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
                      **_metrics_json(m),
                      "eps_lower": _eps_lower_json(scores[:, ev], mem_ev)}
-            cand = Candidate(f"{level}/{attack.name}:{variant}", entry, scores[:, ev], mem_ev, m.samples)
+            cand = Candidate(f"{level}/{attack.name}:{variant}", entry, scores[:, ev], mem_ev, m.samples, m.folds)
             if variant == primary:
                 entry["eps_lower_one_run"] = _one_run_json(scores[:, ev], mem_ev, num_canaries=len(ev))
             if variant == primary and attack.name in headline_attacks:
@@ -288,8 +296,7 @@ def evaluate_level(
         "skipped_attacks": skipped,
         "headline_attacks": sorted({c.entry["name"] for c in candidates}),
         "best": best,
-        "strongest": strongest_figure([c for c in candidates if c.entry["name"] not in excluded] + others, best, cfg,
-                                      excluded),
+        "strongest": strongest_figure(strongest_pool(candidates, others, excluded), cfg, excluded),
         "privacy": _privacy_json(ls.metas),
         "label_privacy": _label_privacy_json(ls.metas),
         "compute": {
@@ -365,6 +372,7 @@ def evaluate_run(
     sample_others: list[Candidate] = []
     excluded: dict[str, str] = {}
     selections: dict[str, Any] = {}
+    families: dict[str, LevelFamily] = {}
     headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
     first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
     if first is not None and "label-only" not in headline_attacks and is_one_hot(first.signals["logits"]):
@@ -374,30 +382,40 @@ def evaluate_run(
             attacks = [*attacks, *load_attacks(["label-only"])]
         headline_attacks.append("label-only")
         results["notes"] = [*results.get("notes", []), LABEL_ONLY_NOTE]
+    weights = victim_weights(cfg, cfg.audit.models)  # one set of draws and halves for every variant of both levels
     for level in levels:
-        lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None)
+        lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
+                             weights)
         curves[level] = lev.curves
         excluded.update(lev.excluded)
         if level == "population":
             results[level] = lev.result
             selections["population"] = lev.selection
+            families["population"] = LevelFamily(lev.candidates, strongest_pool(lev.candidates, lev.others, lev.excluded))
         else:
             by_experiment[level] = lev.result
             sample_candidates += lev.candidates
             sample_others += lev.others
     if by_experiment:
-        # the sample-level headline: the best primary variant over every canary experiment, its CI
-        # re-making that choice (over canaries and adaptive attacks) in every bootstrap replicate;
-        # the strongest figure: the same over every variant of every canary experiment
+        # the sample-level headline: the best primary variant over every canary experiment (cross-fitted
+        # where that is a best-of); the strongest figure: the same over every variant of every canary experiment
         best, selections["sample"] = select_best(sample_candidates, cfg)
-        strongest = strongest_figure([c for c in sample_candidates if c.entry["name"] not in excluded] + sample_others,
-                                     best, cfg, excluded)
+        pool = strongest_pool(sample_candidates, sample_others, excluded)
+        strongest = strongest_figure(pool, cfg, excluded)
+        families["sample"] = LevelFamily(sample_candidates, pool)
         headline_experiment = by_experiment[best["source"].split("/")[0]]
         results["sample"] = {**headline_experiment, "canaries": [r["canary"] for r in by_experiment.values()],
                              "best": best, "strongest": strongest}
         results["sample_by_canary"] = {r["canary"]: r for r in by_experiment.values()}
-    warnings = [strongest_warning(lv, results[lv]["strongest"], results[lv]["best"], headline_fpr(cfg))
-                for lv in ("population", "sample") if lv in results and results[lv]["strongest"]["beats_headline"]]
+        for r in by_experiment.values():  # the test judges levels, not single experiments
+            r["strongest"].pop("beats_headline", None)
+    test = headline_test(families, cfg)
+    results["headline_test"] = test
+    for lv, rec in test["levels"].items():
+        results[lv]["strongest"]["beats_headline"] = rec["flagged"]
+        results[lv]["strongest"]["test_p_value"] = rec["p_value"]
+    warnings = [headline_test_warning(lv, test, results[lv]["best"]) for lv, rec in test["levels"].items()
+                if rec["flagged"]]
     if warnings:
         results["warnings"] = warnings
     if "population" in results and "sample" in results:

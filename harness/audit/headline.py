@@ -1,11 +1,17 @@
-"""Headline figures: the pre-declared headline, the strongest figure and the sample/population ratio.
+"""Headline figures: the pre-declared headline, the strongest figure, the headline test and the
+sample/population ratio.
 
 - The **headline** of a level is the best *primary* variant of the defense's adaptive attacks at
   the headline FPR (ties: TPR at FPR 0, then AUC, then attack order), at the sample level over every
-  canary experiment; its CI re-makes that choice in every bootstrap replicate (:func:`select_best`).
-- The **strongest figure** is the best of every attack variant that ran on what the deployed model
-  serves, by the same rule and with the same kind of CI (:func:`strongest_figure`); it is flagged
-  when its CI lies above the headline (:func:`strongest_warning`).
+  canary experiment. With one candidate it is that variant's TPR; with several, a best-of, it is
+  **cross-fitted** over victim models (harness.core.crossfit: chosen on one fold of the victims,
+  read on the others), so that the choice does not inflate it, and the plain maximum stays beside it
+  as ``optimistic_max`` (:func:`select_best`).
+- The **strongest figure** is the same cross-fitted best-of over *every* attack variant that ran on
+  what the deployed model serves (:func:`strongest_figure`).
+- The **headline test** asks whether any variant beats the headline: Hansen's SPA test over every
+  variant, FPR and level at once, family-wise error at most ``attack.alpha`` (:func:`headline_test`);
+  its rejection is the ``beats_headline`` flag and the report's warning.
 - The **ratio** of the sample- to the population-level headline gets a paired bootstrap CI over
   victim models (:func:`ratio_json`).
 
@@ -20,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from harness.core.config import ExperimentConfig
+from harness.core.crossfit import FoldSamples, VictimWeights, crossfit
 
 HEADLINE_FPR = 0.001
 
@@ -39,60 +46,114 @@ def _headline_key(hk: str):
     return lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"])
 
 
+def victim_weights(cfg: ExperimentConfig, num_models: int) -> VictimWeights:
+    """The run's victim weightings (bootstrap draws and cross-fitting halves), shared by every variant."""
+    return VictimWeights.make(num_models, cfg.attack.bootstrap, cfg.attack.crossfit_splits, cfg.seed,
+                              min(cfg.attack.crossfit_folds, num_models))
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One candidate of a best-of figure: an attack variant on one experiment, with its scores and,
-    when the run bootstraps, its per-replicate TPRs (the run's shared draws)."""
+    when the run bootstraps, its per-replicate TPRs (the run's shared draws) and its TPRs on the
+    cross-fitting folds (:class:`~harness.core.crossfit.VictimWeights`)."""
 
     label: str  # "<experiment>/<attack>:<variant>"
     entry: dict[str, Any]
     scores: np.ndarray  # (S, C_e), evaluated canaries only
     membership: np.ndarray  # (S, C_e)
     samples: dict[float, np.ndarray] | None = None  # AttackMetrics.samples
+    folds: FoldSamples | None = None  # AttackMetrics.folds
+
+
+@dataclass(frozen=True)
+class Selection:
+    """A figure's bootstrap: per target, each replicate's value of the figure as reported (the
+    candidate's own TPR for a single candidate, the cross-fitted value for a best-of), paired with
+    every other figure of the run by the shared draws."""
+
+    samples: dict[float, np.ndarray]
+
+
+def _targets(cfg: ExperimentConfig) -> list[float]:
+    return [0.0, *cfg.attack.fprs]
+
+
+def _filled(candidates: list[Candidate], cfg: ExperimentConfig) -> list[Candidate]:
+    """The candidates with their replicate and fold TPRs (computed from their scores with
+    the run's weights where a caller built them without)."""
+    if all(c.folds is not None and (c.samples is not None or not cfg.attack.bootstrap) for c in candidates):
+        return candidates
+    weights = victim_weights(cfg, candidates[0].scores.shape[0])
+    out = []
+    for c in candidates:
+        samples, folds = weights.evaluate(c.scores, c.membership, _targets(cfg))
+        out.append(Candidate(c.label, c.entry, c.scores, c.membership,
+                             samples if cfg.attack.bootstrap else None, folds))
+    return out
 
 
 def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = "candidate") -> tuple[
-        dict[str, Any], Any]:
-    """The best of ``candidates`` by :func:`_headline_key` (ties: the earlier candidate), with a
-    selection-aware bootstrap CI that re-makes the selection in every replicate; returns the record
-    and the :class:`~harness.core.metrics.Selection` (None without a bootstrap). ``what`` names the
-    candidates in ``ci_method``."""
-    from harness.core.metrics import bootstrap_selection, select_from_samples
+        dict[str, Any], Selection | None]:
+    """The best of ``candidates`` at the headline FPR, reported without the selection's bias.
 
-    hk = fpr_key(headline_fpr(cfg))
+    One candidate: its TPRs and CIs as they are. Several: the cross-fitted best-of
+    (:func:`harness.core.crossfit.crossfit`; ``tpr_at_fpr``, ``tpr_ci``, ``resolved``), with the
+    plain maximum beside it as ``optimistic_max`` (the best candidate on all victims, :func:`_headline_key`,
+    and the percentile interval of the maximum re-made in every replicate): biased upward by the
+    choice among K. ``name``/``variant``/``source`` name the candidate best on all victims;
+    ``chosen`` the share of the cross-fit's choices each candidate won. Returns the record and the
+    figure's :class:`Selection` (None without a bootstrap). ``what`` names the candidates."""
+    from harness.core.metrics import select_from_samples
+
+    if any(c.scores.shape[0] != candidates[0].scores.shape[0] for c in candidates):
+        raise ValueError("every candidate must have the same victim models")
+    hk, sel_at = fpr_key(headline_fpr(cfg)), headline_fpr(cfg)
     key = _headline_key(hk)
     best = candidates[0]
     for c in candidates[1:]:  # max() keeps the first of equals too; spelled out for the tie rule
         if key(c.entry) > key(best.entry):
             best = c
     e = best.entry
-    targets = [0.0, *cfg.attack.fprs]
-    selection = None
-    if cfg.attack.bootstrap > 0:
-        if all(c.samples is not None for c in candidates):  # computed with the run's draws already
-            selection = select_from_samples([c.samples for c in candidates], targets, select_at=headline_fpr(cfg),
-                                            confidence=cfg.attack.confidence)
-        else:
-            selection = bootstrap_selection([(c.scores, c.membership) for c in candidates], targets,
-                                            select_at=headline_fpr(cfg), replicates=cfg.attack.bootstrap,
-                                            confidence=cfg.attack.confidence, seed=cfg.seed)
-        ci_json = {fpr_key(t): list(v) for t, v in selection.ci.items()}
+    targets = _targets(cfg)
+    boot = cfg.attack.bootstrap > 0
+    record: dict[str, Any] = {"name": e["name"], "variant": e["variant"], "access": e.get("access", "black-box"),
+                              "source": best.label, "candidates": [c.label for c in candidates]}
+    if len(candidates) == 1:
+        record.update({"tpr_at_fpr": e["tpr_at_fpr"], "tpr_ci": e["tpr_ci"], "tpr_ci_variant": e["tpr_ci"],
+                       "resolved": e["resolved"], "estimator": "single",
+                       "ci_method": "percentile bootstrap over victim models"})
+        c = candidates[0]
+        samples = (c.samples if c.samples is not None else _filled(candidates, cfg)[0].samples) if boot else None
+        return record, Selection(samples) if samples is not None else None
+    filled = _filled(candidates, cfg)
+    cf = crossfit([c.folds for c in filled], targets, select_at=sel_at, confidence=cfg.attack.confidence)
+    nan = [float("nan"), float("nan")]
+    if boot:
+        mx = select_from_samples([c.samples for c in filled], targets, select_at=sel_at, confidence=cfg.attack.confidence)
+        max_ci = {fpr_key(t): list(v) for t, v in mx.ci.items()}
     else:
-        ci_json = {fpr_key(t): [float("nan"), float("nan")] for t in targets}
-    record = {
-        "name": e["name"],
-        "variant": e["variant"],
-        "access": e.get("access", "black-box"),
-        "tpr_at_fpr": e["tpr_at_fpr"],
-        "tpr_ci": ci_json,
+        max_ci = {fpr_key(t): nan for t in targets}
+    record.update({
+        "tpr_at_fpr": {fpr_key(t): v for t, v in cf.estimate.items()},
+        "tpr_ci": {fpr_key(t): (list(v) if boot else nan) for t, v in cf.ci.items()},
         "tpr_ci_variant": e["tpr_ci"],
-        "resolved": e["resolved"],
-        "source": best.label,
-        "candidates": [c.label for c in candidates],
-        "ci_method": (f"percentile bootstrap over victim models; the selection of the best of the "
-                      f"{len(candidates)} {what}(s) at the headline FPR is re-made in every replicate"),
-    }
-    return record, selection
+        "resolved": {fpr_key(t): v for t, v in cf.resolved.items()},
+        "estimator": "cross-fitted",
+        "folds": min(cfg.attack.crossfit_folds, candidates[0].scores.shape[0]),
+        "splits": cfg.attack.crossfit_splits,
+        "chosen": {c.label: float(s) for c, s in zip(candidates, cf.shares) if s > 0},
+        "ci_method": (f"cross-fitted best of the {len(candidates)} {what}s: chosen at the headline FPR on one fold "
+                      f"of a random partition of the victim models and read on the other folds, averaged over the "
+                      f"folds and {cfg.attack.crossfit_splits} partitions; percentile bootstrap over victim models "
+                      f"that re-does the whole procedure in every replicate"),
+        "optimistic_max": {
+            "tpr_at_fpr": e["tpr_at_fpr"], "tpr_ci": max_ci, "resolved": e["resolved"],
+            "note": (f"the plain maximum over the {len(candidates)} {what}s on all victims: biased upward by the "
+                     f"choice (its CI re-makes the choice in every replicate and carries the same bias)"),
+        },
+    })
+    return record, Selection(cf.replicates) if boot else None
 
 
 def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
@@ -105,61 +166,116 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
 PRE_DEFENSE = "reads the outputs before the defense's test-time step (raw_query), which the deployed model does not serve"
 
 
-def strongest_figure(pool: list[Candidate], headline: dict[str, Any], cfg: ExperimentConfig,
-                     excluded: dict[str, str]) -> dict[str, Any]:
+def strongest_figure(pool: list[Candidate], cfg: ExperimentConfig, excluded: dict[str, str]) -> dict[str, Any]:
     """The strongest figure of a level: the best of *every* attack variant that ran on what the
     deployed model serves (``pool``: the headline's candidates first, so that a tie keeps the
-    headline's), with a CI that re-makes that choice over all of them in every replicate.
-
-    Beside the pre-declared headline, it cannot understate the leak by which attacks a defense
-    declares; being a maximum over many variants, it is biased upward, which its CI carries.
-    ``beats_headline``: its CI's lower limit lies above the headline's TPR (the gap exceeds its
-    uncertainty) at the headline FPR; where the run has too few guesses to resolve the headline FPR,
-    at any reported FPR both figures resolve (FPR 0, 1%: :func:`beats_at`), so that an unresolved
-    headline FPR never hides the gap."""
+    headline's), cross-fitted like a best-of headline (:func:`select_best`), so that looking at
+    many variants does not inflate it. Whether it beats the headline is :func:`headline_test`'s
+    question (``beats_headline``, set there; False until then)."""
     record, _ = select_best(pool, cfg, what="attack variant")
     record["excluded_attacks"] = dict(excluded)
-    record["beats_headline"] = bool(beats_at(record, headline, headline_fpr(cfg)))
+    record["beats_headline"] = False
     return record
 
 
-def beats_at(strongest: dict[str, Any], headline: dict[str, Any], fpr: float) -> list[float]:
-    """The reported FPRs at which both figures are resolved and the strongest figure's CI lower limit
-    lies above the headline's TPR: the headline FPR alone where both resolve it, else every other
-    reported FPR where the gap shows (ascending, FPR 0 last)."""
-    hk = fpr_key(fpr)
-    resolved_at_headline = bool(strongest["resolved"].get(hk) and headline["resolved"].get(hk))
-    keys = [hk] if resolved_at_headline else sorted((k for k in strongest["tpr_at_fpr"] if k != hk),
-                                                    key=lambda k: (float(k) == 0, float(k)))  # FPR 0 last
-    out = []
-    for k in keys:
-        if not (strongest["resolved"].get(k) and headline["resolved"].get(k)) or k not in headline["tpr_at_fpr"]:
+@dataclass(frozen=True)
+class LevelFamily:
+    """What the headline test compares at one level: the headline's candidates and every other
+    variant of the strongest figure's pool."""
+
+    headline: list[Candidate]
+    others: list[Candidate]
+
+
+TEST_METHOD = ("Hansen's SPA test (consistent re-centring), studentized by the bootstrap standard deviation, "
+               "single step over every variant x positive resolved FPR x level; paired percentile bootstrap over "
+               "victim models (the run's draws, shared by the headline and every variant)")
+
+
+def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> dict[str, Any]:
+    """Test H0 "no attack variant beats the headline", at every level and positive reported FPR at
+    once, with family-wise error at most ``attack.alpha`` (:func:`harness.core.spa.spa_test`).
+
+    Hypothesis (level, variant j, FPR t), for every variant of the level's strongest pool that is
+    not a headline candidate, at every positive reported FPR that the level resolves: the difference
+    of j's TPR at t and the headline candidates' largest TPR at t, on all victims and in every
+    bootstrap replicate (the same draws). Against a best-of headline, the maximum of its candidates
+    is the comparison (biased upward, so the test stays conservative there). FPR 0 is left out:
+    the TPR below the largest of the non-member scores is an extreme order statistic, for which
+    the bootstrap is not consistent. Returns results.json's ``headline_test``: per level its
+    single-step adjusted p-value, whether it is flagged (p <= alpha) and the hypothesis with the
+    largest statistic."""
+    from harness.core.spa import spa_test
+
+    alpha = cfg.attack.alpha
+    out: dict[str, Any] = {"method": TEST_METHOD, "alpha": alpha, "replicates": cfg.attack.bootstrap,
+                           "p_value": None, "levels": {}}
+    if cfg.attack.bootstrap <= 0:
+        out["reason"] = "no bootstrap replicates (attack.bootstrap = 0): the test needs them"
+        return out
+    diffs, reps, where, info = [], [], [], []
+    for level, fam in families.items():
+        heads = _filled(fam.headline, cfg)
+        labels = {c.label for c in heads}
+        others = _filled([c for c in fam.others if c.label not in labels], cfg)
+        fprs = [t for t in cfg.attack.fprs
+                if all(c.entry["resolved"][fpr_key(t)] for c in heads + others)]
+        for t in fprs:
+            k = fpr_key(t)
+            h_hat = max(c.entry["tpr_at_fpr"][k] for c in heads)
+            with np.errstate(invalid="ignore"):
+                h_star = np.nanmax(np.stack([c.samples[t] for c in heads]), axis=0) if len(heads) > 1 else heads[0].samples[t]
+            for c in others:
+                diffs.append(c.entry["tpr_at_fpr"][k] - h_hat)
+                reps.append(c.samples[t] - h_star)
+                where.append(level)
+                info.append((c, t, h_hat))
+        out["levels"][level] = {"p_value": 1.0, "flagged": False, "hypotheses": len(fprs) * len(others),
+                                "fprs": fprs, "top": None}
+    out["hypotheses"] = len(diffs)
+    if not diffs:
+        out["p_value"] = 1.0
+        return out
+    num_units = next(iter(families.values())).headline[0].scores.shape[0]
+    res = spa_test(np.array(diffs), np.stack(reps), num_units)
+    out["p_value"] = res.p_value
+    out["statistic"] = res.statistic
+    where_arr = np.array(where)
+    for level, rec in out["levels"].items():
+        mask = where_arr == level
+        if not mask.any():
             continue
-        lo, head = strongest["tpr_ci"][k][0], headline["tpr_at_fpr"][k]
-        if strongest["tpr_at_fpr"][k] > head and lo == lo and lo > head:
-            out.append(float(k))
+        p = res.p_value_of(mask)
+        idx = np.flatnonzero(mask)
+        ts = np.nan_to_num(res.t_stats[idx], nan=-np.inf)
+        i = int(idx[int(np.argmax(ts))])
+        c, t, h_hat = info[i]
+        rec.update({"p_value": p, "flagged": bool(p <= alpha), "top": {
+            "candidate": c.label, "name": c.entry["name"], "variant": c.entry["variant"],
+            "access": c.entry.get("access", "black-box"), "fpr": t, "tpr": c.entry["tpr_at_fpr"][fpr_key(t)],
+            "headline_tpr": h_hat, "statistic": float(res.t_stats[i])}})
     return out
 
 
-def strongest_warning(level: str, strongest: dict[str, Any], headline: dict[str, Any], fpr: float) -> str:
-    """The report's line when the strongest figure beats the headline by more than its CI, at the
-    first FPR of :func:`beats_at` (the headline FPR where it does there)."""
-    at = beats_at(strongest, headline, fpr)
-    f = at[0] if at else fpr
-    k = fpr_key(f)
-    lo, hi = strongest["tpr_ci"][k]
-    where = "" if f == fpr else f" (the run's guesses cannot resolve the headline FPR, {100 * fpr:g}%)"
-    return (f"{level} level: {strongest['name']}:{strongest['variant']} ({strongest['access']}; "
-            f"{strongest['source'].split('/')[0]}) finds {100 * strongest['tpr_at_fpr'][k]:.1f}% "
-            f"[{100 * lo:.1f}, {100 * hi:.1f}] at {100 * f:g}% FPR, above the headline's "
-            f"{100 * headline['tpr_at_fpr'][k]:.1f}% ({headline['name']}:{headline['variant']}) by more than its CI"
-            f"{where}: the headline, taken over the defense's declared adaptive attacks, understates the leak")
+def headline_test_warning(level: str, test: dict[str, Any], headline: dict[str, Any]) -> str:
+    """The report's line for a level the headline test flags: the variant with the largest
+    statistic, its TPR and the headline's at that FPR, and the test's p-value."""
+    rec = test["levels"][level]
+    top = rec["top"]
+    f = top["fpr"]
+    return (f"{level} level: {top['name']}:{top['variant']} ({top['access']}; {top['candidate'].split('/')[0]}) finds "
+            f"{100 * top['tpr']:.1f}% at {100 * f:g}% FPR where the headline ({headline['name']}:{headline['variant']}) "
+            f"finds {100 * top['headline_tpr']:.1f}%; the headline test rejects 'no attack variant beats the headline' "
+            f"(Hansen's SPA, p = {rec['p_value']:.3f} <= {test['alpha']:g}, family-wise over {test['hypotheses']} "
+            f"variant-FPR-level comparisons): the headline, taken over the defense's declared adaptive attacks, "
+            f"understates the leak")
 
 
 def ratio_json(results: dict[str, Any], selections: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
     """Sample-level over population-level headline TPR at the headline FPR, with a percentile
     bootstrap CI over victim models: both levels share the S model indices and the run's draws, so
-    each replicate's ratio pairs the two levels' re-selected headlines on the same victims
+    each replicate's ratio pairs the two levels' headlines, each re-computed as reported (cross-fitted
+    where it is a best-of), on the same victims
     (:func:`harness.core.metrics.ratio_interval`). ``ratio`` is None when the population headline is 0
     (infinite) or either figure is unresolved; ``ci`` is None without a bootstrap."""
     from harness.core.metrics import ratio_interval
@@ -178,6 +294,7 @@ def ratio_json(results: dict[str, Any], selections: dict[str, Any], cfg: Experim
             out["ci"] = [lo, hi]
         out["replicates_used"] = used
     out["method"] = ("percentile bootstrap over victim models (inverted-CDF quantiles): each replicate draws the S "
-                     "victims once, re-selects both levels' headlines on them and takes the ratio; a replicate whose "
+                     "victims once, re-computes both levels' headlines on them as reported (cross-fitted where a best-of) and "
+                     "takes the ratio; a replicate whose "
                      "population figure is 0 has an infinite ratio (0 / 0 replicates are left out)")
     return out

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
-from harness.audit.headline import beats_at, fpr_key
+from harness.audit.headline import fpr_key
 from harness.core.metrics import AttackMetrics, thin_roc
 from harness.run.runstore import commit_files
 
@@ -169,6 +169,8 @@ def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int, with_ci: bool = Tru
     """TPR with its CI, or a notice when the FPR is below the resolution 1/N_neg."""
     k = fpr_key(t)
     if not entry["resolved"][k]:
+        if entry.get("estimator") == "cross-fitted":  # read on half of the victims
+            return "[yellow]unresolved: FPR < 1/(negatives of half the victims)[/]"
         return f"[yellow]unresolved: FPR < 1/{num_neg} negatives[/]"
     if not with_ci:
         return _pct(entry["tpr_at_fpr"][k])
@@ -223,9 +225,10 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                   caption="TPR@x%: TPR at FPR <= x% of the headline (the best primary variant of the defense's "
-                          "adaptive attacks, chosen at the headline FPR); strongest: the best of every attack and "
-                          "variant that ran (! where its CI lies above the headline); [..]: 95% CI, percentile "
-                          "bootstrap over victim models, re-making the choice in every replicate")
+                          "adaptive attacks, chosen at the headline FPR; cross-fitted over victim models where it is "
+                          "a best of several); strongest: the same over every attack and variant that ran; ! where "
+                          "the headline test (Hansen's SPA, family-wise over every variant, FPR and level) finds a "
+                          "variant that beats the headline; [..]: 95% CI, percentile bootstrap over victim models")
     table.add_column("")
     for level in levels:
         table.add_column(f"{level} level", justify="right")
@@ -243,14 +246,26 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     strongest = [results[lv].get("strongest") for lv in levels]
     if any(st is not None for st in strongest):  # every attack and variant that ran, beside the headline
         hf = results["headline_fpr"]
-        shown = [hf]  # where a level cannot resolve the headline FPR, the others too (the gap is judged there)
+        test = results.get("headline_test") or {}
+        tops = {lv: (rec.get("top") or {}).get("fpr") for lv, rec in test.get("levels", {}).items() if rec.get("flagged")}
+        shown = [hf]  # where a level cannot resolve the headline FPR, the others too
         if any(not h["resolved"][fpr_key(hf)] for h in heads):
             shown += [t for t in targets if t > 0 and t != hf]
-        for t in shown:
+        shown += [t for t in targets if t in tops.values() and t not in shown]  # where the test found the gap
+        for t in sorted(shown):
             table.add_row(f"strongest TPR@{100 * t:g}% (any attack)",
                           *["-" if st is None else _tpr_cell(st, t, e["num_neg"])
-                            + (" [bold yellow]![/]" if st["beats_headline"] and t in beats_at(st, h, hf) else "")
-                            for st, h, e in zip(strongest, heads, bests)])
+                            + (" [bold yellow]![/]" if st.get("beats_headline") and tops.get(lv) == t else "")
+                            for lv, st, e in zip(levels, strongest, bests)])
+        if any(st is not None and "optimistic_max" in st for st in strongest):
+            table.add_row(f"  max over variants TPR@{100 * hf:g}% (optimistic)",
+                          *["-" if st is None or "optimistic_max" not in st else
+                            _tpr_cell(st["optimistic_max"], hf, e["num_neg"], with_ci=False)
+                            + f" of {len(st['candidates'])}" for st, e in zip(strongest, bests)])
+        if test.get("levels"):
+            table.add_row("headline test p (SPA)", *[
+                f"{test['levels'][lv]['p_value']:.3f}" + (" [bold yellow]![/]" if test["levels"][lv]["flagged"] else "")
+                if lv in test["levels"] else "-" for lv in levels])
         table.add_row("strongest attack", *["-" if st is None else
                                             f"{st['name']} {st['variant']} ({st.get('access', 'black-box')})"
                                             + (f", {st['source'].split('/')[0]}" if lv == "sample" and

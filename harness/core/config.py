@@ -124,6 +124,12 @@ class AttackConfig(_Strict):
     )
     bootstrap: int = Field(default=1000, ge=0, description="bootstrap replicates over victim models for CIs")
     confidence: float = Field(default=0.95, gt=0, lt=1)
+    alpha: float = Field(default=0.05, gt=0, lt=1, description=(
+        "family-wise error rate of the headline test (does any attack variant beat the headline?)"))
+    crossfit_folds: int = Field(default=2, ge=2, description=(
+        "folds of the victim models a best-of figure is cross-fitted with: chosen on one, read on the others"))
+    crossfit_splits: int = Field(default=8, ge=1, le=1000, description=(
+        "random partitions of the victim models into folds that a best-of figure's estimate averages over"))
 
     @field_validator("fprs")
     @classmethod

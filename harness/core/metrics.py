@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -109,7 +110,7 @@ def bootstrap_draws(num_models: int, replicates: int, seed: int) -> np.ndarray:
     return np.random.default_rng(seed).integers(0, num_models, size=(replicates, num_models))
 
 
-def _victim_counts(draws: np.ndarray, s_models: int) -> np.ndarray:
+def victim_counts(draws: np.ndarray, s_models: int) -> np.ndarray:
     """(B, S) float64: how often each replicate's draw holds each victim (one bincount for all rows)."""
     rows = np.arange(len(draws), dtype=np.int64)[:, None] * s_models
     return np.bincount((draws + rows).ravel(), minlength=len(draws) * s_models).reshape(len(draws), s_models).astype(
@@ -120,13 +121,23 @@ def bootstrap_tpr_samples(
     scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 0
 ) -> dict[float, np.ndarray]:
     """TPR@FPR of every bootstrap replicate: {target: (replicates,)} (NaN where a replicate has no
-    member or no non-member guess).
+    member or no non-member guess). Replicate b weights victim t by how often ``draws[b]`` holds it
+    (:func:`weighted_tpr_samples`)."""
+    return weighted_tpr_samples(scores, membership, targets, victim_counts(draws, scores.shape[0]), chunk)
 
-    ``scores`` and ``membership`` are (S, C); replicate b weights victim t by how often ``draws[b]``
-    holds it, and the pooled ROC uses those weights, so it needs one sort in total. Only the
-    sorted guesses up to where every replicate's FPR exceeds the largest target are read. ``chunk``
-    replicates are computed at once (0: as many as keep each (chunk, columns read) block under
-    160 MB, at most 256).
+
+def weighted_tpr_samples(
+    scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray, chunk: int = 0
+) -> dict[float, np.ndarray]:
+    """TPR@FPR of the pooled ROC under each row of victim ``weights``: {target: (rows,)} (NaN where a
+    row weighs no member or no non-member guess).
+
+    ``scores`` and ``membership`` are (S, C); ``weights`` is (rows, S), non-negative: row b counts
+    every guess about victim t ``weights[b, t]`` times (a bootstrap replicate's draw counts, or a
+    0/1 mask that keeps one half of the victims), so all rows need one sort in total. Only the
+    sorted guesses up to where every row's FPR exceeds the largest target are read. ``chunk`` rows
+    are computed at once (0: as many as keep each (chunk, columns read) block under 160 MB, at
+    most 256).
     """
     s_models = scores.shape[0]
     flat = scores.ravel().astype(np.float64)
@@ -153,7 +164,7 @@ def bootstrap_tpr_samples(
     # target and doubles until, at its last column, every replicate's FPR is past it (exact: the
     # same counts, fewer columns).
     t_max = max(targets, default=0.0)
-    w_all = _victim_counts(draws, s_models)
+    w_all = np.asarray(weights, dtype=np.float64)
     npos_all, nneg_all = w_all @ tot_pos, w_all @ tot_neg
     defined = (npos_all > 0) & (nneg_all > 0)
     unweighted_fp = np.cumsum(~y_o)[ends]
@@ -166,7 +177,7 @@ def bootstrap_tpr_samples(
     pos_cum, neg_cum = cumulative(np.arange(width))
     chunk = chunk or max(1, min(256, 20_000_000 // max(1, width)))  # (chunk, width) float64 blocks <= 160 MB
     stats: dict[float, list[np.ndarray]] = {t: [] for t in targets}
-    for lo in range(0, len(draws), chunk):
+    for lo in range(0, len(w_all), chunk):
         w = w_all[lo : lo + chunk]
         npos, nneg = npos_all[lo : lo + chunk, None], nneg_all[lo : lo + chunk, None]  # (B, 1)
         undefined = ~defined[lo : lo + chunk]
@@ -218,6 +229,16 @@ class Selection:
     samples: dict[float, np.ndarray]
 
 
+def choose_best(key: np.ndarray, tie: np.ndarray) -> np.ndarray:
+    """Per column of (K, n) ``key`` (each candidate's TPR at the selection FPR), the index of the
+    largest entry; ties go to the larger ``tie`` (TPR at FPR 0), then to the earlier candidate. NaN
+    (an undefined TPR) never wins."""
+    key, tie = np.nan_to_num(key, nan=-1.0), np.nan_to_num(tie, nan=-1.0)
+    best = key == key.max(axis=0, keepdims=True)
+    best &= tie == np.where(best, tie, -2.0).max(axis=0, keepdims=True)
+    return best.argmax(axis=0)
+
+
 def select_from_samples(
     samples: list[dict[float, np.ndarray]], targets: list[float], *, select_at: float, confidence: float
 ) -> Selection:
@@ -227,12 +248,8 @@ def select_from_samples(
     at FPR 0, then the earlier candidate) and keeps that candidate's TPR at every target."""
     if not samples:
         raise ValueError("no candidates")
-    key = np.nan_to_num(np.stack([smp[select_at] for smp in samples]), nan=-1.0)  # (n, B)
-    tie = np.nan_to_num(np.stack([smp[0.0] for smp in samples]), nan=-1.0)
-    best = key == key.max(axis=0, keepdims=True)
-    best &= tie == np.where(best, tie, -2.0).max(axis=0, keepdims=True)
-    chosen = best.argmax(axis=0)  # the first remaining candidate
-    cols = np.arange(key.shape[1])
+    chosen = choose_best(np.stack([smp[select_at] for smp in samples]), np.stack([smp[0.0] for smp in samples]))
+    cols = np.arange(len(chosen))
     picked = {t: np.stack([smp[t] for smp in samples])[chosen, cols] for t in targets}
     return Selection(ci={t: percentile_interval(v, confidence) for t, v in picked.items()}, samples=picked)
 
@@ -310,6 +327,9 @@ class AttackMetrics:
     #: each bootstrap replicate's TPR per target (the draws of :func:`bootstrap_draws` with the run's
     #: seed, shared by every variant), for selection-aware intervals; None without a bootstrap
     samples: dict[float, np.ndarray] | None = None
+    #: its TPRs on the cross-fitting folds (harness.core.crossfit.FoldSamples), when evaluated with
+    #: the run's VictimWeights
+    folds: Any = None
 
 
 def evaluate_scores(
@@ -321,15 +341,26 @@ def evaluate_scores(
     bootstrap: int,
     confidence: float,
     seed: int,
+    weights: Any = None,
 ) -> AttackMetrics:
-    """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses."""
+    """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses.
+
+    ``weights`` (harness.core.crossfit.VictimWeights, built with the same ``bootstrap`` and
+    ``seed``): the replicates come from its draws (the same as without it) and the variant's TPRs on
+    its cross-fitting folds are kept (``folds``)."""
     sc = scores[:, evaluated]
     mem = membership[:, evaluated]
     roc = roc_curve(sc, mem)
     targets = [0.0, *fprs]
-    samples = None
-    if bootstrap > 0:
+    samples, folds = None, None
+    if weights is not None:
+        if weights.replicates.shape != (bootstrap, sc.shape[0]):
+            raise ValueError("the victim weights were built for another number of models or replicates")
+        samples, folds = weights.evaluate(sc, mem, targets)
+        samples = samples if bootstrap > 0 else None
+    elif bootstrap > 0:
         samples = bootstrap_tpr_samples(sc, mem, targets, bootstrap_draws(sc.shape[0], bootstrap, seed))
+    if samples is not None:
         ci = {t: percentile_interval(samples[t], confidence) for t in targets}
     else:
         ci = {t: (float("nan"), float("nan")) for t in targets}
@@ -343,4 +374,5 @@ def evaluate_scores(
         num_neg=roc.num_neg,
         roc=roc,
         samples=samples,
+        folds=folds,
     )
