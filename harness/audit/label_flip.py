@@ -55,7 +55,8 @@ def two_wrong_labels(y: np.ndarray, num_classes: int, rng: np.random.Generator) 
 
 GAMES = ("weighted", "paper", "clopper-pearson")
 GAME_NOTES = {
-    "weighted": ("the paper's game (all C - 2 alternatives per canary, weighted ACGR, normal 95% interval): "
+    "weighted": ("the paper's game as its text describes it (all C - 2 alternatives per canary, weighted ACGR, "
+                 "normal 95% interval): "
                  "valid for many canaries, treating them as independent runs of the game"),
     "paper": ("the paper's game as the authors' code estimates it (normal 95% interval with SE s / sqrt(N_eff), "
               "which understates the SE of a weighted mean with unequal weights; the rule of three when every guess "

@@ -360,8 +360,8 @@ def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, 
     in [0, 1], so P(ACGR_i = 1) <= E[ACGR_i] <= 1 - P(ACGR_i = 0), and the Clopper-Pearson bounds
     on those two probabilities (k of the n active canaries at rate 1, resp. 0) give
     [lo(k_1, n), 1 - lo(k_0, n)]; both bounds are on the canaries' mean rate, the quantity the
-    normal interval estimates. (The authors' code uses the rule of three there instead, or no
-    evidence with at most 50 active canaries: :func:`paper_acgr_game`; docs/bounds.md.)
+    normal interval estimates. (The authors' code: the rule of three where every guess is right,
+    a zero-width interval at any other common rate; :func:`paper_acgr_game`, docs/bounds.md.)
     """
     ct, ca = _game_inputs(conf_trained, conf_alternatives, tau)
     t = ct[:, None]
@@ -495,7 +495,8 @@ def paper_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, tau
     )
 
 
-def paper_best(epsilon_lo: list[float], epsilon_hi: list[float], taus: list[float]) -> tuple[float, float, float | None]:
+def paper_best(epsilon_lo: list[float], epsilon_hi: list[float],
+               taus: list[float]) -> tuple[float, float, float | None]:
     """The authors' choice among the rows of a tau sweep: (eps_lo, eps_hi, tau) of the first row
     with the largest lower end above 0; among rows with that lower end (0 included), a later row
     replaces it where its upper end is larger and finite. (0, 0, None) when no row qualifies."""

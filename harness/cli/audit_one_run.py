@@ -52,8 +52,8 @@ def audit_one_run(
 
 #: footnotes for the rows whose interval is not the normal one: (mark, note)
 INTERVAL_NOTES = {
-    "exact-canaries": ("‡", "every active canary at the same rate: the normal interval would have zero width (at a rate "
-                            "of 1, ε ≥ inf); the interval is exact over the canaries instead (docs/bounds.md)."),
+    "exact-canaries": ("‡", "every active canary at the same rate: the normal interval would have zero width (at a "
+                            "rate of 1, ε ≥ inf); the interval is exact over the canaries instead (docs/bounds.md)."),
     "rule-of-three": ("†", "every guess right (or every one wrong, flipped): the authors' rule of three, "
                            "ACGR ≥ 1 - 3 / N_eff (docs/bounds.md)."),
     "all-correct-few": ("*", "every guess right (or every one wrong, flipped) with at most 50 active canaries: the "
