@@ -11,7 +11,10 @@ Label-DP protects the *labels* only: neighbouring datasets differ in one example
 2. **Bayesian soft labels.** Given o and a prior p(y), the posterior over the true label is
    ``softmax_c((|o_c| - |o_c - 1|) / b + log p_c)`` (Laplace: only the coordinates o_k differ
    between the likelihoods ``exp(-||o - e_k||_1 / b)``) or ``softmax_c(o_c / sigma^2 + log p_c)``
-   (Gaussian).
+   (Gaussian: ``-||o - e_k||^2 / (2 sigma^2)`` differs across k by ``o_k / sigma^2``). AGIBI's
+   ``posterior="authors"`` takes the authors' code's ``softmax_c(o_c / sigma + log p_c)`` instead
+   (their ``Ohm._map_normal``): Bayes' rule only at sigma = 1, flatter below it (the label
+   epsilons above about 7 at delta 1e-5), sharper above it. ALIBI's posterior is the authors'.
 3. **Iterative inference.** The prior is the model's current prediction. ``prior="batch"`` (the
    authors' released code, ``Ohm`` with ``mapwithprior``): on every step, the detached softmax of
    the model's output on the same augmented batch. ``prior=k`` (an integer, the paper's text:
@@ -83,8 +86,19 @@ def laplace_posterior(noisy: torch.Tensor, log_prior: torch.Tensor, scale: float
 
 
 def gaussian_posterior(noisy: torch.Tensor, log_prior: torch.Tensor, sigma: float) -> torch.Tensor:
-    """AGIBI's posterior p(y = c | o) = softmax_c(o_c / sigma^2 + log p_c), rows of (N, K)."""
+    """AGIBI's posterior p(y = c | o) = softmax_c(o_c / sigma^2 + log p_c), rows of (N, K): Bayes'
+    rule with the likelihoods exp(-||o - e_c||^2 / (2 sigma^2))."""
     return torch.softmax(noisy / sigma**2 + log_prior, dim=1)
+
+
+def gaussian_posterior_authors(noisy: torch.Tensor, log_prior: torch.Tensor, sigma: float) -> torch.Tensor:
+    """The authors' code's AGIBI soft labels softmax_c(o_c / sigma + log p_c), rows of (N, K)
+    (``Ohm._map_normal`` of ``label_dp_antipodes``): :func:`gaussian_posterior` at sigma = 1 only."""
+    return torch.softmax(noisy / sigma + log_prior, dim=1)
+
+
+#: AGIBI's ``posterior`` parameter: Bayes' rule (the default) or the authors' code's form
+GAUSSIAN_POSTERIORS = {"derived": gaussian_posterior, "authors": gaussian_posterior_authors}
 
 
 def soft_cross_entropy(logits: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
@@ -198,13 +212,17 @@ class AGIBI(LabelDP):
     name = "agibi"
     mechanism = "gaussian"
     description = "label-DP (labels only): Gaussian-noised one-hot labels, Bayesian soft labels (AGIBI)"
-    param_defaults: ClassVar[dict[str, Any]] = {**LabelDP.param_defaults, "epsilon": 19.0, "delta": 1e-5}
+    param_defaults: ClassVar[dict[str, Any]] = {**LabelDP.param_defaults, "epsilon": 19.0, "delta": 1e-5,
+                                                "posterior": "derived"}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        d = self.params["delta"]
+        d, form = self.params["delta"], self.params["posterior"]
         if not is_number(d) or not 0 < d < 1:
             raise ValueError(f"delta must be in (0, 1), got {d!r}")
+        if form not in GAUSSIAN_POSTERIORS:
+            raise ValueError(f"posterior must be 'derived' (Bayes' rule, softmax(o / sigma^2 + log p)) or 'authors' "
+                             f"(the authors' code, softmax(o / sigma + log p)), got {form!r}")
         self._sigma = gaussian_sigma_for(float(self.params["epsilon"]), float(d))
 
     def noise_scale(self) -> float:
@@ -214,11 +232,12 @@ class AGIBI(LabelDP):
         return rng.normal(0.0, self._sigma, size=shape)
 
     def posterior(self, noisy: torch.Tensor, log_prior: torch.Tensor) -> torch.Tensor:
-        return gaussian_posterior(noisy, log_prior, self._sigma)
+        return GAUSSIAN_POSTERIORS[self.params["posterior"]](noisy, log_prior, self._sigma)
 
     def privacy_record(self) -> dict[str, Any]:
         return {"label_epsilon": float(self.params["epsilon"]), "label_delta": float(self.params["delta"]),
-                "label_mechanism": "gaussian", "label_noise_scale": self._sigma}
+                "label_mechanism": "gaussian", "label_noise_scale": self._sigma,
+                "label_posterior": self.params["posterior"]}
 
 
 # Three utility levels, the label epsilons of Malek et al.'s CIFAR-10 Table 6 (ALIBI: 94.0 / 84.2 /

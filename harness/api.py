@@ -304,7 +304,9 @@ def compare(a: Path | str | Results, b: Path | str | Results, fpr: float | None 
 def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any] | None = None, *, canaries: int = 100,
                   taus: list[float] | None = None, game: str = "weighted") -> tuple[dict[str, Any], Path]:
     """The label-flip memorization game on one trained model (``harness audit-one-run``): the
-    result and the JSON file it was saved to (in ``run.out``)."""
+    result and the JSON file it was saved to (in ``run.out``). ``game`` names the headline:
+    ``weighted`` (the paper's text, the default), ``paper`` (the authors' code's estimator) or
+    ``clopper-pearson``; all three are played and saved (docs/bounds.md)."""
     from harness.audit.label_flip import GAMES, audit_one_run as play, check_one_run_overrides
     from harness.core.install_check import check_torch_builds
     from harness.run.runner import defense_slug

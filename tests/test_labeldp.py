@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import textwrap
 
@@ -10,11 +11,11 @@ import pytest
 import torch
 
 from defenses.base import FitContext, LabeledImages
-from defenses.labeldp import (AGIBI, ALIBI, gaussian_label_epsilon, gaussian_posterior, gaussian_sigma_for,
-                              laplace_posterior, laplace_scale)
+from defenses.labeldp import (AGIBI, ALIBI, gaussian_label_epsilon, gaussian_posterior, gaussian_posterior_authors,
+                              gaussian_sigma_for, laplace_posterior, laplace_scale)
 from defenses.training import train_classifier
 from harness.audit.label_flip import alternatives, audit_one_run, play_games
-from harness.bounds.empirical import weighted_acgr_game
+from harness.bounds.empirical import paper_acgr_game, paper_best, weighted_acgr_game
 from harness.core.config import TrainConfig
 from harness.defense_config import build_config
 from harness.core.data import load_digits
@@ -51,6 +52,35 @@ def test_gaussian_posterior_is_bayes_rule():
     brute = _brute_posterior(o, prior, lambda x, e: -((x - e) ** 2).sum() / (2 * 0.8**2))
     got = gaussian_posterior(torch.from_numpy(o[None]), torch.log(torch.from_numpy(prior[None])), 0.8)[0].numpy()
     np.testing.assert_allclose(got, brute, rtol=1e-10)
+
+
+def test_agibi_posterior_forms_each_equal_an_independent_computation():
+    o = np.array([[0.3, -0.4, 1.2, 0.1], [1.1, 0.2, -0.3, 0.0]])
+    prior = np.array([[0.1, 0.2, 0.3, 0.4], [0.25, 0.25, 0.25, 0.25]])
+    log_p = torch.log(torch.from_numpy(prior))
+    for eps in (19.0, 3.7):  # sigma 0.448 and 1.753
+        sigma = AGIBI(epsilon=eps).noise_scale()
+        derived = np.exp(o / sigma**2) * prior  # Bayes' rule: exp(-||o - e_c||^2 / (2 sigma^2)) p_c, up to a constant
+        authors = np.exp(o / sigma) * prior  # the authors' code: e^(o_c / sigma) p_c
+        for form, want in (("derived", derived), ("authors", authors)):
+            d = AGIBI(epsilon=eps, posterior=form)
+            got = d.posterior(torch.from_numpy(o), log_p).numpy()
+            np.testing.assert_allclose(got, want / want.sum(1, keepdims=True), rtol=1e-12)
+        assert not np.allclose(derived / derived.sum(1, keepdims=True), authors / authors.sum(1, keepdims=True))
+    # the two forms agree at sigma = 1 only; the authors' is flatter below it, sharper above it
+    x, lp = torch.from_numpy(o), log_p
+    torch.testing.assert_close(gaussian_posterior_authors(x, lp, 1.0), gaussian_posterior(x, lp, 1.0))
+    assert gaussian_posterior_authors(x, lp, 0.5)[1, 0] < gaussian_posterior(x, lp, 0.5)[1, 0]
+    assert gaussian_posterior_authors(x, lp, 2.0)[1, 0] > gaussian_posterior(x, lp, 2.0)[1, 0]
+
+
+def test_agibi_posterior_parameter_default_record_and_refusal():
+    assert AGIBI().params["posterior"] == "derived" and AGIBI().privacy_record()["label_posterior"] == "derived"
+    assert AGIBI(posterior="authors").privacy_record()["label_posterior"] == "authors"
+    with pytest.raises(ValueError, match="posterior must be 'derived'.*or 'authors'"):
+        AGIBI(posterior="bayes")
+    with pytest.raises(ValueError, match="no parameter"):
+        ALIBI(posterior="authors")  # ALIBI's posterior is the authors' already: no such choice
 
 
 def test_laplace_noise_scale_gives_epsilon_label_dp():
@@ -206,7 +236,7 @@ def test_the_games_cover_the_epsilon_of_a_trainer_with_known_label_dp(tmp_path):
     cfg = build_config("quick", {"defense": _randomized_response_plugin(tmp_path)})
     out = audit_one_run(cfg, 1000)
     truth = 1.5  # the optimal test on randomized response attains eps exactly: ACGR = e^eps / (1 + e^eps)
-    for game, rate in (("weighted", "acgr"), ("clopper-pearson", "cgr")):
+    for game, rate in (("weighted", "acgr"), ("paper", "acgr"), ("clopper-pearson", "cgr")):
         row = out[game]["rows"][0]
         assert row["epsilon_lo"] <= truth <= row["epsilon_hi"], (game, row)
         assert abs(row[rate] - math.exp(truth) / (1 + math.exp(truth))) < 0.06
@@ -241,3 +271,118 @@ def test_play_games_headline_and_validity_notes():
     assert out["game"] == "clopper-pearson"
     assert "independent" in out["weighted"]["validity"] and "exact binomial" in out["clopper-pearson"]["validity"]
     assert out["clopper-pearson"]["rows"][0]["num_correct"] == 3
+
+
+# --- the authors' estimator (game="paper"), each property against a hand computation ----------------
+
+
+def test_paper_game_unequal_weights_use_se_over_sqrt_n_eff():
+    # three kinds of canary, 10 of each, 4 alternatives, tau 0.5:
+    #   all 4 guesses right (m = 4, rate 1); one confident wrong alternative and the trained label
+    #   below tau (m = 1, rate 0); one alternative above it (m = 4, rate 3/4)
+    ct = np.repeat([0.9, 0.3, 0.7], 10)
+    ca = np.repeat([[0.01] * 4, [0.6, 0.01, 0.01, 0.01], [0.8, 0.1, 0.1, 0.1]], 10, axis=0)
+    r = paper_acgr_game(ct, ca, tau=0.5)
+    assert (r.num_active, r.num_guesses, r.num_ties, r.flipped, r.interval) == (30, 90, 0, False, "normal")
+    mean = 70 / 90  # sum correct / sum m
+    w, rate = np.repeat([4, 1, 4], 10) / 90, np.repeat([1.0, 0.0, 0.75], 10)
+    s2 = (w * (rate - mean) ** 2).sum() / (1 - (w**2).sum() + 1e-8)
+    se = math.sqrt(s2 / 30)
+    assert r.acgr == pytest.approx(mean) and r.acgr_lo == pytest.approx(mean - 1.96 * se, rel=1e-12)
+    assert r.acgr_hi == pytest.approx(mean + 1.96 * se, rel=1e-12)
+    assert r.epsilon_lo == pytest.approx(math.log(r.acgr_lo / (1 - r.acgr_lo)))
+    # the weighted game: the same s^2, SE s sqrt(V2) / V1 = s sqrt(330) / 90, wider than s / sqrt(30) here
+    wg = weighted_acgr_game(ct, ca, tau=0.5)
+    s2w = (np.repeat([4, 1, 4], 10) * (rate - mean) ** 2).sum() / (90 - 330 / 90)
+    assert wg.acgr_lo == pytest.approx(mean - 1.959964 * math.sqrt(s2w * 330) / 90, abs=1e-6)
+    assert wg.acgr_lo < r.acgr_lo - 0.01
+
+
+def test_paper_game_counts_ties_as_wrong_guesses():
+    # canary 0: a tie at 0.5 (the paper: a wrong guess; the weighted game: no guess) and one right guess
+    # canary 1: both guesses right
+    ct, ca = np.array([0.5, 0.9]), np.array([[0.5, 0.2], [0.05, 0.05]])
+    r = paper_acgr_game(ct, ca, tau=0.5)
+    assert (r.num_guesses, r.num_ties, r.acgr) == (4, 1, 0.75)
+    wg = weighted_acgr_game(ct, ca, tau=0.5)
+    assert (wg.num_guesses, wg.acgr) == (3, 1.0)
+
+
+def test_paper_game_rule_of_three_when_every_guess_is_right():
+    ct, ca = np.full(60, 0.995), np.full((60, 8), 0.001)
+    r = paper_acgr_game(ct, ca, tau=0.99)
+    assert (r.acgr, r.acgr_lo, r.acgr_hi, r.interval) == (1.0, 1 - 3 / 60, 1.0, "rule-of-three")
+    assert r.epsilon_lo == pytest.approx(math.log(19)) and r.epsilon_hi == math.inf
+    # the weighted game's interval is exact over the canaries there: 0.025^(1/60), a lower bound
+    assert weighted_acgr_game(ct, ca, tau=0.99).acgr_lo == pytest.approx(0.025 ** (1 / 60))
+    # at another alpha (a Bonferroni-corrected sweep) the constant 3 ~ ln(1/0.05) becomes ln(1/alpha)
+    assert paper_acgr_game(ct, ca, tau=0.99, alpha=0.001).acgr_lo == pytest.approx(1 - math.log(1000) / 60)
+    # at most 50 active canaries all right: discarded as a fluke (lower end 1/2, no evidence)
+    few = paper_acgr_game(ct[:50], ca[:50], tau=0.99)
+    assert (few.acgr_lo, few.epsilon_lo, few.interval) == (0.5, 0.0, "all-correct-few")
+    # every guess wrong: the rate 0 is flipped to 1 and the same rule applies (the weighted game: 0)
+    wrong = paper_acgr_game(np.full(60, 0.001), np.full((60, 8), 0.995), tau=0.99)
+    assert (wrong.flipped, wrong.acgr_lo, wrong.interval) == (True, 1 - 3 / 60, "rule-of-three")
+    assert weighted_acgr_game(np.full(60, 0.001), np.full((60, 8), 0.995), tau=0.99).epsilon_lo == 0.0
+
+
+def test_paper_game_flips_a_rate_below_half_and_equals_the_weighted_se_for_equal_weights():
+    # 100 canaries with every guess wrong and 100 with 3 of 4 right: rate 0.375, flipped to 0.625
+    ct = np.repeat([0.01, 0.7], 100)
+    ca = np.repeat([[0.9] * 4, [0.8, 0.1, 0.1, 0.1]], 100, axis=0)
+    r = paper_acgr_game(ct, ca, tau=0.5)
+    s2 = 0.375**2 / (1 - 200 / 200**2 + 1e-8)  # every canary 0.375 from the mean, weights 1/200
+    se = math.sqrt(s2 / 200)
+    assert r.flipped and r.acgr == 0.625 and r.acgr_lo == pytest.approx(0.625 - 1.96 * se, rel=1e-12)
+    assert r.epsilon_lo == pytest.approx(math.log(r.acgr_lo / (1 - r.acgr_lo))) and r.epsilon_lo > 0.25
+    # equal m_i: s / sqrt(N_eff) = s sqrt(V2) / V1, so the weighted game has the same half-width (unflipped)
+    wg = weighted_acgr_game(ct, ca, tau=0.5)
+    assert wg.acgr == 0.375 and wg.epsilon_lo == 0.0
+    assert (wg.acgr_hi - wg.acgr) / 1.959964 == pytest.approx(se, rel=1e-6)
+
+
+def test_paper_game_one_canary_and_no_guess():
+    # one active canary: the authors' variance is 0 / (1 - 1 + 1e-8) = 0, a zero-width interval at its rate
+    one = paper_acgr_game(np.array([0.9]), np.array([[0.95, 0.1, 0.1, 0.1]]), tau=0.5)
+    assert (one.acgr, one.acgr_lo, one.acgr_hi) == (0.75, 0.75, 0.75) and one.epsilon_lo == pytest.approx(math.log(3))
+    assert weighted_acgr_game(np.array([0.9]), np.array([[0.95, 0.1, 0.1, 0.1]]), tau=0.5).epsilon_lo == 0.0
+    none = paper_acgr_game(np.array([0.3]), np.array([[0.2, 0.1]]), tau=0.5)
+    assert (none.num_guesses, none.interval, none.epsilon_lo, none.epsilon_hi) == (0, "none", 0.0, math.inf)
+    assert math.isnan(none.acgr)
+
+
+def test_paper_best_is_the_authors_choice_of_row():
+    t = [0.5, 0.6, 0.7, 0.8]
+    assert paper_best([0.5, 1.2, 1.2, 0.9], [2.0, 3.0, 4.0, math.inf], t) == (1.2, 4.0, 0.7)  # tie: larger upper end
+    assert paper_best([1.0, 1.0], [math.inf, 3.0], t) == (1.0, math.inf, 0.5)  # the first row's inf stays
+    assert paper_best([0.0, 0.0, 0.0], [1.0, math.inf, 2.0], t) == (0.0, 2.0, 0.7)  # no evidence: finite upper ends
+    assert paper_best([0.0], [0.0], t) == (0.0, 0.0, None)
+
+
+def test_play_games_records_the_paper_headline_and_its_estimator():
+    prob = np.full((3, 4), 0.1)
+    prob[:, 1] = 0.7
+    out = play_games(prob, np.array([0, 0, 2]), np.array([1, 1, 1]), np.array([2, 3, 0]), "paper", None)
+    assert out["game"] == "paper" and "paper_acgr_game" in out["headline_estimator"]
+    assert out["paper"]["taus"] == [0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99] and len(out["weighted"]["taus"]) == 50
+    assert out["paper"]["estimator"] == out["headline_estimator"] and "ties count as wrong" in out["headline_estimator"]
+    # 3 canaries, all 6 guesses right: fewer than 51, so the authors' code takes no evidence
+    assert out["paper"]["rows"][0]["interval"] == "all-correct-few" and out["paper"]["best_epsilon_lo"] == 0.0
+
+
+def test_audit_one_run_cli_headlines_the_paper_game_and_refuses_an_unknown_game(tmp_path):
+    from typer.testing import CliRunner
+
+    from harness.cli import app
+
+    bad = CliRunner().invoke(app, ["audit-one-run", "undefended", "--game", "authors", "--out", str(tmp_path)])
+    assert bad.exit_code == 2 and "must be one of weighted, paper, clopper-pearson" in " ".join(bad.output.split())
+    assert not list(tmp_path.iterdir())  # refused before anything was trained or written
+    res = CliRunner().invoke(app, ["audit-one-run", "undefended", "--canaries", "20", "--epochs", "1", "--game",
+                                   "paper", "--out", str(tmp_path), "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output.strip().splitlines()[-1])
+    assert out["game"] == "paper" and out["headline_estimator"] == out["paper"]["estimator"]
+    assert out["best_epsilon_lo"] == out["paper"]["best_epsilon_lo"] and len(out["paper"]["rows"]) == 7
+    saved = json.loads(next(tmp_path.glob("audit-one-run-undefended-*.json")).read_text())
+    assert saved["game"] == "paper" and "paper_acgr_game" in saved["headline_estimator"]

@@ -22,20 +22,28 @@ with the higher confidence and abstains when both are below tau. For an eps-labe
 correct-guess rate CGR (over the guesses made) is at most e^eps/(1 + e^eps), so
 eps >= ln(CGR/(1 - CGR)).
 
-Two estimates of the game's rate:
+Three estimates of the game's rate:
 
 - ``label_flip_game`` (Clopper-Pearson): one alternative label per canary, the guesses counted as
   independent Bernoulli trials; exact binomial interval. Valid under the game's independence
   heuristic (Game 3 treats the N canaries of one run as N independent runs of Game 2).
-- ``weighted_acgr_game`` (the paper's appendix B): every canary plays against all C - 2
-  alternative labels; its rate ACGR_i over its m_i non-abstained guesses enters a weighted mean
-  with the m_i as reliability weights, and a normal 95% interval of that mean gives the interval of
-  eps. Valid asymptotically (many canaries with guesses) under the same independence heuristic
-  across canaries; the C - 2 guesses of one canary are correlated and enter only through ACGR_i.
+- ``weighted_acgr_game`` (the paper's appendix B as its text describes it): every canary plays
+  against all C - 2 alternative labels; its rate ACGR_i over its m_i non-abstained guesses enters
+  a weighted mean with the m_i as reliability weights, and a normal 95% interval of that mean
+  gives the interval of eps. Valid asymptotically (many canaries with guesses) under the same
+  independence heuristic across canaries; the C - 2 guesses of one canary are correlated and
+  enter only through ACGR_i.
+- ``paper_acgr_game`` (the authors' released code, ``memorization_attack/attack.py``): the same
+  guesses against all C - 2 alternatives, estimated as that code does: ties count as wrong guesses,
+  SE = s / sqrt(N_eff) (N_eff active canaries) instead of s sqrt(V2) / V1, a mean rate below 1/2 is
+  flipped to 1 - rate, the lower end is floored at 1/2, and when every guess is right (or, after
+  the flip, every one wrong) the lower end is 1 - 3 / N_eff (the rule of three) with more than 50
+  active canaries and 1/2 (no evidence) otherwise; its taus are the 7 of ``PAPER_GAME_TAUS``.
 
 Sweeping tau and keeping the best row chooses tau after seeing the data: Malek et al. report the
-best uncorrected row; ``best_over_taus`` also returns the Bonferroni-corrected best (alpha divided
-by the number of taus), which stays a valid 1 - alpha statement.
+best uncorrected row (``paper_best`` is the authors' choice of that row); the audit also reports
+the Bonferroni-corrected best (alpha divided by the number of taus), which stays a valid 1 - alpha
+statement.
 """
 
 from __future__ import annotations
@@ -56,6 +64,10 @@ __all__ = [
     "epsilon_lower_bound_from_counts",
     "epsilon_lower_bound_roc",
     "label_flip_game",
+    "PAPER_GAME_TAUS",
+    "PaperGameResult",
+    "paper_acgr_game",
+    "paper_best",
     "WeightedGameResult",
     "weighted_acgr_game",
     "WEIGHTED_GAME_TAUS",
@@ -64,6 +76,8 @@ __all__ = [
 LABEL_FLIP_THRESHOLDS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 #: the paper's sweep of tau over [0.5, 0.99], in steps of 0.01
 WEIGHTED_GAME_TAUS = tuple(round(0.5 + 0.01 * i, 2) for i in range(50))
+#: the 7 thresholds of the authors' code (``compute_eps`` in ``memorization_attack/attack.py``)
+PAPER_GAME_TAUS = LABEL_FLIP_THRESHOLDS
 
 
 def clopper_pearson(k: int | np.ndarray, n: int | np.ndarray, alpha: float = 0.05) -> tuple[np.ndarray, np.ndarray]:
@@ -314,6 +328,21 @@ class WeightedGameResult:
     interval: str = "normal"
 
 
+def _game_inputs(conf_trained: np.ndarray, conf_alternatives: np.ndarray, tau: float) -> tuple[np.ndarray, np.ndarray]:
+    """``conf_trained`` as (N,) and ``conf_alternatives`` as (N, J) float64 arrays, checked (ValueError)."""
+    if not (0.5 <= tau <= 0.99):
+        raise ValueError(f"tau must be in [0.5, 0.99], got {tau}")
+    ct = np.asarray(conf_trained, dtype=np.float64).ravel()
+    ca = np.asarray(conf_alternatives, dtype=np.float64)
+    if ct.size == 0 or ca.ndim != 2 or ca.shape[0] != ct.size or ca.shape[1] < 1:
+        raise ValueError("conf_trained must be (N,) and conf_alternatives (N, J) with N, J >= 1")
+    if not (np.isfinite(ct).all() and np.isfinite(ca).all()):
+        raise ValueError("confidences must be finite")
+    if np.any((ct < 0) | (ct > 1)) or np.any((ca < 0) | (ca > 1)):
+        raise ValueError("confidences must be probabilities in [0, 1]")
+    return ct, ca
+
+
 def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, tau: float = 0.5,
                        alpha: float = 0.05) -> WeightedGameResult:
     """The paper's game: canary i trained with label y'_i plays against each alternative y''_ij.
@@ -331,18 +360,10 @@ def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, 
     in [0, 1], so P(ACGR_i = 1) <= E[ACGR_i] <= 1 - P(ACGR_i = 0), and the Clopper-Pearson bounds
     on those two probabilities (k of the n active canaries at rate 1, resp. 0) give
     [lo(k_1, n), 1 - lo(k_0, n)]; both bounds are on the canaries' mean rate, the quantity the
-    normal interval estimates. (The paper's code reports the zero-width interval; docs/bounds.md.)
+    normal interval estimates. (The authors' code: the rule of three where every guess is right,
+    a zero-width interval at any other common rate; :func:`paper_acgr_game`, docs/bounds.md.)
     """
-    if not (0.5 <= tau <= 0.99):
-        raise ValueError(f"tau must be in [0.5, 0.99], got {tau}")
-    ct = np.asarray(conf_trained, dtype=np.float64).ravel()
-    ca = np.asarray(conf_alternatives, dtype=np.float64)
-    if ct.size == 0 or ca.ndim != 2 or ca.shape[0] != ct.size or ca.shape[1] < 1:
-        raise ValueError("conf_trained must be (N,) and conf_alternatives (N, J) with N, J >= 1")
-    if not (np.isfinite(ct).all() and np.isfinite(ca).all()):
-        raise ValueError("confidences must be finite")
-    if np.any((ct < 0) | (ct > 1)) or np.any((ca < 0) | (ca > 1)):
-        raise ValueError("confidences must be probabilities in [0, 1]")
+    ct, ca = _game_inputs(conf_trained, conf_alternatives, tau)
     t = ct[:, None]
     guess = (np.maximum(t, ca) >= tau) & (t != ca)
     m = guess.sum(axis=1).astype(np.float64)
@@ -373,3 +394,116 @@ def weighted_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, 
         acgr_lo=lo, acgr_hi=hi, epsilon=_logit_floor(mean), epsilon_lo=_logit_floor(lo),
         epsilon_hi=_logit_floor(hi), alpha=float(alpha), interval=interval,
     )
+
+
+#: the authors' code's constants at its alpha = 0.05: the normal quantile (z_0.975 = 1.95996...,
+#: rounded) and the rule of three (ln(1 / 0.05) = 2.996..., rounded)
+PAPER_ALPHA, PAPER_Z, PAPER_THREE = 0.05, 1.96, 3.0
+#: the rule of three applies only with more active canaries than this; fewer all-right canaries
+#: are "discarded as a fluke" (lower end 1/2)
+PAPER_MIN_CANARIES = 50
+
+
+@dataclass(frozen=True)
+class PaperGameResult:
+    """The label-flip game against all C - 2 alternatives at one ``tau``, estimated as the authors'
+    code does (Malek et al. 2021, ``memorization_attack/attack.py``, ``compute_eps``).
+
+    ``num_guesses`` includes the ``num_ties`` guesses where both confidences were equal (counted as
+    wrong). ``acgr`` is the rate the interval is centred on: the m_i-weighted mean rate, or 1 minus
+    it where that mean was below 1/2 (``flipped``). [acgr_lo, acgr_hi] lies in [1/2, 1]; the
+    epsilons are ln(p / (1 - p)) at those rates, floored at 0 (inf at a rate of 1). ``interval``:
+    ``normal``; ``rule-of-three`` (every guess right, or every one wrong and flipped, with more than
+    50 active canaries: lower end 1 - 3 / N_eff); ``all-correct-few`` (the same with at most 50:
+    lower end 1/2); ``none`` (no guess: acgr NaN, interval [0, 1]).
+    """
+
+    tau: float
+    num_canaries: int
+    num_active: int
+    num_guesses: int
+    num_ties: int
+    acgr: float
+    flipped: bool
+    acgr_lo: float
+    acgr_hi: float
+    epsilon: float
+    epsilon_lo: float
+    epsilon_hi: float
+    alpha: float
+    interval: str
+
+
+def _paper_constants(alpha: float) -> tuple[float, float]:
+    """(z, rule-of-three constant): the authors' 1.96 and 3 at their alpha 0.05; at another alpha
+    (a Bonferroni-corrected sweep) the quantities they round, z_(1 - alpha/2) and ln(1 / alpha)
+    (P(N_eff right of N_eff) = p^N_eff <= alpha gives p >= 1 - ln(1 / alpha) / N_eff)."""
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    if alpha == PAPER_ALPHA:
+        return PAPER_Z, PAPER_THREE
+    from scipy.special import ndtri
+
+    return float(ndtri(1 - alpha / 2)), math.log(1 / alpha)
+
+
+def paper_acgr_game(conf_trained: np.ndarray, conf_alternatives: np.ndarray, tau: float = 0.5,
+                    alpha: float = 0.05) -> PaperGameResult:
+    """The authors' estimator of the game against all C - 2 alternatives (their ``compute_eps``).
+
+    Guess j of canary i is made when max(conf_trained_i, conf_alternatives_ij) >= tau and is right
+    when conf_trained_i > conf_alternatives_ij: a tie is a wrong guess (the weighted game abstains).
+    Over the N_eff canaries with m_i > 0 guesses, with normalized weights w_i = m_i / sum m:
+    mean = sum w_i ACGR_i, s^2 = sum w_i (ACGR_i - mean)^2 / (1 - sum w_i^2 + 1e-8) (the same s^2
+    as the weighted game's, apart from the 1e-8), SE = s / sqrt(N_eff) (the weighted game:
+    s sqrt(V2) / V1; the two agree only for equal m_i). The mean becomes max(mean, 1 - mean) (the
+    DP definition is symmetric), the interval mean -/+ z SE is clipped to [1/2, 1], and where that
+    mean is 1 the lower end is 1 - 3 / N_eff if N_eff > 50, else 1/2. z = 1.96 and 3 at alpha 0.05
+    (:func:`_paper_constants` otherwise). The mean is sum correct / sum m, exact in float64, so
+    "every guess right" is tested exactly (the authors' float32 mean of normalized weights can
+    miss 1 by a rounding error).
+    """
+    ct, ca = _game_inputs(conf_trained, conf_alternatives, tau)
+    z, three = _paper_constants(alpha)
+    t = ct[:, None]
+    guess = np.maximum(t, ca) >= tau
+    m = guess.sum(axis=1).astype(np.float64)
+    correct = (guess & (t > ca)).sum(axis=1).astype(np.float64)
+    ties = int((guess & (t == ca)).sum())
+    active = m > 0
+    n_act, n_guess = int(active.sum()), int(m.sum())
+    if n_act == 0:
+        return PaperGameResult(float(tau), ct.size, 0, 0, 0, math.nan, False, 0.0, 1.0, 0.0, 0.0, math.inf,
+                               float(alpha), "none")
+    w, rate = m[active] / m.sum(), correct[active] / m[active]
+    k = float(correct.sum())
+    mean = k / n_guess
+    var = float((w * (rate - mean) ** 2).sum()) / (1.0 - float((w**2).sum()) + 1e-8)
+    se = math.sqrt(var / n_act)
+    flipped = mean < 0.5
+    if flipped:
+        mean = 1.0 - mean
+    lo, hi = max(0.5, mean - z * se), min(1.0, mean + z * se)
+    interval = "normal"
+    if k == n_guess or k == 0:  # every guess right, or every one wrong and flipped: mean 1, s = 0
+        interval = "rule-of-three" if n_act > PAPER_MIN_CANARIES else "all-correct-few"
+        lo = min(lo, 1.0 - three / n_act) if n_act > PAPER_MIN_CANARIES else 0.5
+    return PaperGameResult(
+        tau=float(tau), num_canaries=int(ct.size), num_active=n_act, num_guesses=n_guess, num_ties=ties,
+        acgr=mean, flipped=bool(flipped), acgr_lo=lo, acgr_hi=hi, epsilon=_logit_floor(mean),
+        epsilon_lo=_logit_floor(lo), epsilon_hi=_logit_floor(hi), alpha=float(alpha), interval=interval,
+    )
+
+
+def paper_best(epsilon_lo: list[float], epsilon_hi: list[float],
+               taus: list[float]) -> tuple[float, float, float | None]:
+    """The authors' choice among the rows of a tau sweep: (eps_lo, eps_hi, tau) of the first row
+    with the largest lower end above 0; among rows with that lower end (0 included), a later row
+    replaces it where its upper end is larger and finite. (0, 0, None) when no row qualifies."""
+    best_lo, best_hi, best_tau = 0.0, 0.0, None
+    for lo, hi, tau in zip(epsilon_lo, epsilon_hi, taus):
+        if lo > best_lo:
+            best_lo, best_hi, best_tau = lo, hi, tau
+        elif lo == best_lo and best_hi < hi < math.inf:
+            best_hi, best_tau = hi, tau
+    return best_lo, best_hi, best_tau
