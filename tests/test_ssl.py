@@ -221,27 +221,88 @@ def test_ssl_view_logits_are_taken_on_the_contrastive_pairs_first_views():
     assert not np.array_equal(out, ssl_view_outputs(flat, x, spec, seed=6, repetitions=2, batch_size=4))
 
 
-def test_ssl_view_lira_recovers_members_whose_augmented_views_are_more_confident():
-    rng = np.random.default_rng(2)
-    s, c, a, r, k = 16, 60, 3, 6, 4
+def _ssl_view_logits(s: int = 16, c: int = 60, a: int = 3, r: int = 6, k: int = 4, effect: float = 1.5,
+                     seed: int = 2):
+    rng = np.random.default_rng(seed)
     membership = np.zeros((s, c), bool)
     for i in range(c):
         membership[rng.permutation(s)[: s // 2], i] = True
     labels = rng.integers(0, k, c)
     logits = rng.normal(0, 1.0, size=(s, c, a, r, k))
-    logits[np.arange(s)[:, None], np.arange(c)[None, :], :, :, labels[None, :]] += 1.5 * membership[:, :, None, None]
-    inp = AttackInput(signals={"ssl_view_logits": logits.astype(np.float32)}, labels=labels, membership=membership)
+    logits[np.arange(s)[:, None], np.arange(c)[None, :], :, :, labels[None, :]] += effect * membership[:, :, None, None]
+    return logits.astype(np.float32), labels, membership
+
+
+def test_ssl_view_lira_recovers_members_whose_augmented_views_are_more_confident():
+    logits, labels, membership = _ssl_view_logits()
+    c = len(labels)
+    inp = AttackInput(signals={"ssl_view_logits": logits}, labels=labels, membership=membership)
     attack = SSLViewLiRA()
     out = attack.score(inp)
-    assert set(out) == {"lira-views", "lira-noaug"} and attack.primary(list(out), inp) == "lira-views"
+    assert set(out) == {"lira-aug3", "lira-noaug", "lira-copies", "lira-copies-noaug"}
+    assert attack.primary(list(out), inp) == "lira-aug3"
     ev = np.ones(c, bool)
     auc = {v: evaluate_scores(out[v], membership, ev, [0.01], bootstrap=0, confidence=0.95, seed=0).auc for v in out}
-    assert auc["lira-views"] > 0.95 and auc["lira-views"] > auc["lira-noaug"] > 0.6  # more copies, more evidence
-    wrong = AttackInput(signals=inp.signals, labels=(labels + 1) % k, membership=membership)  # scored on the label
-    assert evaluate_scores(attack.score(wrong)["lira-views"], membership, ev, [0.01], bootstrap=0, confidence=0.95,
-                           seed=0).auc < auc["lira-views"] - 0.1
+    assert auc["lira-aug3"] > 0.95 and auc["lira-aug3"] > auc["lira-noaug"] > 0.6  # more views, more evidence
+    # scored on the label: another class's confidence shows the member's boost only through the softmax
+    wrong = AttackInput(signals=inp.signals, labels=(labels + 1) % 4, membership=membership)
+    assert evaluate_scores(attack.score(wrong)["lira-aug3"], membership, ev, [0.01], bootstrap=0, confidence=0.95,
+                           seed=0).auc < auc["lira-aug3"] - 0.05
     with pytest.raises(ValueError, match="repetitions"):
         SSLViewLiRA(repetitions=7)
+    with pytest.raises(ValueError, match="shadows"):
+        SSLViewLiRA(shadows="some")
+
+
+def _paper_lira_loo(scores: np.ndarray, membership: np.ndarray) -> np.ndarray:
+    """The paper's ``attack_util.lira_attack_loo`` (per-sample variance), written as its loop:
+    ``scores`` (C, S, A), ``membership`` (C, S); returns (S, C)."""
+    from scipy.stats import norm
+
+    c, s, _ = scores.shape
+    out = np.zeros((s, c))
+    for t in range(s):
+        keep = np.arange(s) != t
+        for i in range(c):
+            sh, m = scores[i, keep], membership[i, keep]
+            lin = norm.logpdf(scores[i, t], sh[m].mean(0), sh[m].std(0, ddof=1) + 1e-30).mean()
+            lout = norm.logpdf(scores[i, t], sh[~m].mean(0), sh[~m].std(0, ddof=1) + 1e-30).mean()
+            out[t, i] = lin - lout
+    return out
+
+
+def test_ssl_view_lira_primary_is_the_papers_confidence_pipeline():
+    """The primary variant is the paper's ``confidence`` attack: per copy ``log p_y - log(1 - p_y)``
+    from a float64 softmax, the mean of those scores over the R repetitions of each view, then the
+    paper's leave-one-out LiRA over the A views (all S - 1 shadows). Averaging logits instead, or
+    LiRA over the A x R copies (the former primary), gives other scores."""
+    logits, labels, membership = _ssl_view_logits(s=8, c=12, a=3, r=4, effect=0.8, seed=5)
+    s, c, a, r, k = logits.shape
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p_y = np.take_along_axis(p, np.broadcast_to(labels[None, :, None, None, None], (s, c, a, r, 1)), -1)[..., 0]
+    conf = np.log(p_y + 1e-45) - np.log(1 - p_y + 1e-45)  # (S, C, A, R), as _get_score
+    per_view = conf.mean(axis=3)  # np.mean(aug_scores[:num_aug], axis=0)
+    expected = _paper_lira_loo(per_view.transpose(1, 0, 2), membership.T)
+    inp = AttackInput(signals={"ssl_view_logits": logits}, labels=labels, membership=membership)
+    out = SSLViewLiRA(repetitions=r, shadows="all").score(inp)
+    assert np.allclose(out["lira-aug3"], expected, rtol=1e-7, atol=1e-7)
+    assert np.allclose(out["lira-noaug"], _paper_lira_loo(per_view[:, :, :1].transpose(1, 0, 2), membership.T),
+                       rtol=1e-7, atol=1e-7)
+    copies = _paper_lira_loo(conf.reshape(s, c, a * r).transpose(1, 0, 2), membership.T)
+    assert np.allclose(out["lira-copies"], copies, rtol=1e-7, atol=1e-7)
+    assert not np.allclose(out["lira-aug3"], copies, rtol=1e-2)
+    mean_logits = logits.mean(axis=3, keepdims=True)  # averaging the logits first is another statistic
+    other = SSLViewLiRA(repetitions=1, shadows="all").score(
+        AttackInput(signals={"ssl_view_logits": mean_logits}, labels=labels, membership=membership))["lira-aug3"]
+    assert not np.allclose(out["lira-aug3"], other, rtol=1e-2)
+    # only the first `repetitions` copies are read
+    changed = logits.copy()
+    changed[:, :, :, 2:] = 50.0
+    assert np.array_equal(SSLViewLiRA(repetitions=2).score(AttackInput(signals={"ssl_view_logits": changed},
+                                                                     labels=labels, membership=membership))["lira-aug3"],
+                          SSLViewLiRA(repetitions=2).score(inp)["lira-aug3"])
 
 
 def _synthetic(s: int = 16, c: int = 60, a: int = 3, r: int = 6, effect: float = 1.0, seed: int = 0):
