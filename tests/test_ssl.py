@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -93,6 +94,77 @@ def test_moco_key_encoder_follows_the_query_encoder_by_momentum():
         assert torch.allclose(pk, 0.9 * pb + 0.1 * pq, atol=1e-6)
         assert not pk.requires_grad
     assert state["queue"].ptr == 12  # two key batches of 6
+
+
+def _running_stats(*modules: nn.Module) -> list[torch.Tensor]:
+    return [b.clone() for m in modules for k, b in m.state_dict().items() if "running" in k]
+
+
+def _simclr_step(view_batching: str, v1: torch.Tensor, v2: torch.Tensor, train: bool = True):
+    """One SimCLR ``pretrain_step`` from a fixed initialization; returns the loss, the BatchNorm
+    running statistics after it and an untouched copy of the initial (encoder, projection)."""
+    d = SimCLR(encoder="mlp", width=8, projection_dim=4, view_batching=view_batching)
+    torch.manual_seed(3)
+    enc = build_encoder("mlp", (1, 4, 4), 8)
+    heads = nn.ModuleDict(d.init_heads(enc.out_dim))
+    enc.train(train)
+    heads.train(train)
+    initial = copy.deepcopy((enc, heads["projection"]))
+    loss = d.pretrain_step(enc, heads, v1, v2, {})
+    return float(loss.detach()), _running_stats(enc, heads), initial
+
+
+def test_simclr_view_batching_separate_is_one_forward_pass_per_view():
+    """``separate`` (the paper's ``get_loss``: ``forward(img1)``, then ``forward(img2)``) equals two
+    independent passes, view 1 then view 2, of the same initial network: the same loss and the same
+    BatchNorm running statistics (updated twice). ``concat`` equals one pass over the 2N views. In
+    train mode the two differ (batch statistics per view vs over both); in eval mode they agree."""
+    g = torch.Generator().manual_seed(0)
+    v1 = torch.randn(8, 1, 4, 4, generator=g)
+    v2 = 2.0 * torch.randn(8, 1, 4, 4, generator=g) + 1.0  # a second view with other statistics
+    loss_sep, stats_sep, (enc, proj) = _simclr_step("separate", v1, v2)
+    with torch.no_grad():
+        z1, z2 = proj(enc(v1)), proj(enc(v2))
+    assert loss_sep == pytest.approx(float(nt_xent(z1, z2, 0.5)), rel=1e-6)
+    assert all(torch.allclose(a, b) for a, b in zip(stats_sep, _running_stats(enc, proj)))
+
+    loss_cat, stats_cat, (enc, proj) = _simclr_step("concat", v1, v2)
+    with torch.no_grad():
+        z = proj(enc(torch.cat([v1, v2])))
+    assert loss_cat == pytest.approx(float(nt_xent(z[:8], z[8:], 0.5)), rel=1e-6)
+    assert all(torch.allclose(a, b) for a, b in zip(stats_cat, _running_stats(enc, proj)))
+
+    assert abs(loss_sep - loss_cat) > 1e-3
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(stats_sep, stats_cat))
+    # every running mean moved by two momentum steps (separate) vs one (concat): for the first
+    # BatchNorm, 0.1 * (0.9 m1 + m2) against 0.1 * (m1 + m2) / 2 of the views' batch means m1, m2
+    with torch.no_grad():
+        h1, h2 = (enc.body[1](v.flatten(1)) for v in (v1, v2))
+    m1, m2 = h1.mean(0), h2.mean(0)
+    assert torch.allclose(stats_sep[0], 0.1 * (0.9 * m1 + m2), atol=1e-6)
+    assert torch.allclose(stats_cat[0], 0.1 * (m1 + m2) / 2, atol=1e-6)
+    # in eval mode BatchNorm reads its running statistics: the two forms are the same computation
+    assert _simclr_step("separate", v1, v2, train=False)[0] == pytest.approx(
+        _simclr_step("concat", v1, v2, train=False)[0], rel=1e-6)
+    with pytest.raises(ValueError, match="view_batching"):
+        SimCLR(view_batching="split")
+
+
+def test_moco_passes_each_view_on_its_own_as_the_papers_code():
+    """MoCo (the paper's and ours) encodes the queries of view 1 and view 2 in two passes: after one
+    step the query encoder's BatchNorm statistics are those of forward(v1) then forward(v2)."""
+    d = MoCo(encoder="mlp", width=8, queue_size=16, projection_dim=4)
+    torch.manual_seed(4)
+    enc = build_encoder("mlp", (1, 4, 4), 8)
+    heads = nn.ModuleDict(d.init_heads(enc.out_dim))
+    state = d.pretrain_state(enc, heads, torch.Generator().manual_seed(0), torch.device("cpu"))
+    ref = copy.deepcopy(nn.Sequential(enc, heads["projection"]))
+    g = torch.Generator().manual_seed(1)
+    v1, v2 = torch.randn(6, 1, 4, 4, generator=g), 2.0 * torch.randn(6, 1, 4, 4, generator=g) + 1.0
+    d.pretrain_step(enc, heads, v1, v2, state)
+    with torch.no_grad():
+        ref(v1), ref(v2)
+    assert all(torch.allclose(a, b) for a, b in zip(_running_stats(enc, heads), _running_stats(ref)))
 
 
 # --- augmentation ---------------------------------------------------------------------------
