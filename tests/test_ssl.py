@@ -372,8 +372,8 @@ def test_ssl_view_lira_primary_is_the_papers_confidence_pipeline():
     # only the first `repetitions` copies are read
     changed = logits.copy()
     changed[:, :, :, 2:] = 50.0
-    assert np.array_equal(SSLViewLiRA(repetitions=2).score(AttackInput(signals={"ssl_view_logits": changed},
-                                                                     labels=labels, membership=membership))["lira-aug3"],
+    changed_inp = AttackInput(signals={"ssl_view_logits": changed}, labels=labels, membership=membership)
+    assert np.array_equal(SSLViewLiRA(repetitions=2).score(changed_inp)["lira-aug3"],
                           SSLViewLiRA(repetitions=2).score(inp)["lira-aug3"])
 
 
