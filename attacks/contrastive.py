@@ -34,6 +34,40 @@ def check_repetitions(repetitions: object) -> int:
     return repetitions
 
 
+def check_shadows(shadows: object) -> bool:
+    """``shadows``, 'balanced' (True) or 'all' (False, the paper's S - 1), or a clear ValueError."""
+    if shadows not in ("balanced", "all"):
+        raise ValueError(f"shadows must be 'balanced' or 'all', got {shadows!r}")
+    return shadows == "balanced"
+
+
+def repetition_means(per_copy: np.ndarray, repetitions: int, who: str) -> np.ndarray:
+    """(S, C, A) float64: the mean over the first ``repetitions`` of per-copy scores (S, C, A, R), as
+    the paper's SSL attack averages its 6 repetitions per view before LiRA (``self_supervised.py``,
+    ``_run_attack``: ``np.mean(aug_scores[:num_aug], axis=0)``)."""
+    if per_copy.shape[-1] < repetitions:
+        raise ValueError(f"{who}: the run saved {per_copy.shape[-1]} repetitions, fewer than {repetitions}")
+    return per_copy[..., :repetitions].astype(np.float64).mean(axis=-1)
+
+
+def view_lira(obs: np.ndarray, membership: np.ndarray, balanced: bool) -> dict[str, np.ndarray]:
+    """Online LiRA (per-sample variance, leave-one-out) on per-view scores ``obs`` (S, C, A): the
+    paper's ``lira`` on the plain view only (``lira-noaug``) and its ``lira_da`` over all A views
+    (``lira-augA``, when A > 1)."""
+    out = {"lira-noaug": lira_scores(obs[:, :, :1], membership, online=True, global_variance=False,
+                                     balanced=balanced)}
+    num_views = obs.shape[2]
+    if num_views > 1:
+        out[f"lira-aug{num_views}"] = lira_scores(obs, membership, online=True, global_variance=False,
+                                                   balanced=balanced)
+    return out
+
+
+def primary_view_variant(variants: list[str]) -> str:
+    """``lira-augA`` (every query view, the paper's ``lira_da``) where there is one, else ``lira-noaug``."""
+    return next((v for v in variants if v.startswith("lira-aug")), "lira-noaug")
+
+
 class Contrastive(Attack):
     name = "contrastive"
     description = "similarity of two SSL views in the encoder's feature space (white-box), LiRA over the views"
@@ -42,8 +76,7 @@ class Contrastive(Attack):
 
     def __init__(self, repetitions: int = CONTRASTIVE_REPETITIONS, shadows: str = "balanced") -> None:
         check_repetitions(repetitions)
-        if shadows not in ("balanced", "all"):
-            raise ValueError(f"shadows must be 'balanced' or 'all', got {shadows!r}")
+        check_shadows(shadows)
         self.repetitions = repetitions
         self.shadows = shadows
 
@@ -51,24 +84,13 @@ class Contrastive(Attack):
         return {"repetitions": self.repetitions, "shadows": self.shadows}
 
     def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
-        sims = inp.signals[self.signal]  # (S, C, A, R)
-        if sims.shape[-1] < self.repetitions:
-            raise ValueError(f"{self.name}: the run saved {sims.shape[-1]} repetitions, fewer than {self.repetitions}")
-        obs = sims[..., : self.repetitions].astype(np.float64).mean(axis=-1)  # (S, C, A)
-        balanced = self.shadows == "balanced"
-        num_views = obs.shape[2]
-        out = {"threshold": obs.mean(axis=2)}
-        out["lira-noaug"] = lira_scores(obs[:, :, :1], inp.membership, online=True, global_variance=False,
-                                        balanced=balanced)
-        if num_views > 1:
-            out[f"lira-aug{num_views}"] = lira_scores(obs, inp.membership, online=True, global_variance=False,
-                                                       balanced=balanced)
-        return out
+        obs = repetition_means(inp.signals[self.signal], self.repetitions, self.name)  # (S, C, A, R) -> (S, C, A)
+        return {"threshold": obs.mean(axis=2), **view_lira(obs, inp.membership, self.shadows == "balanced")}
 
     def primary(self, variants: list[str], inp: AttackInput) -> str:
         """``lira-augA``: every query view (the paper's ``lira_da``). SSL pre-training augments every
         image, so the shifted and flipped views are inputs of the kind the encoder trained on."""
-        return next((v for v in variants if v.startswith("lira-aug")), "lira-noaug")
+        return primary_view_variant(variants)
 
 
 class ContrastiveBlackBox(Contrastive):

@@ -6,11 +6,13 @@ little. The encoder is pre-trained without labels on the model's training set (c
 included), with the SSL augmentation (:mod:`defenses.ssl_augment`, drawn per sample):
 
 - **SimCLR** (Chen et al. 2020): projection ``Linear(f, f, no bias) -> BN -> ReLU -> Linear(f, 128)``
-  and the NT-Xent loss at temperature 0.5 (:func:`nt_xent`);
+  and the NT-Xent loss at temperature 0.5 (:func:`nt_xent`); the two views pass the network as one
+  batch (``view_batching: concat``) or one pass per view as the paper's code (``separate``);
 - **MoCo v2** (Chen et al. 2020, as the paper's code): a 128-d linear head, a momentum ("key")
   copy of encoder and head updated as ``theta_k <- m theta_k + (1 - m) theta_q`` with m = 0.99
   before each step, a FIFO queue of 4096 keys (:class:`KeyQueue`), temperature 0.1 and the
-  symmetric loss ``ctr(q1, k2) + ctr(q2, k1)`` with both key batches enqueued. The paper's
+  symmetric loss ``ctr(q1, k2) + ctr(q2, k1)`` with both key batches enqueued; each view is encoded
+  in its own pass (BatchNorm statistics per view), as the paper's code does. The paper's
   "shuffle BN" on one GPU with plain BatchNorm is the identity (batch statistics do not depend
   on the order of the batch) and is not reproduced.
 
@@ -273,12 +275,30 @@ class SSLDefense(Defense):
         return probe.eval()
 
 
+#: SimCLR's ``view_batching``: how the two views of a pre-training batch pass the network
+VIEW_BATCHING = ("concat", "separate")
+
+
 class SimCLR(SSLDefense):
-    """SimCLR pre-training (Chen et al. 2020) + linear probe (the paper's "SSL (SimCLR)")."""
+    """SimCLR pre-training (Chen et al. 2020) + linear probe (the paper's "SSL (SimCLR)").
+
+    ``view_batching``: ``concat`` (default) passes the 2N views of a batch through encoder and
+    projection as one batch, so every BatchNorm layer normalizes with statistics over both views
+    and updates its running statistics once per step (Chen et al.'s SimCLR, whose global BatchNorm
+    pools every view); ``separate`` passes view 1 and then view 2 on their own, as the paper's code
+    (``SimCLR.get_loss``: two ``forward`` calls), so each view is normalized with its own batch
+    statistics and the running statistics are updated twice per step (view 1, then view 2)."""
 
     name = "ssl-simclr"
     description = "SimCLR self-supervised encoder + linear probe (labels only in the probe)"
-    param_defaults: ClassVar[dict[str, Any]] = {**SSLDefense.param_defaults, "temperature": 0.5, "projection_dim": 128}
+    param_defaults: ClassVar[dict[str, Any]] = {**SSLDefense.param_defaults, "temperature": 0.5, "projection_dim": 128,
+                                                "view_batching": "concat"}
+
+    def __init__(self, **params: Any) -> None:
+        super().__init__(**params)
+        if self.params["view_batching"] not in VIEW_BATCHING:
+            raise ValueError(f"view_batching must be one of {', '.join(VIEW_BATCHING)}, "
+                             f"got {self.params['view_batching']!r}")
 
     def init_heads(self, feat_dim: int) -> dict[str, nn.Module]:
         return {"projection": nn.Sequential(nn.Linear(feat_dim, feat_dim, bias=False), nn.BatchNorm1d(feat_dim),
@@ -286,8 +306,13 @@ class SimCLR(SSLDefense):
 
     def pretrain_step(self, encoder: nn.Module, heads: dict[str, nn.Module], v1: torch.Tensor,
                       v2: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
-        z = heads["projection"](encoder(torch.cat([v1, v2])))
-        return nt_xent(z[: len(v1)], z[len(v1) :], self.params["temperature"])
+        project = heads["projection"]
+        if self.params["view_batching"] == "separate":
+            z1, z2 = project(encoder(v1)), project(encoder(v2))
+        else:
+            z = project(encoder(torch.cat([v1, v2])))
+            z1, z2 = z[: len(v1)], z[len(v1) :]
+        return nt_xent(z1, z2, self.params["temperature"])
 
 
 class MoCo(SSLDefense):

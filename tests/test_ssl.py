@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import numpy as np
@@ -93,6 +94,77 @@ def test_moco_key_encoder_follows_the_query_encoder_by_momentum():
         assert torch.allclose(pk, 0.9 * pb + 0.1 * pq, atol=1e-6)
         assert not pk.requires_grad
     assert state["queue"].ptr == 12  # two key batches of 6
+
+
+def _running_stats(*modules: nn.Module) -> list[torch.Tensor]:
+    return [b.clone() for m in modules for k, b in m.state_dict().items() if "running" in k]
+
+
+def _simclr_step(view_batching: str, v1: torch.Tensor, v2: torch.Tensor, train: bool = True):
+    """One SimCLR ``pretrain_step`` from a fixed initialization; returns the loss, the BatchNorm
+    running statistics after it and an untouched copy of the initial (encoder, projection)."""
+    d = SimCLR(encoder="mlp", width=8, projection_dim=4, view_batching=view_batching)
+    torch.manual_seed(3)
+    enc = build_encoder("mlp", (1, 4, 4), 8)
+    heads = nn.ModuleDict(d.init_heads(enc.out_dim))
+    enc.train(train)
+    heads.train(train)
+    initial = copy.deepcopy((enc, heads["projection"]))
+    loss = d.pretrain_step(enc, heads, v1, v2, {})
+    return float(loss.detach()), _running_stats(enc, heads), initial
+
+
+def test_simclr_view_batching_separate_is_one_forward_pass_per_view():
+    """``separate`` (the paper's ``get_loss``: ``forward(img1)``, then ``forward(img2)``) equals two
+    independent passes, view 1 then view 2, of the same initial network: the same loss and the same
+    BatchNorm running statistics (updated twice). ``concat`` equals one pass over the 2N views. In
+    train mode the two differ (batch statistics per view vs over both); in eval mode they agree."""
+    g = torch.Generator().manual_seed(0)
+    v1 = torch.randn(8, 1, 4, 4, generator=g)
+    v2 = 2.0 * torch.randn(8, 1, 4, 4, generator=g) + 1.0  # a second view with other statistics
+    loss_sep, stats_sep, (enc, proj) = _simclr_step("separate", v1, v2)
+    with torch.no_grad():
+        z1, z2 = proj(enc(v1)), proj(enc(v2))
+    assert loss_sep == pytest.approx(float(nt_xent(z1, z2, 0.5)), rel=1e-6)
+    assert all(torch.allclose(a, b) for a, b in zip(stats_sep, _running_stats(enc, proj)))
+
+    loss_cat, stats_cat, (enc, proj) = _simclr_step("concat", v1, v2)
+    with torch.no_grad():
+        z = proj(enc(torch.cat([v1, v2])))
+    assert loss_cat == pytest.approx(float(nt_xent(z[:8], z[8:], 0.5)), rel=1e-6)
+    assert all(torch.allclose(a, b) for a, b in zip(stats_cat, _running_stats(enc, proj)))
+
+    assert abs(loss_sep - loss_cat) > 1e-3
+    assert not all(torch.allclose(a, b, atol=1e-4) for a, b in zip(stats_sep, stats_cat))
+    # every running mean moved by two momentum steps (separate) vs one (concat): for the first
+    # BatchNorm, 0.1 * (0.9 m1 + m2) against 0.1 * (m1 + m2) / 2 of the views' batch means m1, m2
+    with torch.no_grad():
+        h1, h2 = (enc.body[1](v.flatten(1)) for v in (v1, v2))
+    m1, m2 = h1.mean(0), h2.mean(0)
+    assert torch.allclose(stats_sep[0], 0.1 * (0.9 * m1 + m2), atol=1e-6)
+    assert torch.allclose(stats_cat[0], 0.1 * (m1 + m2) / 2, atol=1e-6)
+    # in eval mode BatchNorm reads its running statistics: the two forms are the same computation
+    assert _simclr_step("separate", v1, v2, train=False)[0] == pytest.approx(
+        _simclr_step("concat", v1, v2, train=False)[0], rel=1e-6)
+    with pytest.raises(ValueError, match="view_batching"):
+        SimCLR(view_batching="split")
+
+
+def test_moco_passes_each_view_on_its_own_as_the_papers_code():
+    """MoCo (the paper's and ours) encodes the queries of view 1 and view 2 in two passes: after one
+    step the query encoder's BatchNorm statistics are those of forward(v1) then forward(v2)."""
+    d = MoCo(encoder="mlp", width=8, queue_size=16, projection_dim=4)
+    torch.manual_seed(4)
+    enc = build_encoder("mlp", (1, 4, 4), 8)
+    heads = nn.ModuleDict(d.init_heads(enc.out_dim))
+    state = d.pretrain_state(enc, heads, torch.Generator().manual_seed(0), torch.device("cpu"))
+    ref = copy.deepcopy(nn.Sequential(enc, heads["projection"]))
+    g = torch.Generator().manual_seed(1)
+    v1, v2 = torch.randn(6, 1, 4, 4, generator=g), 2.0 * torch.randn(6, 1, 4, 4, generator=g) + 1.0
+    d.pretrain_step(enc, heads, v1, v2, state)
+    with torch.no_grad():
+        ref(v1), ref(v2)
+    assert all(torch.allclose(a, b) for a, b in zip(_running_stats(enc, heads), _running_stats(ref)))
 
 
 # --- augmentation ---------------------------------------------------------------------------
@@ -221,27 +293,88 @@ def test_ssl_view_logits_are_taken_on_the_contrastive_pairs_first_views():
     assert not np.array_equal(out, ssl_view_outputs(flat, x, spec, seed=6, repetitions=2, batch_size=4))
 
 
-def test_ssl_view_lira_recovers_members_whose_augmented_views_are_more_confident():
-    rng = np.random.default_rng(2)
-    s, c, a, r, k = 16, 60, 3, 6, 4
+def _ssl_view_logits(s: int = 16, c: int = 60, a: int = 3, r: int = 6, k: int = 4, effect: float = 1.5,
+                     seed: int = 2):
+    rng = np.random.default_rng(seed)
     membership = np.zeros((s, c), bool)
     for i in range(c):
         membership[rng.permutation(s)[: s // 2], i] = True
     labels = rng.integers(0, k, c)
     logits = rng.normal(0, 1.0, size=(s, c, a, r, k))
-    logits[np.arange(s)[:, None], np.arange(c)[None, :], :, :, labels[None, :]] += 1.5 * membership[:, :, None, None]
-    inp = AttackInput(signals={"ssl_view_logits": logits.astype(np.float32)}, labels=labels, membership=membership)
+    logits[np.arange(s)[:, None], np.arange(c)[None, :], :, :, labels[None, :]] += effect * membership[:, :, None, None]
+    return logits.astype(np.float32), labels, membership
+
+
+def test_ssl_view_lira_recovers_members_whose_augmented_views_are_more_confident():
+    logits, labels, membership = _ssl_view_logits()
+    c = len(labels)
+    inp = AttackInput(signals={"ssl_view_logits": logits}, labels=labels, membership=membership)
     attack = SSLViewLiRA()
     out = attack.score(inp)
-    assert set(out) == {"lira-views", "lira-noaug"} and attack.primary(list(out), inp) == "lira-views"
+    assert set(out) == {"lira-aug3", "lira-noaug", "lira-copies", "lira-copies-noaug"}
+    assert attack.primary(list(out), inp) == "lira-aug3"
     ev = np.ones(c, bool)
     auc = {v: evaluate_scores(out[v], membership, ev, [0.01], bootstrap=0, confidence=0.95, seed=0).auc for v in out}
-    assert auc["lira-views"] > 0.95 and auc["lira-views"] > auc["lira-noaug"] > 0.6  # more copies, more evidence
-    wrong = AttackInput(signals=inp.signals, labels=(labels + 1) % k, membership=membership)  # scored on the label
-    assert evaluate_scores(attack.score(wrong)["lira-views"], membership, ev, [0.01], bootstrap=0, confidence=0.95,
-                           seed=0).auc < auc["lira-views"] - 0.1
+    assert auc["lira-aug3"] > 0.95 and auc["lira-aug3"] > auc["lira-noaug"] > 0.6  # more views, more evidence
+    # scored on the label: another class's confidence shows the member's boost only through the softmax
+    wrong = AttackInput(signals=inp.signals, labels=(labels + 1) % 4, membership=membership)
+    assert evaluate_scores(attack.score(wrong)["lira-aug3"], membership, ev, [0.01], bootstrap=0, confidence=0.95,
+                           seed=0).auc < auc["lira-aug3"] - 0.05
     with pytest.raises(ValueError, match="repetitions"):
         SSLViewLiRA(repetitions=7)
+    with pytest.raises(ValueError, match="shadows"):
+        SSLViewLiRA(shadows="some")
+
+
+def _paper_lira_loo(scores: np.ndarray, membership: np.ndarray) -> np.ndarray:
+    """The paper's ``attack_util.lira_attack_loo`` (per-sample variance), written as its loop:
+    ``scores`` (C, S, A), ``membership`` (C, S); returns (S, C)."""
+    from scipy.stats import norm
+
+    c, s, _ = scores.shape
+    out = np.zeros((s, c))
+    for t in range(s):
+        keep = np.arange(s) != t
+        for i in range(c):
+            sh, m = scores[i, keep], membership[i, keep]
+            lin = norm.logpdf(scores[i, t], sh[m].mean(0), sh[m].std(0, ddof=1) + 1e-30).mean()
+            lout = norm.logpdf(scores[i, t], sh[~m].mean(0), sh[~m].std(0, ddof=1) + 1e-30).mean()
+            out[t, i] = lin - lout
+    return out
+
+
+def test_ssl_view_lira_primary_is_the_papers_confidence_pipeline():
+    """The primary variant is the paper's ``confidence`` attack: per copy ``log p_y - log(1 - p_y)``
+    from a float64 softmax, the mean of those scores over the R repetitions of each view, then the
+    paper's leave-one-out LiRA over the A views (all S - 1 shadows). Averaging logits instead, or
+    LiRA over the A x R copies (the former primary), gives other scores."""
+    logits, labels, membership = _ssl_view_logits(s=8, c=12, a=3, r=4, effect=0.8, seed=5)
+    s, c, a, r, k = logits.shape
+    z = logits.astype(np.float64)
+    p = np.exp(z - z.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    p_y = np.take_along_axis(p, np.broadcast_to(labels[None, :, None, None, None], (s, c, a, r, 1)), -1)[..., 0]
+    conf = np.log(p_y + 1e-45) - np.log(1 - p_y + 1e-45)  # (S, C, A, R), as _get_score
+    per_view = conf.mean(axis=3)  # np.mean(aug_scores[:num_aug], axis=0)
+    expected = _paper_lira_loo(per_view.transpose(1, 0, 2), membership.T)
+    inp = AttackInput(signals={"ssl_view_logits": logits}, labels=labels, membership=membership)
+    out = SSLViewLiRA(repetitions=r, shadows="all").score(inp)
+    assert np.allclose(out["lira-aug3"], expected, rtol=1e-7, atol=1e-7)
+    assert np.allclose(out["lira-noaug"], _paper_lira_loo(per_view[:, :, :1].transpose(1, 0, 2), membership.T),
+                       rtol=1e-7, atol=1e-7)
+    copies = _paper_lira_loo(conf.reshape(s, c, a * r).transpose(1, 0, 2), membership.T)
+    assert np.allclose(out["lira-copies"], copies, rtol=1e-7, atol=1e-7)
+    assert not np.allclose(out["lira-aug3"], copies, rtol=1e-2)
+    mean_logits = logits.mean(axis=3, keepdims=True)  # averaging the logits first is another statistic
+    other = SSLViewLiRA(repetitions=1, shadows="all").score(
+        AttackInput(signals={"ssl_view_logits": mean_logits}, labels=labels, membership=membership))["lira-aug3"]
+    assert not np.allclose(out["lira-aug3"], other, rtol=1e-2)
+    # only the first `repetitions` copies are read
+    changed = logits.copy()
+    changed[:, :, :, 2:] = 50.0
+    changed_inp = AttackInput(signals={"ssl_view_logits": changed}, labels=labels, membership=membership)
+    assert np.array_equal(SSLViewLiRA(repetitions=2).score(changed_inp)["lira-aug3"],
+                          SSLViewLiRA(repetitions=2).score(inp)["lira-aug3"])
 
 
 def _synthetic(s: int = 16, c: int = 60, a: int = 3, r: int = 6, effect: float = 1.0, seed: int = 0):
