@@ -4,8 +4,10 @@
   the headline FPR (ties: TPR at FPR 0, then AUC, then attack order), at the sample level over every
   canary experiment; its CI re-makes that choice in every bootstrap replicate (:func:`select_best`).
 - The **strongest figure** is the best of every attack variant that ran on what the deployed model
-  serves, by the same rule and with the same kind of CI (:func:`strongest_figure`); it is flagged
-  when its CI lies above the headline (:func:`strongest_warning`).
+  serves (attacks on pre-defense outputs or on SELENA's Split-AI ensemble left out:
+  :data:`harness.core.signals.NOT_SERVED`), by the same rule and with the same kind of CI
+  (:func:`strongest_figure`); it is flagged when its CI lies above the headline
+  (:func:`strongest_warning`).
 - The **ratio** of the sample- to the population-level headline gets a paired bootstrap CI over
   victim models (:func:`ratio_json`).
 
@@ -20,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from harness.core.config import ExperimentConfig
+from harness.core.signals import NOT_SERVED
 
 HEADLINE_FPR = 0.001
 
@@ -102,7 +105,8 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
 
 
 #: why an attack is left out of the strongest figure: it reads outputs the deployed model never serves
-PRE_DEFENSE = "reads the outputs before the defense's test-time step (raw_query), which the deployed model does not serve"
+PRE_DEFENSE = NOT_SERVED["raw_query"]  # lira-raw, HAMP's ablation
+SPLIT_AI = NOT_SERVED["splitai_query"]  # lira-neighbour, the paper's splitai_nn on SELENA
 
 
 def strongest_figure(pool: list[Candidate], headline: dict[str, Any], cfg: ExperimentConfig,
