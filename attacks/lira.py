@@ -246,6 +246,7 @@ class LiRANeighbourStudent(LiRA):
     Split-AI: :class:`LiRANeighbour`). It applies to experiments whose canaries have neighbours only."""
 
     name = "lira-neighbour-student"
-    description = "LiRA on the served outputs at each canary's near-duplicate, canary's label (near-duplicates canaries)"
+    description = ("LiRA on the served outputs at each canary's near-duplicate, canary's label "
+                   "(near-duplicates canaries)")
     needs = frozenset({"neighbour_logits"})
     signal = "neighbour_logits"

@@ -23,6 +23,9 @@ from pathlib import Path
 
 from harness_cli import evaluate_into
 
+#: the attacks every defense runs (SELENA adds its declared lira-neighbour)
+ATTACKS = "lira,rmia,threshold,lira-neighbour-student"
+
 
 def summary(run_dir: Path) -> dict:
     r = json.loads((run_dir / "results.json").read_text())
@@ -55,7 +58,7 @@ def main() -> None:
     extra = ["--data-dir", a.data_dir] if a.data_dir else []
     for defense in a.defenses.split(","):
         run_dir, wall = evaluate_into(a.out / a.preset / defense, defense, "--preset", a.preset, "--canary",
-                                      "near-duplicates", "--set", "attack.names=[lira,rmia,threshold,lira-neighbour-student]",
+                                      "near-duplicates", "--set", f"attack.names=[{ATTACKS}]",
                                       "--workers", str(a.workers), *extra)
         s = summary(run_dir)
         sim = s["similarity"]

@@ -248,7 +248,8 @@ def evaluate_level(
             continue
         if lacking:
             why = (f"needs signals {lacking}, which this run's models did not save (they were trained before this "
-                   f"attack was configured, or by an older version); train a new run (--out or --run-dir) to include it")
+                   f"attack was configured, or by an older version); train a new run (--out or --run-dir) to "
+                   f"include it")
             if attack.name in headline_attacks:  # e.g. a SELENA run from before lira-neighbour read Split-AI
                 why += HEADLINE_SKIPPED
             skipped[attack.name] = why
