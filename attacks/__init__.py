@@ -18,6 +18,7 @@ KIND = PluginKind("attacks", "attack", {
     "contrastive-blackbox": "attacks.contrastive:ContrastiveBlackBox",
     "lira-sslview": "attacks.ssl_view_lira:SSLViewLiRA",
     "lira-neighbour": "attacks.lira:LiRANeighbour",
+    "lira-neighbour-student": "attacks.lira:LiRANeighbourStudent",
 }, Attack)
 resolve = KIND.resolve
 

@@ -220,13 +220,33 @@ class LiRARaw(LiRA):
 
 
 class LiRANeighbour(LiRA):
-    """LiRA on each canary's matched near-duplicate (``neighbour_logits``: the served outputs on the
-    neighbour a ``near-duplicates`` canary carries), scored with the *canary's* label: the
-    misleading-evaluations paper's near-duplicate attack on Split-AI (its ``splitai_nn``), which
-    answers a training sample with teachers that never saw *it*, but may have seen its near-twin.
-    Black-box; it applies to experiments whose canaries have neighbours only."""
+    """The misleading-evaluations paper's near-duplicate attack on SELENA (its ``splitai_nn``,
+    ``selena.py:_run_attack``): query SELENA's Split-AI ensemble at each canary's matched
+    near-duplicate (``splitai_neighbour_logits``: log of the mean softmax of the L teachers that
+    never trained on the neighbour, one plain query) and score it with the *canary's* label,
+    ``log p_y - log(1 - p_y)``, then online LiRA with per-sample variances. Split-AI answers the
+    neighbour with teachers that never saw the neighbour, but most of them (K - L of K) trained on
+    a member canary, its near-twin of another label. Variants as :class:`LiRA` on one query
+    (``online-{logit|hinge}-noaug-{persample|global}``); primary ``online-logit-noaug-persample``,
+    the paper's ``splitai_nn_lira_logit``. Needs the ``splitai_query`` access (SELENA only), which
+    the deployed student does not serve: a headline attack of SELENA (declared, as in the paper),
+    left out of the strongest figure. It applies to experiments whose canaries have neighbours only."""
 
     name = "lira-neighbour"
-    description = "LiRA on each canary's near-duplicate neighbour (near-duplicates canaries; SELENA's adaptive attack)"
+    description = ("the paper's splitai_nn: LiRA on SELENA's Split-AI answer at each canary's near-duplicate, "
+                   "canary's label (near-duplicates canaries; SELENA's adaptive attack)")
+    needs = frozenset({"splitai_neighbour_logits"})
+    signal = "splitai_neighbour_logits"
+
+
+class LiRANeighbourStudent(LiRA):
+    """LiRA on the *served* outputs at each canary's matched near-duplicate (``neighbour_logits``),
+    scored with the canary's label: the neighbour query against what the deployed model serves
+    (SELENA's student, or any defense's model). Black-box; not the paper's attack (that one queries
+    Split-AI: :class:`LiRANeighbour`). It applies to experiments whose canaries have neighbours only."""
+
+    name = "lira-neighbour-student"
+    description = ("LiRA on the served outputs at each canary's near-duplicate, canary's label "
+                   "(near-duplicates canaries)")
     needs = frozenset({"neighbour_logits"})
     signal = "neighbour_logits"

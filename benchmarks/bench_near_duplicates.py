@@ -1,4 +1,4 @@
-"""Natural near-duplicate canaries and the neighbour-query attack (the paper's SELENA section):
+"""Natural near-duplicate canaries and the neighbour-query attacks (the paper's SELENA section):
 LiRA on each canary against LiRA on its matched near-duplicate, for SELENA and for the undefended
 model under the same recipe.
 
@@ -6,11 +6,13 @@ model under the same recipe.
         [--defenses selena,undefended] [--workers 2]
 
 Each defense runs as ``harness evaluate DEFENSE --canary near-duplicates --set
-attack.names=[lira,rmia,threshold,lira-neighbour]`` (finished runs resume at no cost). Printed per defense: the matched pairs' cosine similarities, and for ``lira`` and
-``lira-neighbour`` on the near-duplicate canaries the primary variant's TPR at 0.1% and 1% FPR and
-AUC, and the best variant at 0.1% FPR. Split-AI answers a training sample with teachers that never
-saw it, but not its near-twin of another label, so the neighbour query is expected to gain on
-SELENA relative to querying the sample itself; on the undefended model it can only lose.
+attack.names=[lira,rmia,threshold,lira-neighbour-student]`` (finished runs resume at no cost); SELENA
+adds its declared ``lira-neighbour``. Two neighbour queries: ``lira-neighbour``, the paper's
+``splitai_nn`` (SELENA's Split-AI ensemble at the neighbour: the mean softmax of the teachers that
+never trained on the neighbour; SELENA only), and ``lira-neighbour-student`` (the served model at
+the neighbour). Printed per defense: the matched pairs' cosine similarities, and for ``lira`` and
+each neighbour attack on the near-duplicate canaries the primary variant's TPR at 0.1% and 1% FPR
+and AUC, and the best variant at 0.1% FPR; then the level's headline and strongest figure.
 """
 
 from __future__ import annotations
@@ -21,13 +23,18 @@ from pathlib import Path
 
 from harness_cli import evaluate_into
 
+#: the attacks every defense runs (SELENA adds its declared lira-neighbour)
+ATTACKS = "lira,rmia,threshold,lira-neighbour-student"
+
 
 def summary(run_dir: Path) -> dict:
     r = json.loads((run_dir / "results.json").read_text())
     s = r["sample"]
     out = {"similarity": s["canary_info"]["similarity"], "embedder": s["canary_info"]["embedder"], "attacks": {}}
-    for name in ("lira", "lira-neighbour"):
+    for name in ("lira", "lira-neighbour", "lira-neighbour-student"):
         rows = [a for a in s["attacks"] if a["name"] == name]
+        if not rows:  # lira-neighbour: SELENA's declared attack (it reads Split-AI), not run for others
+            continue
         primary = next(a for a in rows if a.get("primary"))
         best = max(rows, key=lambda a: a["tpr_at_fpr"]["0.001"])
         out["attacks"][name] = {"primary": primary["variant"], "tpr0.1": primary["tpr_at_fpr"]["0.001"],
@@ -51,14 +58,14 @@ def main() -> None:
     extra = ["--data-dir", a.data_dir] if a.data_dir else []
     for defense in a.defenses.split(","):
         run_dir, wall = evaluate_into(a.out / a.preset / defense, defense, "--preset", a.preset, "--canary",
-                                      "near-duplicates", "--set", "attack.names=[lira,rmia,threshold,lira-neighbour]",
+                                      "near-duplicates", "--set", f"attack.names=[{ATTACKS}]",
                                       "--workers", str(a.workers), *extra)
         s = summary(run_dir)
         sim = s["similarity"]
         print(f"{defense} ({a.preset}, {s['embedder']} embeddings; pair cosine similarity max {sim['max']:.3f}, "
               f"median {sim['median']:.3f}, min {sim['min']:.3f}; {wall:.0f} s; {run_dir})")
         for name, m in s["attacks"].items():
-            print(f"  {name:15s} primary {m['primary']}: TPR@0.1% {100 * m['tpr0.1']:.2f}%, TPR@1% "
+            print(f"  {name:22s} primary {m['primary']}: TPR@0.1% {100 * m['tpr0.1']:.2f}%, TPR@1% "
                   f"{100 * m['tpr1']:.2f}%, AUC {m['auc']:.3f}; best at 0.1%: {m['best']} "
                   f"{100 * m['best_tpr0.1']:.2f}%")
         p = s["population lira"]

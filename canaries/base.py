@@ -28,8 +28,9 @@ class Canaries:
     the attack (scores use ``y``); ``evaluated`` (C,) bool marks the canaries the ROC pools;
     ``extra_x``/``extra_y`` are added to every model's training set. ``neighbour_x`` (C, channels,
     H, W) uint8, when a generator provides it (``near-duplicates``), holds each canary's matched
-    near-duplicate among the samples every model trains on: the ``lira-neighbour`` attack queries
-    it instead of the canary (scored with the canary's label); empty otherwise.
+    near-duplicate among the samples every model trains on: the neighbour attacks query it instead
+    of the canary, scored with the canary's label (``lira-neighbour``: SELENA's Split-AI there, the
+    paper's ``splitai_nn``; ``lira-neighbour-student``: the served model); empty otherwise.
     """
 
     x: np.ndarray
@@ -104,7 +105,7 @@ class CanaryGenerator(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
-    #: whether the canaries carry neighbour images (``Canaries.neighbour_x``) for lira-neighbour
+    #: whether the canaries carry neighbour images (``Canaries.neighbour_x``) for the neighbour attacks
     provides_neighbours: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:

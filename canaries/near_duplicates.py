@@ -10,8 +10,9 @@ linear_sum_assignment(maximize=True)``, as the paper's SELENA attack code; exact
 for large pools). That neighbour is the audit sample's natural
 near-duplicate with another label, and every model trains on it. The canary is the audit sample
 itself, with its own label: a member makes the model fit two near-identical images with different
-labels (a memorization target), and the ``lira-neighbour`` attack queries the neighbour instead,
-scored with the canary's label, as the paper attacks Split-AI. The pairs are recorded most similar
+labels (a memorization target), and the neighbour attacks query the neighbour instead, scored with
+the canary's label: ``lira-neighbour`` queries SELENA's Split-AI ensemble there, as the paper
+(``splitai_nn``), ``lira-neighbour-student`` the served model. The pairs are recorded most similar
 first (``describe``).
 
 Parameters (``audit.canary_params.near-duplicates.*``): ``embedder`` (``openclip``, default;

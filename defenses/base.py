@@ -2,7 +2,8 @@
 
 ``Defense.fit(train, ctx) -> ServedModel``: train on a labeled dataset and return the model the
 adversary queries. ``ServedModel.query`` is the black-box API (outputs after any test-time
-defense); ``raw_query`` (before it) and ``features`` (white-box) are optional. A defense declares
+defense); ``raw_query`` (before it), ``features`` (white-box) and ``splitai_query`` (SELENA's
+Split-AI ensemble, which the deployed student does not serve) are optional. A defense declares
 its default canary and its adaptive attacks (paper section 5.3: attacks must be adapted).
 """
 
@@ -78,6 +79,13 @@ class ServedModel(ABC):
 
     def features(self, x: np.ndarray) -> np.ndarray | None:
         """White-box features (e.g. penultimate activations), or None."""
+        return None
+
+    def splitai_query(self, x: np.ndarray) -> np.ndarray | None:
+        """SELENA's Split-AI answer: float32 (N, K) log of the mean softmax of each input's L query
+        teachers (for a training sample, the L teachers that never trained on it), or None for a
+        defense without such an ensemble. The deployed model does not serve it; the
+        misleading-evaluations paper queries it in its SELENA attacks (``splitai_nn``)."""
         return None
 
     def view_augmentation(self) -> Any:
@@ -199,8 +207,9 @@ class Defense(ABC):
     adaptive_attacks: ClassVar[tuple[str, ...]] = ("lira",)
     ablation_attacks: ClassVar[tuple[str, ...]] = ()  # run and reported, never a headline
     #: what the served model offers besides ``query``: ``"raw_query"`` (outputs before a test-time
-    #: defense) and/or ``"features"`` (white-box encoder features); signals that need one of these
-    #: are refused before training for a defense that does not declare it (harness.run.signals)
+    #: defense), ``"features"`` (white-box encoder features) and/or ``"splitai_query"`` (SELENA's
+    #: Split-AI ensemble); signals that need one of these are refused before training for a defense
+    #: that does not declare it (harness.run.signals)
     provides: ClassVar[frozenset[str]] = frozenset()
     param_defaults: ClassVar[dict[str, Any]] = {}
     #: the ``train.*`` fields ``fit`` reads (None: all of them); an override of any other is refused

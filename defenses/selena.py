@@ -20,8 +20,10 @@ Algorithm (SELENA paper section 3: Split-AI, then Self-Distillation):
 2. **Self-Distillation.** The soft label of training sample i is Split-AI's output on it: the mean
    over its L query teachers of their softmax on the *unaugmented* sample (as the paper's code). A
    student with the preset's architecture, recipe and augmentation trains with cross-entropy
-   against these probability targets on all training samples. The student is the served model;
-   Split-AI is returned only inside :class:`SELENAFit`, for inspection and tests.
+   against these probability targets on all training samples. The student is the served model
+   (:class:`SELENAStudent`); it also answers ``splitai_query`` with Split-AI, an access the
+   deployed student does not serve to the public but the misleading-evaluations paper attacks
+   (its ``splitai_nn``: the ``lira-neighbour`` attack). :class:`SELENAFit` holds all three parts.
 
 Why the ``duplicates`` canaries break it (misleading-evaluations paper, protocol notes section 2):
 an audit image appears twice, once with its true label and once (the evaluated canary) with a wrong
@@ -143,14 +145,30 @@ class SplitAI(ServedModel):
         return np.log(np.maximum(mean, np.finfo(np.float64).tiny)).astype(np.float32)
 
 
+class SELENAStudent(TorchClassifier):
+    """The served SELENA model: the distilled student answers ``query``; ``splitai_query`` answers
+    with the Split-AI ensemble it was distilled from (:meth:`SplitAI.query`, plain query only), the
+    access the paper's near-duplicate attack reads. ``model_state`` is the student's only."""
+
+    def __init__(self, net: Any, mean: tuple[float, ...], std: tuple[float, ...], device: str,
+                 split_ai: SplitAI, record: dict[str, Any] | None = None) -> None:
+        super().__init__(net, mean, std, device, record=record)
+        self.split_ai = split_ai
+
+    def splitai_query(self, x: np.ndarray) -> np.ndarray:
+        """log of the mean softmax of each input's L query teachers (float32, (N, classes))."""
+        return self.split_ai.query(x)
+
+
 @dataclass(frozen=True)
 class SELENAFit:
     """Everything one SELENA fit produced: the Split-AI ensemble, the soft labels (n, classes)
-    float32 the student was distilled on, and the student (the served model)."""
+    float32 the student was distilled on, and the student (the served model, which also serves
+    ``splitai_query`` from ``split_ai``)."""
 
     split_ai: SplitAI
     soft_labels: np.ndarray
-    student: TorchClassifier
+    student: SELENAStudent
 
 
 class SELENA(Defense):
@@ -163,7 +181,9 @@ class SELENA(Defense):
     name = "selena"
     description = "Split-AI (K teachers, each sample left out of L) self-distilled into a served student"
     default_canary = "duplicates"
+    #: ``lira-neighbour`` is the paper's ``splitai_nn``: Split-AI queried at each canary's near-duplicate
     adaptive_attacks = ("lira", "lira-neighbour")
+    provides = frozenset({"splitai_query"})
     param_defaults = {"num_teachers": 25, "num_query": 10, "teacher_epochs": None}
 
     def __init__(self, **params: Any) -> None:
@@ -182,7 +202,8 @@ class SELENA(Defense):
         return train_cfg if e is None else train_cfg.model_copy(update={"epochs": int(e)})
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
-        """Train SELENA and serve the distilled student (a :class:`TorchClassifier`)."""
+        """Train SELENA and serve the distilled student (a :class:`SELENAStudent`, which also answers
+        ``splitai_query``)."""
         return self.fit_all(train, ctx).student
 
     def fit_all(self, train: LabeledImages, ctx: FitContext) -> SELENAFit:
@@ -236,7 +257,7 @@ class SELENA(Defense):
             "teacher_train_size_mean": float(sizes.mean()),
             "soft_label_agreement": float((soft.argmax(axis=1) == train.y).mean()),
         }
-        student = TorchClassifier(student_net, train.mean, train.std, ctx.device, record=facts)
+        student = SELENAStudent(student_net, train.mean, train.std, ctx.device, split_ai, record=facts)
         return SELENAFit(split_ai=split_ai, soft_labels=soft, student=student)
 
 

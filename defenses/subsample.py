@@ -34,6 +34,9 @@ class SubsampledServed(ServedModel):
     def features(self, x: np.ndarray) -> np.ndarray | None:
         return self.inner.features(x)
 
+    def splitai_query(self, x: np.ndarray) -> np.ndarray | None:
+        return self.inner.splitai_query(x)
+
     def model_state(self) -> dict[str, Any] | None:
         return self.inner.model_state()
 

@@ -42,6 +42,11 @@ PLUGINS = textwrap.dedent('''
         adaptive_attacks = ("lira-raw",)
 
 
+    class NeighbourWithoutSplitAI(Base):
+        default_canary = "near-duplicates"
+        adaptive_attacks = ("lira", "lira-neighbour")
+
+
     class BothAdaptiveAndAblation(Base):
         adaptive_attacks = ("lira",)
         ablation_attacks = ("lira",)
@@ -69,6 +74,7 @@ PLUGINS = textwrap.dedent('''
     ("BareString", [], "adaptive_attacks must be a tuple of attack names, e.g. (\"lira\",), got 'lira'"),
     ("WhiteBoxWithoutFeatures", [], "adaptive attack 'contrastive' (declared by defense"),
     ("RawWithoutRawQuery", [], "declare provides = frozenset({'raw_query'})"),
+    ("NeighbourWithoutSplitAI", [], "declare provides = frozenset({'splitai_query'})"),
     ("BothAdaptiveAndAblation", [], "lira both adaptive (a headline attack) and an ablation"),
     ("Unknown", [], "unknown attack 'lria'"),
     ("NoneAdaptive", [], "adaptive_attacks must be a tuple of attack names, e.g. (\"lira\",), got None"),

@@ -314,29 +314,127 @@ def test_pixel_embeddings_are_unit_vectors():
     assert np.allclose(np.linalg.norm(e, axis=1), 1)
 
 
+def _paper_splitai_nn(probs: np.ndarray, labels: np.ndarray, membership: np.ndarray) -> np.ndarray:
+    """The paper's ``splitai_nn_lira_logit``, written out independently (``attack_util``): the score
+    ``log(p_y + 1e-30) - log(sum_{j != y} p_j + 1e-30)`` of Split-AI's mean softmax ``probs`` (S, C, K)
+    with the canary's label, then for each victim t and sample i the online likelihood ratio of
+    Gaussians fitted to the other S - 1 models' IN and OUT scores (means, ddof=1 deviations)."""
+    from scipy.stats import norm
+
+    s, c, _ = probs.shape
+    p_y = probs[:, np.arange(c), labels]
+    score = np.log(p_y + 1e-30) - np.log(probs.sum(-1) - p_y + 1e-30)
+    out = np.zeros((s, c))
+    for t in range(s):
+        for i in range(c):
+            others = np.arange(s) != t
+            ins, outs = score[others & membership[:, i], i], score[others & ~membership[:, i], i]
+            out[t, i] = (norm.logpdf(score[t, i], ins.mean(), ins.std(ddof=1))
+                         - norm.logpdf(score[t, i], outs.mean(), outs.std(ddof=1)))
+    return out
+
+
+def test_lira_neighbour_is_the_papers_splitai_nn_on_the_splitai_signal():
+    """lira-neighbour reads Split-AI's answer at the neighbour (not the served outputs there) and its
+    primary variant, with the paper's shadows, is the paper's splitai_nn score; lira-neighbour-student
+    reads the served outputs instead."""
+    from attacks.base import AttackInput
+    from attacks.lira import LiRANeighbour, LiRANeighbourStudent
+
+    rng = np.random.default_rng(0)
+    s, c, k = 10, 30, 10
+    membership = np.zeros((s, c), bool)
+    for i in range(c):
+        membership[rng.permutation(s)[: s // 2], i] = True
+    labels = rng.integers(0, k, c)
+    probs = rng.dirichlet(np.ones(k), size=(s, c))
+    probs[membership, labels[np.nonzero(membership)[1]]] += 0.5  # members: more weight on the canary's label
+    probs /= probs.sum(-1, keepdims=True)
+    splitai = np.log(probs).astype(np.float32)[:, :, None, :]  # (S, C, 1, K): one plain query
+    served = rng.normal(size=(s, c, 9, k)).astype(np.float32)  # the student's outputs: pure noise here
+    inp = AttackInput(signals={"splitai_neighbour_logits": splitai, "neighbour_logits": served}, labels=labels,
+                      membership=membership, trained_with_augmentation=True)
+    attack = LiRANeighbour(shadows="all")
+    assert attack.needs == frozenset({"splitai_neighbour_logits"})
+    variants = attack.score(inp)
+    assert attack.primary(list(variants), inp) == "online-logit-noaug-persample"  # one query: no augA variant
+    want = _paper_splitai_nn(probs.astype(np.float32).astype(np.float64), labels, membership)
+    np.testing.assert_allclose(variants["online-logit-noaug-persample"], want, rtol=1e-4, atol=1e-4)
+    # it does not read the served outputs: replacing them changes nothing
+    other = AttackInput(signals={"splitai_neighbour_logits": splitai, "neighbour_logits": -served}, labels=labels,
+                        membership=membership, trained_with_augmentation=True)
+    np.testing.assert_array_equal(attack.score(other)["online-logit-noaug-persample"],
+                                  variants["online-logit-noaug-persample"])
+    student = LiRANeighbourStudent(shadows="all")
+    assert student.needs == frozenset({"neighbour_logits"})
+    a, b = (student.score(x)["online-logit-aug9-persample"] for x in (inp, other))
+    assert not np.allclose(a, b)
+
+
 @pytest.mark.slow
 def test_selena_reports_lira_neighbour_beside_lira_on_near_duplicate_canaries(tmp_path):
+    """A tiny SELENA run: lira-neighbour (Split-AI at the neighbour) is a headline candidate, white-box
+    and left out of the strongest figure; lira-neighbour-student (the student there) is reported
+    beside it. Then the same run as an older version left it (no Split-AI signal): the attack phase
+    still works, lists lira-neighbour as skipped and takes the headline without it."""
+    from harness.audit.headline import SPLIT_AI
+
     res = runner.invoke(app, ["evaluate", "selena", "--canary", "near-duplicates", "--models", "6", "--epochs", "2",
                               "--set", "defense_params.num_teachers=4", "--set", "defense_params.num_query=2",
+                              "--set", "attack.names=[lira,lira-neighbour-student]",
                               "--set", "attack.bootstrap=20", "--out", str(tmp_path)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     (run_dir,) = tmp_path.iterdir()
     r = json.loads((run_dir / "results.json").read_text())
     sample = r["sample"]
     assert sample["canary"] == "near-duplicates" and sample["headline_attacks"] == ["lira", "lira-neighbour"]
-    names = {a["name"] for a in sample["attacks"]}
-    assert {"lira", "lira-neighbour"} <= names
+    access = {a["name"]: a["access"] for a in sample["attacks"]}
+    assert access == {"lira": "black-box", "lira-neighbour": "white-box", "lira-neighbour-student": "black-box"}
+    assert sample["strongest"]["excluded_attacks"] == {"lira-neighbour": SPLIT_AI}
+    assert not any(c.split("/")[1].startswith("lira-neighbour:") for c in sample["strongest"]["candidates"])
+    assert any(c.split("/")[1].startswith("lira-neighbour-student:") for c in sample["strongest"]["candidates"])
     assert "not applicable" in r["population"]["skipped_attacks"]["lira-neighbour"]
     assert sample["canary_info"]["embedder"] == "pixels"
     design = np.load(run_dir / "sample-near-duplicates" / "design.npz")
     assert design["neighbour_x"].shape == design["canary_x"].shape
+    signals = sorted((run_dir / "sample-near-duplicates" / "signals").glob("model_*.npz"))
+    with np.load(signals[0]) as z:
+        assert z["splitai_neighbour_logits"].shape == (len(design["canary_x"]), 1, 10)
+        assert z["neighbour_logits"].shape == z["logits"].shape
     assert "lira-neighbour" in res.output
+    # a run from before lira-neighbour read Split-AI: its models saved no splitai_neighbour_logits
+    for f in signals:
+        with np.load(f) as z:
+            kept = {k: z[k] for k in z.files if k != "splitai_neighbour_logits"}
+        np.savez(f, **kept)
+    res2 = runner.invoke(app, ["attack", str(run_dir)], env={"COLUMNS": "200"})
+    assert res2.exit_code == 0, res2.output
+    r2 = json.loads((run_dir / "results.json").read_text())
+    why = r2["sample"]["skipped_attacks"]["lira-neighbour"]
+    assert "did not save" in why and "headline is taken without it" in why
+    assert r2["sample"]["headline_attacks"] == ["lira"] and r2["sample"]["best"]["name"] == "lira"
+    assert any("headline attack lira-neighbour skipped" in n for n in r2["notes"])
+    assert "lira-neighbour-student" in {a["name"] for a in r2["sample"]["attacks"]}
 
 
-def test_lira_neighbour_asked_for_without_near_duplicate_canaries_is_refused(tmp_path):
-    res = runner.invoke(app, ["evaluate", "undefended", "--set", "attack.names=[lira,lira-neighbour]", "--out",
-                              str(tmp_path / "o")])
+def test_lira_neighbour_student_asked_for_without_near_duplicate_canaries_is_refused(tmp_path):
+    res = runner.invoke(app, ["evaluate", "undefended", "--set", "attack.names=[lira,lira-neighbour-student]",
+                              "--out", str(tmp_path / "o")])
     assert res.exit_code == 2 and "add --canary near-duplicates" in " ".join(res.output.split()), res.output
+    assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("canary", [["--canary", "near-duplicates"], []])
+def test_lira_neighbour_is_refused_for_a_defense_without_split_ai(tmp_path, canary):
+    """The paper's splitai_nn needs SELENA's Split-AI: any other defense is refused before training,
+    one line naming the missing access and the student-query attack to use instead."""
+    res = runner.invoke(app, ["evaluate", "undefended", *canary, "--set", "attack.names=[lira,lira-neighbour]",
+                              "--out", str(tmp_path / "o")])
+    text = " ".join(res.output.split())
+    assert res.exit_code == 2 and res.output.count("error:") == 1, res.output
+    assert ("attack 'lira-neighbour' needs signal 'splitai_neighbour_logits'" in text
+            and "which needs a Split-AI ensemble's outputs (SELENA's); defense 'undefended''s served model does not "
+                "provide them" in text and "lira-neighbour-student queries the served model" in text), text
     assert not (tmp_path / "o").exists()
 
 

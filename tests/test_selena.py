@@ -192,6 +192,9 @@ def test_served_model_is_the_student_and_answers_n_by_k_logits(monkeypatch, digi
     np.testing.assert_allclose(out, direct, rtol=1e-5, atol=1e-5)
     assert (out.argmax(axis=1) == y_test).mean() > 0.5  # it learned digits from the soft labels
     assert served.raw_query(x_test[:2]) is None
+    # the extra access: Split-AI, not the student
+    np.testing.assert_array_equal(served.splitai_query(x_test[:5]), served.split_ai.query(x_test[:5]))
+    assert np.abs(np.exp(served.splitai_query(x_test[:5])) - _softmax(out[:5])).max() > 1e-3
     info = served.info()
     assert (info["num_teachers"], info["num_query"], info["teacher_epochs"]) == (K, L, recipe.epochs)
 
@@ -258,6 +261,7 @@ def test_parameters_are_validated():
 def test_registry_and_presets():
     cls = resolve("defenses", "selena")
     assert cls is SELENA and cls.default_canary == "duplicates" and cls.adaptive_attacks == ("lira", "lira-neighbour")
+    assert cls.provides == frozenset({"splitai_query"})  # what lira-neighbour reads
     params = {p: build_config(p, {"defense": "selena"}).defense_params for p in ("quick", "cifar10", "paper")}
     assert params["paper"]["num_teachers"] == 25 and params["paper"]["num_query"] == 10
     for p in params.values():
@@ -305,3 +309,32 @@ def test_one_harness_job_trains_selena_on_duplicates_canaries(tmp_path):
     signals = prep.run.read_signals("sample-duplicates", 0)
     assert signals is not None and signals.arrays["logits"].shape == (60, 9, 10)
     assert "raw_logits" not in signals.arrays
+
+
+def test_splitai_neighbour_signal_is_the_mean_softmax_of_the_teachers_that_never_saw_the_neighbour(monkeypatch, digits):
+    """The signal ``lira-neighbour`` reads (the paper's ``splitai_nn`` query), computed through the
+    runner's path (the checked served model, :func:`compute_signals`), equals an independent
+    computation: per neighbour (a training sample), the mean softmax of exactly the teachers whose
+    recorded training data did not contain it, on the plain image (one query)."""
+    from harness.run.plugin_errors import check_served
+    from harness.run.signals import BUILTIN_SIGNALS, compute_signals
+
+    train, x_test, _ = digits
+    spy = Spy()
+    monkeypatch.setattr(selena_mod, "train_classifier", spy)
+    served = SELENA(num_teachers=K, num_query=L).fit(train, FitContext(seed=7, device="cpu", train=TINY))
+    seen = _seen_matrix(spy, train)
+    neighbours = np.arange(0, len(train), 12)  # training samples, as a near-duplicate is in every model
+    teacher_nets = [c["net"] for c in spy.calls if c["targets"] is None]
+    probs = np.stack([_softmax(TorchClassifier(net, train.mean, train.std, "cpu").query(train.x[neighbours]))
+                      for net in teacher_nets])  # (K, n, classes)
+    expected = np.stack([probs[~seen[:, j], row].mean(axis=0) for row, j in enumerate(neighbours)])
+    checked = check_served(served, x_test[:4], 10, "selena", "test")
+    out = compute_signals(["splitai_neighbour_logits", "neighbour_logits"], BUILTIN_SIGNALS, checked, x_test[:30],
+                          x_test[:0], train.augment, 0, neighbour_x=train.x[neighbours])
+    sig = out["splitai_neighbour_logits"]
+    assert sig.shape == (len(neighbours), 1, 10) and sig.dtype == np.float32  # one plain query, no views
+    np.testing.assert_allclose(np.exp(sig[:, 0].astype(np.float64)), expected, atol=1e-5)
+    # not the full ensemble (teachers that saw the neighbour included), not the served student
+    assert np.abs(np.exp(sig[:, 0]) - probs.mean(axis=0)).max() > 1e-3
+    assert np.abs(np.exp(sig[:, 0]) - _softmax(out["neighbour_logits"][:, 0])).max() > 1e-3

@@ -121,8 +121,8 @@ def test_audit_one_run_checks_its_queries_too(tmp_path, plugin):
 
 
 class _Model:
-    def __init__(self, logits=None, raw=None, feats=None):
-        self.logits, self.raw, self.feats = logits, raw, feats
+    def __init__(self, logits=None, raw=None, feats=None, splitai=None):
+        self.logits, self.raw, self.feats, self.splitai = logits, raw, feats, splitai
 
     def query(self, x):
         return self.logits
@@ -132,6 +132,9 @@ class _Model:
 
     def features(self, x):
         return self.feats
+
+    def splitai_query(self, x):
+        return self.splitai
 
 
 def test_checked_served_checks_raw_outputs_and_features_and_passes_good_ones():
@@ -153,6 +156,10 @@ def test_checked_served_checks_raw_outputs_and_features_and_passes_good_ones():
         checked.features(x)
     with pytest.raises(PluginFailure, match="dtype int64"):
         CheckedServed(_Model(np.zeros((5, 3), np.int64)), 3, "d", "w").query(x)
+    assert CheckedServed(_Model(good, splitai=good), 3, "d", "w").splitai_query(x) is good
+    assert CheckedServed(_Model(good), 3, "d", "w").splitai_query(x) is None
+    with pytest.raises(PluginFailure, match=r"splitai_query returned shape \(5, 2\) on 5 images"):
+        CheckedServed(_Model(good, splitai=np.zeros((5, 2), np.float32)), 3, "d", "w").splitai_query(x)
 
 
 def test_float16_outputs_pass_without_an_overflow_warning():

@@ -15,11 +15,15 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
-from harness.audit.headline import (PRE_DEFENSE, Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
+from harness.audit.headline import (Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
                                     headline_test_warning, ratio_json, select_best, strongest_figure, victim_weights)
 from harness.core.metrics import AttackMetrics, evaluate_scores, roc_on_grid
+from harness.core.signals import NOT_SERVED
 from harness.plugins import resolve
 from harness.run.runstore import RunDir, RunDirError
+
+#: appended to the reason a headline attack was skipped for want of a signal the run's models lack
+HEADLINE_SKIPPED = "; it is one of the defense's headline attacks: this level's headline is taken without it"
 
 LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every model): the label-only attack was "
                    "added automatically and counts for the headline")
@@ -226,7 +230,9 @@ def evaluate_level(
     """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
     *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
     reported in ``attacks``. Attacks whose signals the run lacks (a run trained by an older
-    version) are skipped and listed in ``skipped_attacks``; a headline attack cannot be skipped.
+    version) are skipped and listed in ``skipped_attacks``, a headline attack too (its reason says
+    the headline is taken without it; the run's ``notes`` repeat it); a level where no headline
+    attack ran is an error.
     ``weights``: the run's :func:`~harness.audit.headline.victim_weights` (built here when None)."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
@@ -236,7 +242,7 @@ def evaluate_level(
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
     weights = weights if weights is not None else victim_weights(cfg, cfg.audit.models)
-    from harness.run.signals import attack_access, reads_pre_defense_outputs, signal_table
+    from harness.run.signals import attack_access, signal_table, unserved_access
 
     table = signal_table(attacks)
     entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
@@ -250,15 +256,16 @@ def evaluate_level(
             continue
         if lacking:
             why = (f"needs signals {lacking}, which this run's models did not save (they were trained before this "
-                   f"attack was configured); train a new run (--out or --run-dir) to include it")
-            if attack.name in headline_attacks:
-                raise ConfigError(f"attack {attack.name!r} {why}")
+                   f"attack was configured, or by an older version); train a new run (--out or --run-dir) to "
+                   f"include it")
+            if attack.name in headline_attacks:  # e.g. a SELENA run from before lira-neighbour read Split-AI
+                why += HEADLINE_SKIPPED
             skipped[attack.name] = why
             continue
         access = attack_access(attack, table)
-        pre_defense = reads_pre_defense_outputs(attack, table)
-        if pre_defense:
-            excluded[attack.name] = PRE_DEFENSE
+        unserved = unserved_access(attack, table)
+        if unserved is not None:
+            excluded[attack.name] = NOT_SERVED[unserved]
         variants = attack.score(inp)
         primary = attack.primary(list(variants), inp)
         if primary not in variants:
@@ -275,11 +282,13 @@ def evaluate_level(
                 entry["eps_lower_one_run"] = _one_run_json(scores[:, ev], mem_ev, num_canaries=len(ev))
             if variant == primary and attack.name in headline_attacks:
                 candidates.append(cand)
-            elif not pre_defense:
+            elif unserved is None:
                 others.append(cand)
             entries.append(entry)
     if not candidates:
-        raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran")
+        whys = "; ".join(f"{a}: {skipped[a]}" for a in headline_attacks if a in skipped)
+        raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran"
+                          + (f" ({whys})" if whys else ""))
     best, selection = select_best(candidates, cfg)
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
@@ -386,6 +395,10 @@ def evaluate_run(
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
                              weights)
+        headline_skips = [f"{level}: headline attack {a} skipped ({why})"
+                          for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
+        if headline_skips:
+            results["notes"] = [*results.get("notes", []), *headline_skips]
         curves[level] = lev.curves
         excluded.update(lev.excluded)
         if level == "population":

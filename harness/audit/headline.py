@@ -8,7 +8,8 @@ sample/population ratio.
   read on the others), so that the choice does not inflate it, and the plain maximum stays beside it
   as ``optimistic_max`` (:func:`select_best`).
 - The **strongest figure** is the same cross-fitted best-of over *every* attack variant that ran on
-  what the deployed model serves (:func:`strongest_figure`).
+  what the deployed model serves (attacks on pre-defense outputs or on SELENA's Split-AI ensemble
+  left out: :data:`harness.core.signals.NOT_SERVED`; :func:`strongest_figure`).
 - The **headline test** asks whether any variant beats the headline: Hansen's SPA test over every
   variant, FPR and level at once, family-wise error at most ``attack.alpha`` (:func:`headline_test`);
   its rejection is the ``beats_headline`` flag and the report's warning.
@@ -27,6 +28,7 @@ import numpy as np
 
 from harness.core.config import ExperimentConfig
 from harness.core.crossfit import FoldSamples, VictimWeights, crossfit
+from harness.core.signals import NOT_SERVED
 
 HEADLINE_FPR = 0.001
 
@@ -163,7 +165,8 @@ def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[
 
 
 #: why an attack is left out of the strongest figure: it reads outputs the deployed model never serves
-PRE_DEFENSE = "reads the outputs before the defense's test-time step (raw_query), which the deployed model does not serve"
+PRE_DEFENSE = NOT_SERVED["raw_query"]  # lira-raw, HAMP's ablation
+SPLIT_AI = NOT_SERVED["splitai_query"]  # lira-neighbour, the paper's splitai_nn on SELENA
 
 
 def strongest_figure(pool: list[Candidate], cfg: ExperimentConfig, excluded: dict[str, str]) -> dict[str, Any]:

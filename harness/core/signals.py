@@ -18,6 +18,16 @@ SignalFn = Callable[[Any, np.ndarray, AugmentSpec, int], "np.ndarray | None"]
 
 #: repetitions of the contrastive views saved per model (the paper's 6); attacks may average fewer
 CONTRASTIVE_REPETITIONS = 6
+
+#: the served-model accesses (``Signal.requires``) that the deployed model does not serve to the
+#: public, each with why an attack that reads one is left out of the strongest figure
+#: (:mod:`harness.audit.headline`; ``excluded_attacks`` in results.json)
+NOT_SERVED = {
+    "raw_query": "reads the outputs before the defense's test-time step (raw_query), which the deployed model "
+                 "does not serve",
+    "splitai_query": "reads SELENA's Split-AI ensemble (splitai_query), which the deployed model (the distilled "
+                     "student) does not serve",
+}
 FISHER_EPS = 1e-45  # the paper's guard inside the logs
 
 

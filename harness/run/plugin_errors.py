@@ -9,8 +9,9 @@ query the harness makes of it (:class:`CheckedServed`: each signal, the test acc
 plugin stops the run at the model whose output broke it, naming the row:
 
 - ``fit`` returns a :class:`~defenses.base.ServedModel`;
-- ``query(x)`` and ``raw_query(x)`` return a floating-point array of shape (N, num_classes) whose
-  values are finite and fit float32 (the signals' storage): no NaN, no infinity, no 1e300;
+- ``query(x)``, ``raw_query(x)`` and ``splitai_query(x)`` return a floating-point array of shape
+  (N, num_classes) whose values are finite and fit float32 (the signals' storage): no NaN, no
+  infinity, no 1e300;
 - ``features(x)``, when offered, returns a finite floating-point array of shape (N, D).
 """
 
@@ -132,8 +133,8 @@ def check_output(out: Any, n: int, width: int | None, method: str, defense_name:
 
 
 class CheckedServed:
-    """A served model whose every ``query``, ``raw_query`` and ``features`` output is checked
-    (:func:`check_output`) before the harness uses it; ``during`` names what the harness is
+    """A served model whose every ``query``, ``raw_query``, ``features`` and ``splitai_query`` output is
+    checked (:func:`check_output`) before the harness uses it; ``during`` names what the harness is
     computing (set by :func:`harness.run.signals.compute_signals`), for the message. Exceptions of the
     wrapped model pass through unchanged (the runner reports them as the defense's)."""
 
@@ -158,6 +159,10 @@ class CheckedServed:
     def features(self, x: np.ndarray) -> np.ndarray | None:
         out = self.inner.features(x)
         return None if out is None else self._check(out, x, "features", None)
+
+    def splitai_query(self, x: np.ndarray) -> np.ndarray | None:
+        out = self.inner.splitai_query(x)
+        return None if out is None else self._check(out, x, "splitai_query", self.num_classes)
 
     def view_augmentation(self) -> Any:
         return self.inner.view_augmentation()

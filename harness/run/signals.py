@@ -5,7 +5,8 @@ per model right after training and saved with it (so that attacks re-run without
 An attack declares the signals it ``needs``; the runner computes the union of what the run's
 attacks need (``logits`` always: the run's bookkeeping reads them) and nothing else. A signal may
 need a capability of the served model (``features`` for white-box signals, ``raw_query`` for
-pre-defense outputs): an attack whose signal the defense cannot provide is refused before any
+pre-defense outputs, ``splitai_query`` for SELENA's Split-AI ensemble): an attack whose signal the
+defense cannot provide is refused before any
 training (:func:`check_signals`). ``seed`` is the same for every model of a run, so that random
 query draws (the contrastive views) are identical across the victim and its shadow models.
 
@@ -15,7 +16,10 @@ Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index
 - ``raw_logits`` (N, A, K): the outputs before a test-time defense (needs ``raw_query``);
 - ``population_logits`` (Z, A, K): the served outputs on the run's population samples (RMIA's z);
 - ``neighbour_logits`` (N, A, K): the served outputs on each canary's matched near-duplicate (the
-  ``near-duplicates`` canaries carry them; the ``lira-neighbour`` attack reads it);
+  ``near-duplicates`` canaries carry them; the ``lira-neighbour-student`` attack reads it);
+- ``splitai_neighbour_logits`` (N, 1, K): SELENA's Split-AI answer on each canary's near-duplicate,
+  log of the mean softmax of the L teachers that never trained on the neighbour, plain query only
+  (needs ``splitai_query``; the ``lira-neighbour`` attack, the paper's ``splitai_nn``, reads it);
 - ``contrastive_features`` (N, A, R): per query view and repetition r < R = 6, the Fisher-transformed
   cosine similarity ``log((1 + s) / (1 - s))`` of the encoder features of two SSL-augmented copies
   of the view (white-box, needs ``features``; the paper's ``backbone`` score, protocol notes 3.5);
@@ -36,7 +40,7 @@ from defenses.ssl_augment import SSLAugment
 from harness.core.augment import shift_flip
 from harness.core.errors import ConfigError
 from harness.core.data import AugmentSpec
-from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, Signal
+from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, NOT_SERVED, Signal
 from harness.run.plugin_errors import CheckedServed
 
 if TYPE_CHECKING:
@@ -123,6 +127,15 @@ def _raw_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int
     return query_augmented(served.raw_query, x, spec)  # type: ignore[arg-type]
 
 
+def _splitai_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray | None:
+    """(N, 1, K): Split-AI's answer on the plain images only. A shifted or flipped view is an input
+    no teacher trained on, so Split-AI would answer it with hashed teachers, some of which saw the
+    sample (the paper's code queries Split-AI without augmentation)."""
+    if served.splitai_query(x[:1]) is None:
+        return None
+    return np.asarray(served.splitai_query(x), dtype=np.float32)[:, None, :]
+
+
 def _contrastive_features(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray | None:
     if served.features(x[:1]) is None:
         return None
@@ -147,6 +160,9 @@ BUILTIN_SIGNALS: dict[str, Signal] = {
                images="population"),
         Signal("neighbour_logits", "served outputs on each canary's matched near-duplicate (near-duplicates "
                "canaries)", _logits, images="neighbours"),
+        Signal("splitai_neighbour_logits", "SELENA's Split-AI answer (mean softmax of the teachers that never "
+               "trained on it) on each canary's matched near-duplicate, plain query", _splitai_logits,
+               requires="splitai_query", images="neighbours", access="white-box"),
         Signal("contrastive_features", "similarity of encoder features of two SSL views (Fisher-transformed)",
                _contrastive_features, requires="features", access="white-box"),
         Signal("contrastive_logits", "similarity of served logits of two SSL views (Fisher-transformed)",
@@ -173,15 +189,23 @@ def needed_signals(attacks: Iterable[Attack]) -> list[str]:
     return sorted({"logits", *(n for a in attacks for n in a.needs)})
 
 
-def reads_pre_defense_outputs(attack: Attack, table: dict[str, Signal]) -> bool:
-    """Whether the attack reads outputs from before a test-time defense (a signal that needs
-    ``raw_query``, e.g. ``lira-raw``): an ablation of what the deployed model never serves."""
-    return any(table[n].requires == "raw_query" for n in attack.needs if n in table)
+def unserved_access(attack: Attack, table: dict[str, Signal]) -> str | None:
+    """The first access in :data:`harness.core.signals.NOT_SERVED` (what the deployed model does not
+    serve) that a signal the attack reads needs (``raw_query``
+    for ``lira-raw``, HAMP's ablation on its pre-defense outputs; ``splitai_query`` for
+    ``lira-neighbour``, which queries SELENA's Split-AI ensemble), or None for an attack on what the
+    deployed model serves."""
+    needs = {table[n].requires for n in attack.needs if n in table}
+    return next((a for a in NOT_SERVED if a in needs), None)
 
 
 def attack_access(attack: Attack, table: dict[str, Signal]) -> str:
     """``white-box`` if any signal the attack reads is, else ``black-box``."""
     return "white-box" if any(table[n].access == "white-box" for n in attack.needs if n in table) else "black-box"
+
+
+#: what to run instead of an attack refused for want of an access, by access
+_INSTEAD = {"splitai_query": "; lira-neighbour-student queries the served model at each canary's near-duplicate"}
 
 
 def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str, population_samples: int,
@@ -201,11 +225,11 @@ def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str,
                 raise ConfigError(f"{who} needs signal {n!r}, which no signal provides "
                                   f"(known: {', '.join(sorted(table))})")
             if sig.requires is not None and sig.requires not in provides:
-                what = {"features": "white-box features", "raw_query": "pre-defense outputs"}.get(sig.requires,
-                                                                                                  sig.requires)
+                what = {"features": "white-box features", "raw_query": "pre-defense outputs",
+                        "splitai_query": "a Split-AI ensemble's outputs (SELENA's)"}.get(sig.requires, sig.requires)
                 fix = (f"declare provides = frozenset({{{sig.requires!r}}}) on the defense with a served model that "
                        f"implements {sig.requires}, or remove the attack from its adaptive_attacks" if declared else
-                       "leave the attack out (--set attack.names=[...])")
+                       "leave the attack out (--set attack.names=[...])" + _INSTEAD.get(sig.requires, ""))
                 raise ConfigError(f"{who} needs signal {n!r} ({sig.description}), which needs {what}; defense "
                                   f"{defense!r}'s served model does not provide them: {fix}")
             if sig.images == "neighbours" and not neighbours and not declared:
