@@ -268,14 +268,14 @@ def download_verified(url: str, path: Path, sha256: str, what: str) -> None:
     The bytes stream into a temp file beside ``path`` while they are hashed; a failed download or a
     different digest removes the temp file (nothing half-written is kept) and raises one
     :class:`DataError` line; a good one is fsynced and renamed onto ``path``
-    (``runstore.atomic_write_with``, as every file the harness writes).
+    (:func:`harness.core.atomic.atomic_write_with`, as every file the harness writes).
     """
     import http.client
     import urllib.error
     import urllib.request  # here, not at the top: most runs never download, and it takes a while to import
 
+    from harness.core.atomic import atomic_write_with
     from harness.core.errors import os_error_message
-    from harness.run.runstore import atomic_write_with
 
     def failed(reason: str) -> DataError:
         return DataError(f"the download of {what} from {url} to {path} failed ({reason}); nothing was kept")
