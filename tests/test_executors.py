@@ -142,7 +142,8 @@ def test_the_command_ends_after_its_atexit_handlers_with_its_exit_code(tmp_path)
 # (the preflight's own time limit, PREFLIGHT_TIMEOUT, is tested with a silent port below; the
 # command's wall time is not asserted: on a loaded machine its start alone can take most of a minute)
 
-def _cli(args: list[str], path: str | None = None) -> tuple[int, str, str]:
+def _cli_failing(args: list[str], path: str | None = None) -> tuple[int, str, str]:
+    """``harness ARGS`` in a subprocess with ``PATH`` replaced by ``path``: (exit code, stdout, stderr)."""
     env = {**os.environ, "COLUMNS": "300"}
     if path is not None:
         env["PATH"] = path
@@ -172,8 +173,8 @@ def _fake_slurm(folder: Path, sinfo: str) -> str:
 def test_slurm_that_cannot_run_is_one_line_before_the_run_directory(tmp_path, sinfo, extra, message):
     path = str(tmp_path / "empty") if sinfo is None else _fake_slurm(tmp_path / "bin", sinfo)
     out = tmp_path / "runs"
-    code, stdout, stderr = _cli(["evaluate", "undefended", "--executor", "slurm", "--out", str(out), *ARGS, *extra],
-                                path)
+    code, stdout, stderr = _cli_failing(["evaluate", "undefended", "--executor", "slurm", "--out", str(out), *ARGS,
+                                         *extra], path)
     assert code == 2, stdout + stderr
     assert stderr.startswith("error: run.executor=slurm (--executor slurm): ") and len(stderr.strip().splitlines()) == 1, \
         stderr
@@ -193,8 +194,8 @@ def _free_port() -> int:
 def test_ray_with_nothing_listening_is_one_line_before_the_run_directory(tmp_path):
     out = tmp_path / "runs"
     address = f"127.0.0.1:{_free_port()}"
-    code, stdout, stderr = _cli(["evaluate", "undefended", "--executor", "ray", "--set", f"run.ray.address={address}",
-                                 "--out", str(out), *ARGS])
+    code, stdout, stderr = _cli_failing(["evaluate", "undefended", "--executor", "ray", "--set",
+                                         f"run.ray.address={address}", "--out", str(out), *ARGS])
     assert code == 2, stdout + stderr
     assert stderr.strip() == (f"error: run.executor=ray (--executor ray): nothing answers at {address} (connection "
                               "refused); start the cluster (`ray start --head` prints its address) or fix run.ray.address")
