@@ -41,7 +41,7 @@ import numpy as np
 
 from canaries.base import Canaries
 from harness.core.config import ConfigError, ExperimentConfig, validate_config
-from harness.core.atomic import atomic_write_bytes, atomic_write_with  # noqa: F401 (used here and imported from here)
+from harness.core.atomic import atomic_write_bytes, atomic_write_with  # noqa: F401 (atomic_write_with: imported from here)
 from harness.core.atomic import temp_file as _temp_file
 from harness.core.data import ImageDataset
 from harness.core.design import AuditDesign
