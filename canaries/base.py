@@ -68,7 +68,8 @@ class CanaryContext:
     are the whole training pool (the non-audit samples every model trains on among them),
     ``data_fingerprint`` identifies it, ``device`` is the run's (for a generator that runs a
     network), and ``store`` keeps expensive per-dataset arrays between runs (embeddings): an
-    :class:`ArrayStore` or None.
+    :class:`ArrayStore` or None. ``download`` says whether a generator may fetch a missing data file
+    into ``data_dir`` (``data.download`` on a cifar10 dataset: the paper's OOD canary file).
     """
 
     num_classes: int
@@ -81,6 +82,7 @@ class CanaryContext:
     data_fingerprint: str = ""
     device: str = "cpu"
     store: "ArrayStore | None" = None
+    download: bool = False
 
 
 class ArrayStore(Protocol):

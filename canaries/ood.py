@@ -5,14 +5,18 @@ label is kept, as in the paper's code: the original label of the replaced sample
 respect to the new image's content and class-balanced (``label: random`` draws a uniform label
 instead). Sources (``audit.canary_params.ood.source``):
 
-- unset (the paper's): ``ood_imagenet_samples.pt`` in the dataset folder (``data.path``), the
-  file the paper's code loads from its data directory: a bare uint8 tensor [500, 3, 32, 32]
-  (one ImageNet train image per class for 500 classes). Its MD5 is recorded and compared with
-  the paper's (``47acc093c6ce95b2d453dff3a97f2500``);
+- unset (the paper's; the ``paper`` preset): ``ood_imagenet_samples.pt`` in the dataset folder
+  (``data.path``), the file the paper's code loads from its data directory: a bare uint8 tensor
+  [500, 3, 32, 32] (one ImageNet train image per class for 500 classes). When the folder lacks it
+  and ``data.download`` is set (cifar10), it is fetched from the paper's public repository at a
+  pinned commit and kept only if its SHA-256 is the published file's
+  (:func:`harness.core.data.paper_ood_file`). Its MD5 is recorded and compared with the paper's
+  (``47acc093c6ce95b2d453dff3a97f2500``);
 - a path: a tensor file in that format (any N >= C, [N, 1 or 3, H, W]), or a folder of image files
   (read in sorted name order);
 - ``photos``: patches of scikit-learn's two bundled sample photos (china.jpg, flower.jpg), cut at
-  seeded random positions; works without any download (the ``quick`` and ``cifar10`` presets).
+  seeded random positions; needs no file at all (the ``quick``, ``cifar10`` and ``fast`` presets'
+  choice, so that they run offline from a local dataset copy).
 
 Images are resized (bilinear, antialiased) to the dataset's image size and converted to its
 channel count (luma for grey, repeated channels for colour).
@@ -28,9 +32,9 @@ import numpy as np
 import torch
 
 from canaries.base import Canaries, CanaryContext, CanaryGenerator
+from harness.core.data import PAPER_OOD_FILE, DataError, paper_ood_file
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
-PAPER_FILE = "ood_imagenet_samples.pt"
 PAPER_MD5 = "47acc093c6ce95b2d453dff3a97f2500"
 PHOTOS = "photos"
 
@@ -113,8 +117,9 @@ class OutOfDistribution(CanaryGenerator):
         self.label = label
         self._record: dict[str, Any] = {}
 
-    def resolve_source(self, data_dir: str | None) -> str | Path:
-        """The source to read: :data:`PHOTOS` or a path (the paper's file when ``source`` is unset)."""
+    def resolve_source(self, data_dir: str | None, download: bool = False) -> str | Path:
+        """The source to read: :data:`PHOTOS` or a path (the paper's file when ``source`` is unset,
+        downloaded into ``data_dir`` when it is absent there and ``download`` is set)."""
         if self.source == PHOTOS:
             return PHOTOS
         if self.source is not None:
@@ -122,19 +127,19 @@ class OutOfDistribution(CanaryGenerator):
             if not path.exists():
                 raise ValueError(f"OOD source {self.source!r} does not exist")
             return path
-        path = Path(data_dir).expanduser() / PAPER_FILE if data_dir else None
-        if path is None or not path.is_file():
-            where = f"in the data folder {data_dir!r}" if data_dir else "(this dataset has no data folder)"
-            raise ValueError(
-                f"ood canaries read the paper's {PAPER_FILE} from the data folder, and there is none {where}; "
-                f"put it there, or set --set audit.canary_params.ood.source=PATH (a uint8 tensor file "
-                f"[N,3,H,W] or an image folder) or ...source={PHOTOS} (bundled photo patches)"
-            )
-        return path
+        others = (f"set --set audit.canary_params.ood.source=PATH (a uint8 tensor file [N,3,H,W] or an image "
+                  f"folder) or ...source={PHOTOS} (bundled photo patches)")
+        if not data_dir:
+            raise ValueError(f"ood canaries read the paper's {PAPER_OOD_FILE} from the data folder, and this "
+                             f"dataset has no data folder; {others}")
+        try:
+            return paper_ood_file(Path(data_dir).expanduser(), download=download)
+        except DataError as e:
+            raise ValueError(f"{e}; or put the file there yourself, or {others}") from None
 
     def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         c = len(y)
-        src = self.resolve_source(ctx.data_dir)
+        src = self.resolve_source(ctx.data_dir, ctx.download)
         record: dict[str, Any] = {"label": self.label}
         if src == PHOTOS:
             raw = sample_photo_patches(c, ctx.rng)

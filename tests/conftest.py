@@ -66,6 +66,80 @@ def tiny_overrides(**extra) -> dict:
     return base
 
 
+# --- handshakes between a test and the processes it starts ---------------------------------------
+# A test that needs another process to be at some point (holding a lock, training, waiting) waits
+# until that process says so (a line, a file) instead of sleeping a number of seconds, which a loaded
+# machine can always overrun. HANG_GUARD_S only ends a wait that would otherwise never end.
+
+#: seconds after which a handshake that never comes fails the test (a hang guard, not a timing)
+HANG_GUARD_S = 600.0
+
+
+def wait_for(condition, what: str, timeout: float = HANG_GUARD_S) -> None:
+    """Poll ``condition()`` until it is true; fail naming ``what`` after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up after {timeout:g} s waiting for {what}")
+        time.sleep(0.05)
+
+
+#: a defense plugin for tests: the undefended recipe (stacked groups included), whose training jobs
+#: wait at a gate when ``TEST_GATE`` names a folder. Each job (a ``fit`` or ``fit_group`` call) takes
+#: the next ticket ``ticket-<i>``; the first ``TEST_GATE_PASS`` (default 0) go on, every later one
+#: writes ``blocked-<i>`` and waits until the folder holds ``open`` (or HANG_GUARD_S passed).
+GATED_DEFENSE = f'''
+import os
+import time
+from pathlib import Path
+
+from defenses.undefended import Undefended
+
+
+def _gate():
+    folder = os.environ.get("TEST_GATE")
+    if not folder:
+        return
+    i = 0
+    while True:
+        try:
+            os.close(os.open(Path(folder, f"ticket-{{i}}"), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+            break
+        except FileExistsError:
+            i += 1
+    if i < int(os.environ.get("TEST_GATE_PASS", "0")):
+        return
+    Path(folder, f"blocked-{{i}}").touch()
+    deadline = time.monotonic() + {HANG_GUARD_S}
+    while not Path(folder, "open").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+class Gated(Undefended):
+    name = "gated"
+
+    def fit(self, train, ctx):
+        _gate()
+        return super().fit(train, ctx)
+
+    def fit_group(self, trains, ctxs):
+        _gate()
+        return super().fit_group(trains, ctxs)
+'''
+
+
+def gated_defense(folder: Path) -> tuple[str, Path]:
+    """Write :data:`GATED_DEFENSE` into ``folder``: (``harness evaluate``'s DEFENSE argument, the
+    gate folder to name in ``TEST_GATE``)."""
+    plugin = folder / "gated.py"
+    plugin.write_text(GATED_DEFENSE)
+    gate = folder / "gate"
+    gate.mkdir()
+    return f"{plugin}:Gated", gate
+
+
 @pytest.fixture
 def tmpfs(tmp_path):
     """``mount(size, readonly=False) -> Path``: a tmpfs of ``size`` (e.g. "4m") mounted under

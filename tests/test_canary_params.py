@@ -69,13 +69,42 @@ def test_the_paper_preset_reads_the_papers_ood_file_from_the_data_folder(tmp_pat
     from harness.core.data import AugmentSpec, ImageDataset
     from harness.run.runner import build_level
 
+    # data.download=false: no network here (tests/test_canaries_more.py covers the download itself)
     cfg = build_config("paper", {"defense": "dpsgd-medium", "data.path": str(tmp_path), "audit.size": 4,
-                                 "audit.models": 6, "audit.population_samples": 0})
+                                 "audit.models": 6, "audit.population_samples": 0, "data.download": False})
     assert cfg.audit.canary_params == {}
     data = ImageDataset("x", np.zeros((10, 3, 32, 32), np.uint8), np.arange(10) % 10, np.zeros((2, 3, 32, 32), np.uint8),
                         np.zeros(2, np.int64), 10, (0.5,) * 3, (0.2,) * 3, AugmentSpec(True, 4))
-    with pytest.raises(ConfigError, match="ood_imagenet_samples.pt"):
+    with pytest.raises(ConfigError, match="ood_imagenet_samples.pt.*data.download is false"):
         build_level(cfg, data, "sample-ood", "ood")
     torch.save(torch.full((4, 3, 32, 32), 9, dtype=torch.uint8), tmp_path / "ood_imagenet_samples.pt")
     ld = build_level(cfg, data, "sample-ood", "ood")
     assert (ld.canaries.x == 9).all() and ld.canary_info["source"].endswith("ood_imagenet_samples.pt")
+
+
+def test_the_paper_preset_downloads_the_papers_ood_file_into_the_data_folder(tmp_path, monkeypatch):
+    """data.download (on by default) fetches the missing file while the run is planned, before any
+    training; the URL is the shared copy's file:// address (no network in tests)."""
+    import torch
+
+    from harness.core import data as data_module
+    from harness.core.data import AugmentSpec, ImageDataset
+    from harness.run.runner import build_level
+
+    from conftest import SHARED
+
+    paper_file = SHARED / "data" / "ood_imagenet_samples.pt"
+    if not paper_file.is_file():
+        pytest.skip(f"{paper_file} not found (only CI and developers have ../shared)")
+    monkeypatch.setattr(data_module, "PAPER_OOD_URL", paper_file.as_uri())
+    folder = tmp_path / "data"
+    cfg = build_config("paper", {"defense": "dpsgd-medium", "data.path": str(folder), "audit.size": 4,
+                                 "audit.models": 6, "audit.population_samples": 0})
+    data = ImageDataset("x", np.zeros((10, 3, 32, 32), np.uint8), np.arange(10) % 10, np.zeros((2, 3, 32, 32), np.uint8),
+                        np.zeros(2, np.int64), 10, (0.5,) * 3, (0.2,) * 3, AugmentSpec(True, 4))
+    ld = build_level(cfg, data, "sample-ood", "ood")
+    assert sorted(p.name for p in folder.iterdir()) == ["ood_imagenet_samples.pt"]
+    assert ld.canary_info["is_papers_file"] is True
+    assert ld.canary_info["source"] == str(folder / "ood_imagenet_samples.pt")
+    raw = torch.load(paper_file, weights_only=True).numpy()
+    assert np.array_equal(ld.canaries.x, raw[:4])  # the audit's 4 canaries: the file's first 4 images

@@ -19,7 +19,7 @@ from harness.cli import app
 from harness.defense_config import build_config
 from harness.run.runner import TrainJob, prepare_run, train_one
 
-from conftest import tiny_overrides
+from conftest import HANG_GUARD_S, tiny_overrides, wait_for
 
 runner = CliRunner()
 ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
@@ -138,18 +138,18 @@ def test_the_command_ends_after_its_atexit_handlers_with_its_exit_code(tmp_path)
     assert bad.returncode == 2 and "unknown defense" in bad.stderr and "atexit ran" in bad.stdout
 
 
-# --- engines that cannot start: one error line within 30 s, exit 2, no run directory ------------
+# --- engines that cannot start: one error line from the preflight, exit 2, no run directory ---------
+# (the preflight's own time limit, PREFLIGHT_TIMEOUT, is tested with a silent port below; the
+# command's wall time is not asserted: on a loaded machine its start alone can take most of a minute)
 
-def _cli_timed(args: list[str], path: str | None = None) -> tuple[int, str, str, float]:
-    import time
-
+def _cli_failing(args: list[str], path: str | None = None) -> tuple[int, str, str]:
+    """``harness ARGS`` in a subprocess with ``PATH`` replaced by ``path``: (exit code, stdout, stderr)."""
     env = {**os.environ, "COLUMNS": "300"}
     if path is not None:
         env["PATH"] = path
-    t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", "from harness.cli import main; main()", *args], capture_output=True,
-                          text=True, env=env, timeout=120)
-    return proc.returncode, proc.stdout, proc.stderr, time.perf_counter() - t0
+                          text=True, env=env, timeout=HANG_GUARD_S)
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def _fake_slurm(folder: Path, sinfo: str) -> str:
@@ -173,12 +173,12 @@ def _fake_slurm(folder: Path, sinfo: str) -> str:
 def test_slurm_that_cannot_run_is_one_line_before_the_run_directory(tmp_path, sinfo, extra, message):
     path = str(tmp_path / "empty") if sinfo is None else _fake_slurm(tmp_path / "bin", sinfo)
     out = tmp_path / "runs"
-    code, stdout, stderr, seconds = _cli_timed(["evaluate", "undefended", "--executor", "slurm", "--out", str(out),
-                                                *ARGS, *extra], path)
+    code, stdout, stderr = _cli_failing(["evaluate", "undefended", "--executor", "slurm", "--out", str(out), *ARGS,
+                                         *extra], path)
     assert code == 2, stdout + stderr
     assert stderr.startswith("error: run.executor=slurm (--executor slurm): ") and len(stderr.strip().splitlines()) == 1, \
         stderr
-    assert message in stderr and seconds < 30
+    assert message in stderr
     assert not out.exists()
 
 
@@ -194,12 +194,12 @@ def _free_port() -> int:
 def test_ray_with_nothing_listening_is_one_line_before_the_run_directory(tmp_path):
     out = tmp_path / "runs"
     address = f"127.0.0.1:{_free_port()}"
-    code, stdout, stderr, seconds = _cli_timed(["evaluate", "undefended", "--executor", "ray", "--set",
-                                                f"run.ray.address={address}", "--out", str(out), *ARGS])
+    code, stdout, stderr = _cli_failing(["evaluate", "undefended", "--executor", "ray", "--set",
+                                         f"run.ray.address={address}", "--out", str(out), *ARGS])
     assert code == 2, stdout + stderr
     assert stderr.strip() == (f"error: run.executor=ray (--executor ray): nothing answers at {address} (connection "
                               "refused); start the cluster (`ray start --head` prints its address) or fix run.ray.address")
-    assert seconds < 30 and not out.exists()
+    assert not out.exists()
 
 
 @needs["ray"]
@@ -223,9 +223,10 @@ def test_ray_address_that_accepts_but_is_no_ray_cluster_times_out(monkeypatch):
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the fork-server pool and /proc are Linux's")
 def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
     """SIGKILL of a `harness evaluate` (or an out-of-memory kill) must not leave its pool workers
-    training into the run directory: each worker ends within a second of its owner."""
+    training into the run directory: each worker ends (the watchdog polls every PARENT_POLL_S)
+    instead of finishing its hour-long job. The test waits for both workers to report in, and for
+    their end, with a hang guard only."""
     import signal
-    import time
 
     (tmp_path / "slowjob.py").write_text(textwrap.dedent('''
         import os, time
@@ -233,7 +234,7 @@ def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
 
         def job(i):
             Path(os.environ["PIDS"], str(os.getpid())).write_text("")
-            time.sleep(120)
+            time.sleep(3600)
     '''))
     pids = tmp_path / "pids"
     pids.mkdir()
@@ -241,20 +242,21 @@ def test_pool_workers_end_when_the_process_that_owns_them_is_killed(tmp_path):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
            "PIDS": str(pids)}
     owner = subprocess.Popen([sys.executable, "-c", code], env=env)
+
+    def running(w: int) -> bool:
+        try:
+            return Path(f"/proc/{w}/stat").read_text().split()[2] != "Z"
+        except OSError:
+            return False
+
     try:
-        deadline = time.monotonic() + 60
-        while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: len(list(pids.iterdir())) >= 2 or owner.poll() is not None, "both pool workers to start")
         workers = [int(p.name) for p in pids.iterdir()]
         assert len(workers) == 2
         owner.send_signal(signal.SIGKILL)
         owner.wait()
-        deadline = time.monotonic() + 5
-        while any(Path(f"/proc/{w}").exists() for w in workers) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        alive = [w for w in workers if Path(f"/proc/{w}").exists() and
-                 Path(f"/proc/{w}/stat").read_text().split()[2] != "Z"]
-        assert not alive, f"workers {alive} outlived their owner"
+        wait_for(lambda: not any(running(w) for w in workers), f"the workers {workers} to end with their owner",
+                 timeout=120)  # they end within PARENT_POLL_S (0.5 s); a hang guard, far below their job's hour
     finally:
         owner.kill()
         for w in [int(p.name) for p in pids.iterdir()]:

@@ -2,11 +2,9 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +16,7 @@ from harness.defense_config import build_config
 from harness.run.runner import TrainJob, prepare_run, train_one
 from harness.run.runstore import RunDir
 
-from conftest import tiny_overrides
+from conftest import HANG_GUARD_S, gated_defense, tiny_overrides, wait_for
 
 ARGS = ["--models", "6", "--audit-size", "60", "--epochs", "4", "--set", "train.width=64", "--set", "attack.bootstrap=50"]
 runner = CliRunner()
@@ -117,31 +115,34 @@ def _harness(*args: str) -> list[str]:
 
 @pytest.mark.slow
 def test_killed_run_resumes_with_no_lost_model_and_the_same_numbers(tmp_path):
-    # groups of 2: signals files appear a few at a time, so the run can be killed part-way
-    common = ["evaluate", "undefended", "--workers", "2", *ARGS, "--models", "8", "--set", "run.group_size=2"]
-    subprocess.run(_harness(*common, "--out", str(tmp_path / "ref")), check=True, capture_output=True, timeout=600)
+    """SIGKILL part-way, at a point the run itself reports: its training jobs pass a gate
+    (conftest.GATED_DEFENSE) two at a time, so the kill comes when exactly 4 of the 16 models are
+    saved and both workers wait at the gate, however fast or loaded the machine is."""
+    defense, gate = gated_defense(tmp_path)
+    # groups of 2 (stacked): a resumed run trains the rest in other groups, with the same numbers
+    common = ["evaluate", defense, "--workers", "2", *ARGS, "--models", "8", "--set", "run.group_size=2"]
+    subprocess.run(_harness(*common, "--out", str(tmp_path / "ref")), check=True, capture_output=True,
+                   timeout=HANG_GUARD_S)
     (ref_dir,) = (tmp_path / "ref").iterdir()
     reference = json.loads((ref_dir / "results.json").read_text())
 
     out = tmp_path / "killed"
-    for attempt in range(3):  # on 2 busy cores the poll below can sleep through all 16 models: kill again
-        shutil.rmtree(out, ignore_errors=True)
-        proc = subprocess.Popen(_harness(*common, "--out", str(out)), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 300
-        files: list[Path] = []
-        while time.time() < deadline and len(files) < 3 and proc.poll() is None:
-            time.sleep(0.2)
-            files = list(out.glob("*/*/signals/model_*.npz"))
-        assert proc.poll() is None, "the run finished before it could be killed; make it longer"
+    proc = subprocess.Popen(_harness(*common, "--out", str(out)), start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "TEST_GATE": str(gate), "TEST_GATE_PASS": "2"})
+    try:
+        # the first 2 jobs (4 models) pass; each worker then takes a job and waits at the gate, which it
+        # reaches only after saving the models of its jobs before
+        wait_for(lambda: len(list(gate.glob("blocked-*"))) == 2 or proc.poll() is not None,
+                 "both workers to wait at the gate")
+        assert proc.poll() is None, "the run ended before both workers reached the gate"
+    finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-        saved = {p: p.read_bytes() for p in out.glob("*/*/signals/model_*.npz")}
-        if len(saved) < 16:
-            break
-    assert 3 <= len(saved) < 16, f"{len(saved)} of 16 models saved when killed, in all 3 attempts"
+    saved = {p: p.read_bytes() for p in out.glob("*/*/signals/model_*.npz")}
+    assert len(saved) == 4, f"{len(saved)} of 16 models saved when killed, not the 4 of the 2 jobs that passed"
 
-    subprocess.run(_harness(*common, "--out", str(out)), check=True, capture_output=True, timeout=600)
+    subprocess.run(_harness(*common, "--out", str(out)), check=True, capture_output=True, timeout=HANG_GUARD_S)
     (run_dir,) = out.iterdir()
     assert _numbers(json.loads((run_dir / "results.json").read_text())) == _numbers(reference)
     for p, data in saved.items():

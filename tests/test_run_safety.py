@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from conftest import TINY_ARGS
+from conftest import HANG_GUARD_S, TINY_ARGS, gated_defense, wait_for
 from harness.cli import app
 from harness.run.runlock import LOCK_NAME, RunLock, RunLockedError
 from harness.run.runstore import COMMIT_JOURNAL, commit_files, recover_commit
@@ -27,6 +27,7 @@ runner = CliRunner()
 ARGS = TINY_ARGS
 CLI = [sys.executable, "-c", "from harness.cli import main; main()"]
 ENV = {**os.environ, "COLUMNS": "300"}
+UNBUFFERED = {**ENV, "PYTHONUNBUFFERED": "1"}  # a line the test waits for is not held in a pipe's buffer
 
 
 def _error_lines(output: str) -> list[str]:
@@ -36,21 +37,36 @@ def _error_lines(output: str) -> list[str]:
 # --- the lock ------------------------------------------------------------------------------------
 
 HOLDER = """
-import sys, time
+import select, sys
 from harness.run.runlock import RunLock
 lock = RunLock(sys.argv[1], command="harness evaluate held-by-test").acquire()
 print("locked", flush=True)
-time.sleep(float(sys.argv[2]))
+select.select([sys.stdin], [], [], float(sys.argv[2]))  # until the test closes stdin (argv[2]: the hang guard)
 lock.release()
 """
 
 
-def _hold(run_dir: Path, seconds: float) -> subprocess.Popen:
-    """A process that holds the run directory's lock for ``seconds`` (started once it holds it)."""
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), str(seconds)], stdout=subprocess.PIPE,
-                            text=True)
+def _hold(run_dir: Path) -> subprocess.Popen:
+    """A process that holds the run directory's lock until :func:`_release` (returned once it holds it)."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(run_dir), str(HANG_GUARD_S)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
     assert proc.stdout.readline().strip() == "locked"
     return proc
+
+
+def _release(holder: subprocess.Popen) -> None:
+    holder.stdin.close()
+    holder.wait(timeout=HANG_GUARD_S)
+
+
+def _read_until(proc: subprocess.Popen, text: str) -> str:
+    """``proc``'s stdout up to and including the first line holding ``text`` (all of it if none does)."""
+    lines = []
+    for line in proc.stdout:
+        lines.append(line)
+        if text in line:
+            break
+    return "".join(lines)
 
 
 def test_a_second_lock_names_the_first_holder_and_a_released_one_is_free(tmp_path):
@@ -68,13 +84,12 @@ def test_a_second_lock_names_the_first_holder_and_a_released_one_is_free(tmp_pat
 
 def test_evaluate_on_a_locked_run_directory_exits_2_naming_the_pid_and_trains_nothing(run_copy):
     shutil.rmtree(run_copy / "population" / "signals")
-    holder = _hold(run_copy, 60)
+    holder = _hold(run_copy)
     try:
         proc = subprocess.run([*CLI, "evaluate", "undefended", "--run-dir", str(run_copy), *ARGS], capture_output=True,
-                              text=True, env=ENV, timeout=120)
+                              text=True, env=ENV, timeout=HANG_GUARD_S)
     finally:
-        holder.kill()
-        holder.wait()
+        _release(holder)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (error,) = _error_lines(proc.stderr)
     assert f"is in use by process {holder.pid} on" in error and "harness evaluate held-by-test" in error
@@ -84,16 +99,23 @@ def test_evaluate_on_a_locked_run_directory_exits_2_naming_the_pid_and_trains_no
 
 @pytest.mark.slow
 def test_wait_waits_for_the_holder_then_runs(run_copy):
-    holder = _hold(run_copy, 3)
-    proc = subprocess.run([*CLI, "attack", str(run_copy), "--wait"], capture_output=True, text=True, env=ENV,
-                          timeout=120)
-    holder.wait()
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"waiting for process {holder.pid}" in proc.stdout and "Results:" in proc.stdout
+    """The holder lets go only once the waiter has said it waits: no sleep decides the order."""
+    holder = _hold(run_copy)
+    waiter = subprocess.Popen([*CLI, "attack", str(run_copy), "--wait"], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=UNBUFFERED)
+    try:
+        # blocks until the waiter says it waits; should it never say so, the holder's hang guard lets go
+        before = _read_until(waiter, "waiting for process")
+        assert holder.poll() is None  # still holding
+    finally:
+        _release(holder)
+    after, err = waiter.communicate(timeout=HANG_GUARD_S)
+    assert waiter.returncode == 0, before + after + err
+    assert f"waiting for process {holder.pid}" in before and "Results:" in after
 
 
 def test_the_lock_of_a_killed_process_is_taken_over(run_copy):
-    holder = _hold(run_copy, 600)
+    holder = _hold(run_copy)
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     assert json.loads((run_copy / LOCK_NAME).read_text())["pid"] == holder.pid  # its record is still there
@@ -103,38 +125,32 @@ def test_the_lock_of_a_killed_process_is_taken_over(run_copy):
     assert (run_copy / LOCK_NAME).read_text() == ""
 
 
-SLOW = """
-import time
-from defenses.undefended import Undefended
-
-
-class Slow(Undefended):
-    name = "slow"
-
-    def fit(self, train, ctx):
-        time.sleep(1.5)
-        return super().fit(train, ctx)
-"""
-
-
 @pytest.mark.slow
 def test_two_evaluates_on_one_run_train_it_once(tmp_path):
+    """The first evaluate's training waits at a gate (conftest.GATED_DEFENSE) while the second is
+    refused and the third waits for it: each step starts once the one before has said it is there."""
     out = tmp_path / "runs"
-    plugin = tmp_path / "slow.py"
-    plugin.write_text(SLOW)  # about 10 s of training: the second command starts while the first trains
-    cmd = [*CLI, "evaluate", f"{plugin}:Slow", "--out", str(out), *ARGS]
-    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
-    deadline = time.time() + 60
-    while not list(out.glob(f"*/{LOCK_NAME}")) and time.time() < deadline:
-        time.sleep(0.05)
-    second = subprocess.run(cmd, capture_output=True, text=True, env=ENV, timeout=120)
-    third = subprocess.run([*cmd, "--wait"], capture_output=True, text=True, env=ENV, timeout=300)
-    out1, err1 = first.communicate(timeout=300)
+    defense, gate = gated_defense(tmp_path)
+    env = {**UNBUFFERED, "TEST_GATE": str(gate)}
+    cmd = [*CLI, "evaluate", defense, "--out", str(out), *ARGS]
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    third = None
+    try:
+        wait_for(lambda: (gate / "blocked-0").exists() or first.poll() is not None, "the first evaluate to train")
+        assert first.poll() is None, "the first evaluate ended before it trained"
+        second = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=HANG_GUARD_S)
+        third = subprocess.Popen([*cmd, "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        waited = _read_until(third, "waiting for process")
+    finally:
+        (gate / "open").touch()  # the first evaluate trains on (and a hung step ends)
+    out1, err1 = first.communicate(timeout=HANG_GUARD_S)
+    out3, err3 = third.communicate(timeout=HANG_GUARD_S)
     assert first.returncode == 0, out1 + err1
     assert second.returncode == 2 and f"in use by process {first.pid}" in second.stderr, second.stdout + second.stderr
-    assert third.returncode == 0, third.stdout + third.stderr
-    assert "Training 6 models" in out1 and "Training" not in third.stdout  # the waiting one found them all trained
-    assert "Resuming: 6 of 6 models already trained" in third.stdout
+    assert third.returncode == 0, waited + out3 + err3
+    assert f"waiting for process {first.pid}" in waited
+    assert "Training 6 models" in out1 and "Training" not in waited + out3  # the waiting one found them all trained
+    assert "Resuming: 6 of 6 models already trained" in out3
 
 
 # --- attack settings and results change together -----------------------------------------------------
@@ -171,7 +187,9 @@ def test_commit_is_all_or_nothing_and_an_interrupted_one_is_rolled_forward(tmp_p
 
 
 def _attack_with_sigint(run_dir: Path, bootstrap: int) -> subprocess.CompletedProcess:
-    """``harness attack RUN --set attack.bootstrap=N``, SIGINT once it has announced the new settings."""
+    """``harness attack RUN --set attack.bootstrap=N``, SIGINT as soon as it has announced the new
+    settings: the attacks run after that line, and the commit only after them, so the interrupt always
+    lands before the commit (no sleep: on a fast machine the attacks could end within any fixed one)."""
     proc = subprocess.Popen([*CLI, "attack", str(run_dir), "--set", f"attack.bootstrap={bootstrap}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     lines = []
@@ -179,9 +197,8 @@ def _attack_with_sigint(run_dir: Path, bootstrap: int) -> subprocess.CompletedPr
         lines.append(line)
         if "Changing the run's saved attack settings" in line:
             break
-    time.sleep(1.5)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
     return subprocess.CompletedProcess(proc.args, proc.returncode, "".join(lines) + out, err)
 
 

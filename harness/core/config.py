@@ -32,7 +32,8 @@ class DataConfig(_Strict):
     name: Literal["digits", "cifar10", "npz"] = "digits"
     path: str | None = None
     test_size: int = Field(default=500, ge=1, description="digits only: held-out test images")
-    download: bool = Field(default=True, description="cifar10 only: download when the folder is absent")
+    download: bool = Field(default=True, description="cifar10 only: download CIFAR-10 when the folder holds no batch files, and the "
+                          "paper's OOD canary file (ood canaries without a source) when the folder lacks it")
     scale: float | None = Field(
         default=None, gt=0, allow_inf_nan=False,
         description="npz only: pixel = value x scale, rounded, for images that are not uint8-range values "

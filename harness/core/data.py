@@ -11,6 +11,10 @@ Loaders:
   subset of each batch works); downloaded with torchvision when the folder is absent.
 - ``npz``: user data with arrays ``x_train, y_train, x_test, y_test`` (``data.scale`` maps other value
   ranges to pixels).
+
+Data files the paper's audit reads beside CIFAR-10 (its OOD canaries, :func:`paper_ood_file`) are
+fetched into the same folder under ``data.download``, from a pinned URL, their SHA-256 checked
+before they are kept (:func:`download_verified`).
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ import gzip
 import hashlib
 import importlib.util
 import pickle
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
 import numpy as np
 
@@ -28,6 +34,15 @@ from harness.core.config import ConfigError, DataConfig
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+
+#: the paper's OOD canaries: one ImageNet train image for each of 500 classes, a bare uint8 tensor
+#: [500, 3, 32, 32] that the paper's code loads from its data folder (canaries/ood.py)
+PAPER_OOD_FILE = "ood_imagenet_samples.pt"
+#: the file in the paper's public repository (github.com/ethz-spylab/misleading-privacy-evals, at its root),
+#: pinned to a commit so that the bytes cannot change (the file is unchanged since the first release)
+PAPER_OOD_URL = ("https://raw.githubusercontent.com/ethz-spylab/misleading-privacy-evals/"
+                 "b2868d3b9bd0f2187fdfcc9a633f068a0f2cf128/ood_imagenet_samples.pt")
+PAPER_OOD_SHA256 = "96977053f723d0a01637eea0bf21b7c0cbb5e4d9b11e6b72021672b6caec3384"  # 1 537 245 bytes
 
 
 class DataError(ConfigError):
@@ -245,6 +260,66 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
         std=CIFAR10_STD,
         augment=AugmentSpec(flip=True, shift=4),
     )
+
+
+def download_verified(url: str, path: Path, sha256: str, what: str) -> None:
+    """Fetch ``url`` into ``path`` and keep it only if its SHA-256 is ``sha256``.
+
+    The bytes stream into a temp file beside ``path`` while they are hashed; a failed download or a
+    different digest removes the temp file (nothing half-written is kept) and raises one
+    :class:`DataError` line; a good one is fsynced and renamed onto ``path``
+    (:func:`harness.core.atomic.atomic_write_with`, as every file the harness writes).
+    """
+    import http.client
+    import urllib.error
+    import urllib.request  # here, not at the top: most runs never download, and it takes a while to import
+
+    from harness.core.atomic import atomic_write_with
+    from harness.core.errors import os_error_message
+
+    def failed(reason: str) -> DataError:
+        return DataError(f"the download of {what} from {url} to {path} failed ({reason}); nothing was kept")
+
+    def fetch(f: BinaryIO) -> None:
+        h = hashlib.sha256()
+        try:
+            r = urllib.request.urlopen(url, timeout=60)
+        except (OSError, http.client.HTTPException) as e:  # no network, an HTTP error (URLError is an OSError)
+            raise failed(f"{type(e).__name__}: {e}") from None
+        with r:
+            while True:
+                try:
+                    block = r.read(1 << 20)
+                except (OSError, http.client.HTTPException) as e:  # the connection broke off
+                    raise failed(f"{type(e).__name__}: {e}") from None
+                if not block:
+                    break
+                h.update(block)
+                f.write(block)
+        if h.hexdigest() != sha256:
+            raise DataError(f"the download of {what} from {url} has SHA-256 {h.hexdigest()}, not the expected "
+                            f"{sha256}; nothing was kept")
+
+    print(f"downloading {what} from {url} to {path}", file=sys.stderr, flush=True)
+    try:
+        atomic_write_with(path, fetch)
+    except OSError as e:  # the data folder: read-only, full, a file where a folder should be
+        raise failed(os_error_message(e)) from None
+
+
+def paper_ood_file(folder: Path, *, download: bool) -> Path:
+    """The paper's OOD canary file in the data folder ``folder``; fetched from :data:`PAPER_OOD_URL` and
+    checked against :data:`PAPER_OOD_SHA256` when it is absent and ``download`` (``data.download``) is
+    set. Absent without ``download``: a :class:`DataError` naming ``data.download``. A file already
+    there is used as it is (canaries/ood.py records its MD5 and whether it is the paper's)."""
+    path = folder / PAPER_OOD_FILE
+    if path.is_file():
+        return path
+    if not download:
+        raise DataError(f"no {PAPER_OOD_FILE} (the paper's OOD canaries) in the data folder {str(folder)!r} and "
+                        f"data.download is false: --set data.download=true (cifar10) fetches it from {PAPER_OOD_URL}")
+    download_verified(PAPER_OOD_URL, path, PAPER_OOD_SHA256, f"the paper's OOD canaries ({PAPER_OOD_FILE})")
+    return path
 
 
 def _range(x: np.ndarray) -> str:

@@ -180,6 +180,7 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
         data_fingerprint=data.fingerprint(),
         device=resolve_device(cfg.run.device),
         store=ArrayCache(Path(cfg.run.out) / ".cache"),
+        download=cfg.data.download and cfg.data.name == "cifar10",
     )
     try:
         gen = gen_cls(**params)
