@@ -150,8 +150,9 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
         if attack_key is not None and isinstance(v, float):
             txt += f' <span class="muted">{escape(r[attack_key])}</span>'
             if flag_key is not None and r.get(flag_key):
-                txt += (' <span class="loses" title="the strongest attack beats the headline by more than its CI: '
-                        'the headline understates the leak">&#9888; above the headline</span>')
+                txt += (' <span class="loses" title="the headline test (Hansen\'s SPA, family-wise over every variant, '
+                        'FPR and level) finds a variant that beats the headline: the headline understates the leak">'
+                        '&#9888; above the headline</span>')
         return txt, f"{v:.6f}" if isinstance(v, float) else "9"
     if col == "test acc":
         return _pct(v), f"{v:.6f}" if isinstance(v, float) else "-1"
@@ -189,7 +190,7 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
 
 def index_html(rows: list[dict[str, Any]]) -> str:
     frontiers: dict[str, list[tuple[float, float]]] = {}
-    for r in rows:  # every comparison uses the ranking figure: the larger of headline and strongest
+    for r in rows:  # every comparison uses the ranking figure (leaderboard.build.rank_value)
         if r["is_dpsgd"] and isinstance(r["rank TPR"], float):
             frontiers.setdefault(r["setting"], []).append((r["test acc"], r["rank TPR"]))
     for r in rows:
@@ -200,8 +201,8 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     points = [(str(r["defense"]) if one else f"{r['defense']} ({r['setting']})", r["test acc"], r["rank TPR"],
                r["is_dpsgd"]) for r in rows if isinstance(r["rank TPR"], float)]
     figure = privacy_utility_svg(points, frontiers, f"Privacy vs utility{', ' + settings[0] if one else ''} "
-                                 "(sample-level TPR at 0.1% FPR, the larger of headline and strongest attack: "
-                                 "lower is more private)")
+                                 "(sample-level TPR at 0.1% FPR: the headline, or the strongest attack where the "
+                                 "headline test finds the headline beaten; lower is more private)")
     head = "".join(f'<th class="{"name" if c == "defense" else ""}">{escape(c)}</th>' for c in COLUMNS)
     body = []
     for r in rows:
@@ -214,11 +215,13 @@ def index_html(rows: list[dict[str, Any]]) -> str:
 <p>TPR at 0.1% FPR of each entry's headline attack (the best primary variant of the defense's adaptive attacks,
 declared before any result) at the population level (audit samples as they are) and the sample level (the defense's
 canaries, built to mimic the most vulnerable samples), with 95% bootstrap CIs over victim models. <b>Strongest</b>
-(at each level): the best of every attack and variant that ran, with a CI that carries that choice; &#9888; where it
-beats that level's headline by more than its CI. Rows rank by the larger of the two sample-level figures; lower is
-more private. <b>Models</b>: S, the victim models of each level (the device-hours cover all of them).
+(at each level): the best of every attack and variant that ran, cross-fitted over victim models (chosen on one half
+of them, measured on the other) so that the choice among many variants does not inflate it; &#9888; where the headline
+test (Hansen's SPA, family-wise error 5% over every variant, FPR and level) finds a variant that beats that level's
+headline. Rows rank by the sample-level headline, or by the larger of headline and strongest where the test finds the
+headline beaten; lower is more private. <b>Models</b>: S, the victim models of each level (the device-hours cover all of them).
 <b>Ratio</b>: sample- over population-level headline, with its bootstrap CI. <b>DP-SGD at same acc</b>: the DP-SGD
-baselines' sample-level figure (the same larger one) interpolated at the entry's accuracy (same dataset and
+baselines' sample-level ranking figure interpolated at the entry's accuracy (same dataset and
 preset); a defense is only interesting if it beats it. Empirical ε ≥: one-run lower bound of the headline variant.
 Click a column header to sort.</p>
 <table class="sortable" id="board"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
@@ -251,16 +254,22 @@ def _attack_table(level_name: str, level: dict[str, Any], targets: list[str]) ->
 
 def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
     """Per level, the headline and the strongest figure (every attack and variant that ran), each
-    with its selection-aware CI at every FPR, and the sample/population ratio with its CI."""
+    with its CI at every FPR, the optimistic maximum beside a cross-fitted figure, and the
+    sample/population ratio with its CI."""
     head = "".join(f"<th>TPR@{100 * float(k):g}% FPR</th>" for k in targets)
     rows = []
     for lv in ("population", "sample"):
         if lv not in results:
             continue
+        figures = []
         for which, label in (("best", "headline"), ("strongest", "strongest")):
             fig = results[lv].get(which)
             if fig is None:
                 continue
+            figures.append((fig, label))
+            if "optimistic_max" in fig:  # the plain maximum, beside the cross-fitted figure
+                figures.append(({**fig, **fig["optimistic_max"], "beats_headline": False}, f"{label}: optimistic max"))
+        for fig, label in figures:
             tds = []
             for k in targets:
                 if not fig["resolved"].get(k, True):
@@ -269,7 +278,9 @@ def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
                 ci = fig["tpr_ci"].get(k)
                 c = f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and ci[0] == ci[0] else ""
                 tds.append(f"<td>{100 * fig['tpr_at_fpr'][k]:.1f}%{c}</td>")
-            flag = ' <span class="loses">&#9888; above the headline</span>' if fig.get("beats_headline") else ""
+            test = (results.get("headline_test") or {}).get("levels", {}).get(lv) if label == "strongest" else None
+            flag = (' <span class="loses">&#9888; above the headline</span>' if fig.get("beats_headline") else "") + (
+                f' <span class="muted">test p = {test["p_value"]:.3f}</span>' if test else "")
             rows.append(f'<tr><td class="name">{escape(lv)}</td><td class="name">{label}{flag}</td>'
                         f'<td class="name" title="{escape(fig["source"], quote=True)}">{escape(fig["name"])}</td>'
                         f'<td class="name">{escape(fig["variant"])}</td><td>{escape(fig.get("access", ""))}</td>'
@@ -341,7 +352,9 @@ style="max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap"
 {f'<ul>{notes}</ul>' if notes else ''}
 <h2>Headline and strongest attack</h2><p class="muted">headline: the best primary variant of the defense's
 adaptive attacks (declared before any result); strongest: the best of every attack and variant that ran on the
-served outputs; each CI re-makes its choice in every bootstrap replicate.</p>{_figures_table(results, targets)}
+served outputs; a best of several is cross-fitted over victim models (chosen on one half, measured on the other;
+"optimistic max": the plain maximum, biased upward by the choice); each CI resamples the whole procedure.
+&#9888;: the headline test (Hansen's SPA) finds a variant that beats the headline.</p>{_figures_table(results, targets)}
 <div class="plots">{''.join(figures)}</div>
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's headline; 95% CIs from a bootstrap
 over victim models; "unresolved": the FPR is below 1 / (number of negative guesses).</p>{''.join(tables)}

@@ -28,6 +28,7 @@ import numpy as np
 
 from harness.core.config import ExperimentConfig
 from harness.core.crossfit import FoldSamples, VictimWeights, crossfit
+from harness.core.metrics import weighted_tpr_samples
 from harness.core.signals import NOT_SERVED
 
 HEADLINE_FPR = 0.001
@@ -81,17 +82,20 @@ def _targets(cfg: ExperimentConfig) -> list[float]:
     return [0.0, *cfg.attack.fprs]
 
 
-def _filled(candidates: list[Candidate], cfg: ExperimentConfig) -> list[Candidate]:
-    """The candidates with their replicate and fold TPRs (computed from their scores with
-    the run's weights where a caller built them without)."""
-    if all(c.folds is not None and (c.samples is not None or not cfg.attack.bootstrap) for c in candidates):
+def _filled(candidates: list[Candidate], cfg: ExperimentConfig, folds: bool = True) -> list[Candidate]:
+    """The candidates with their replicate TPRs and (``folds``) their fold TPRs, computed from their
+    scores with the run's weights where a caller built them without."""
+    boot = cfg.attack.bootstrap > 0
+    if all((c.folds is not None or not folds) and (c.samples is not None or not boot) for c in candidates):
         return candidates
     weights = victim_weights(cfg, candidates[0].scores.shape[0])
     out = []
     for c in candidates:
-        samples, folds = weights.evaluate(c.scores, c.membership, _targets(cfg))
-        out.append(Candidate(c.label, c.entry, c.scores, c.membership,
-                             samples if cfg.attack.bootstrap else None, folds))
+        if folds:
+            samples, fs = weights.evaluate(c.scores, c.membership, _targets(cfg))
+        else:
+            samples, fs = weighted_tpr_samples(c.scores, c.membership, _targets(cfg), weights.replicates), c.folds
+        out.append(Candidate(c.label, c.entry, c.scores, c.membership, samples if boot else None, fs))
     return out
 
 
@@ -126,7 +130,7 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
                        "resolved": e["resolved"], "estimator": "single",
                        "ci_method": "percentile bootstrap over victim models"})
         c = candidates[0]
-        samples = (c.samples if c.samples is not None else _filled(candidates, cfg)[0].samples) if boot else None
+        samples = _filled(candidates, cfg, folds=False)[0].samples if boot else None
         return record, Selection(samples) if samples is not None else None
     filled = _filled(candidates, cfg)
     cf = crossfit([c.folds for c in filled], targets, select_at=sel_at, confidence=cfg.attack.confidence)
@@ -218,9 +222,9 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
         return out
     diffs, reps, where, info = [], [], [], []
     for level, fam in families.items():
-        heads = _filled(fam.headline, cfg)
+        heads = _filled(fam.headline, cfg, folds=False)
         labels = {c.label for c in heads}
-        others = _filled([c for c in fam.others if c.label not in labels], cfg)
+        others = _filled([c for c in fam.others if c.label not in labels], cfg, folds=False)
         fprs = [t for t in cfg.attack.fprs
                 if all(c.entry["resolved"][fpr_key(t)] for c in heads + others)]
         for t in fprs:

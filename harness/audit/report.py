@@ -65,6 +65,7 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
                 k = fpr_key(t)
                 _tpr_columns(row, f"strongest_{k}", st["tpr_at_fpr"][k], st["tpr_ci"][k], st["resolved"][k])
             row["strongest_beats_headline"] = st["beats_headline"]
+            row["headline_test_p"] = st.get("test_p_value")
         rows.append(row)
     frame = pd.DataFrame(rows)
     return frame.rename(columns={c: c.replace("tpr@strongest_", "strongest_tpr@") for c in frame.columns})

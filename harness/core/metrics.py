@@ -181,16 +181,15 @@ def weighted_tpr_samples(
         w = w_all[lo : lo + chunk]
         npos, nneg = npos_all[lo : lo + chunk, None], nneg_all[lo : lo + chunk, None]  # (B, 1)
         undefined = ~defined[lo : lo + chunk]
-        tp, fp = w @ pos_cum, w @ neg_cum  # (B, width)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            tpr = np.where(npos > 0, tp / npos, np.nan)
-            fpr = np.where(nneg > 0, fp / nneg, np.nan)
-        rows = np.arange(len(w))
+        fpr = (w @ neg_cum) / np.where(nneg > 0, nneg, 1.0)  # (B, width); rows without negatives are undefined
         for t in targets:
             # FPR and TPR never decrease along the sorted guesses: the largest TPR with FPR <= t is
-            # the TPR at the last such point (0 where there is none)
+            # the TPR at the last such point (0 where there is none); only that point's true
+            # positives are needed: sum_s w[b, s] pos_cum[s, last_b] (exact: integers in float64)
             last = (fpr <= t + 1e-12).sum(axis=1) - 1
-            v = np.where(last >= 0, tpr[rows, np.maximum(last, 0)], 0.0)
+            tp = np.einsum("bs,sb->b", w, pos_cum[:, np.maximum(last, 0)])
+            with np.errstate(invalid="ignore", divide="ignore"):
+                v = np.where(last >= 0, tp / npos[:, 0], 0.0)
             stats[t].append(np.where(undefined, np.nan, v))
     return {t: np.concatenate(v) if v else np.zeros(0) for t, v in stats.items()}
 
