@@ -29,7 +29,10 @@ def test_no_signal_and_twenty_variants_the_flag_fires_in_at_most_seven_percent_o
 
 @pytest.mark.slow
 def test_equally_strong_variants_are_the_least_favourable_null_and_stay_within_alpha():
-    r = flag_rate(_cfg(), 100, variants=20, models=20, samples=100, mu=1.5, seed=1000)
+    """At the quick preset's size (32 models x 200 samples): 20 variants as strong as the headline.
+    (With 20 models the bootstrap over victims is too short-tailed and the rate reads about 8%:
+    docs/protocol.md quotes benchmarks/bench_headline_test.py.)"""
+    r = flag_rate(_cfg(), 100, variants=20, models=32, samples=200, mu=1.5, seed=1000)
     assert r.rate <= 0.10, r.rate  # 100 simulations: 5% nominal, about 2.2 points of binomial noise
 
 
@@ -97,12 +100,13 @@ def test_headline_test_looks_at_every_level_at_once_and_reports_each():
     lv = test["levels"]
     assert lv["sample"]["flagged"] and lv["sample"]["top"]["candidate"] == strong[2].label
     assert not lv["population"]["flagged"]
-    assert test["hypotheses"] == 2 * 2 * 2 and lv["sample"]["fprs"] == [0.001, 0.01]
+    # 20 models x 50 non-members = 1000 negatives: 0.1% FPR is one false positive, below the 3 the test
+    # needs (an extreme order statistic the bootstrap does not reproduce); 1% is tested
+    assert test["hypotheses"] == 2 * 2 * 1 and lv["sample"]["fprs"] == [0.01]
     assert min(lv["sample"]["p_value"], lv["population"]["p_value"]) == test["p_value"]
-    # FPRs the level cannot resolve are not tested: 20 models x 50 non-members = 1000 negatives
-    few = build_config("quick", {"attack.bootstrap": 200, "attack.fprs": [0.0001, 0.01]})
-    small = synthetic_candidates(few, [0.3, 2.5], rng, models=20, samples=100, folds=False)
-    assert headline_test({"sample": LevelFamily(small[:1], small)}, few)["levels"]["sample"]["fprs"] == [0.01]
+    three = build_config("quick", {"attack.bootstrap": 200, "attack.fprs": [0.0001, 0.003, 0.01]})
+    small = synthetic_candidates(three, [0.3, 2.5], rng, models=20, samples=100, folds=False)
+    assert headline_test({"sample": LevelFamily(small[:1], small)}, three)["levels"]["sample"]["fprs"] == [0.003, 0.01]
     # no bootstrap: no test, and it says why
     none = headline_test({"sample": LevelFamily(small[:1], small)}, build_config("quick", {"attack.bootstrap": 0}))
     assert none["p_value"] is None and "attack.bootstrap = 0" in none["reason"]

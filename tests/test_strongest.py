@@ -9,7 +9,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -24,41 +23,8 @@ from harness.core.metrics import bootstrap_selected_tpr_ci, evaluate_scores, rat
 
 runner = CliRunner()
 
-NOISY = textwrap.dedent('''
-    import hashlib
-
-    import numpy as np
-    from defenses.base import Defense, ServedModel
-    from defenses.undefended import Undefended
-
-
-    class RandomServed(ServedModel):
-        """Seeded Gaussian logits per image and model: no membership signal at all."""
-
-        def __init__(self, seed, num_classes):
-            self.seed, self.k = seed, num_classes
-
-        def query(self, x):
-            out = np.empty((len(x), self.k), np.float32)
-            for i, img in enumerate(x):
-                h = int.from_bytes(hashlib.blake2b(np.ascontiguousarray(img).tobytes(), digest_size=8).digest(), "little")
-                out[i] = np.random.default_rng([self.seed, h]).normal(size=self.k)
-            return out
-
-
-    class RandomLogits(Defense):
-        name = "random-logits"
-        description = "no training; served logits are seeded noise, independent of membership"
-
-        def fit(self, train, ctx):
-            return RandomServed(ctx.seed, train.num_classes)
-
-
-    class ThresholdOnly(Undefended):
-        name = "threshold-only"
-        description = "undefended training, declaring the weakest attack its only adaptive one"
-        adaptive_attacks = ("threshold",)
-''')
+#: RandomLogits (no signal) and ThresholdOnly (undefended, declaring only the threshold attack)
+PLUGINS = Path(__file__).resolve().parents[1] / "benchmarks" / "headline_plugins.py"
 SMALL = ["--models", "8", "--epochs", "10", "--level", "sample", "--set", "attack.bootstrap=200", "--set",
          "attack.fprs=[0.01]", "--workers", "1"]
 
@@ -122,11 +88,9 @@ def test_ratio_interval_handles_zero_populations_and_pairs_replicates():
 
 
 def _plugin_run(tmp: Path, cls: str, *args: str) -> tuple[Path, str]:
-    """Evaluate one of NOISY's classes (the quick preset unless ``args`` say otherwise): (its run
+    """Evaluate one of PLUGINS' classes (the quick preset unless ``args`` say otherwise): (its run
     directory, the command's output)."""
-    plugin = tmp / "plugins.py"
-    plugin.write_text(NOISY)
-    res = runner.invoke(app, ["evaluate", f"{plugin}:{cls}", "--out", str(tmp / "runs"), *args],
+    res = runner.invoke(app, ["evaluate", f"{PLUGINS}:{cls}", "--out", str(tmp / "runs"), *args],
                         env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     (run_dir,) = (tmp / "runs").iterdir()

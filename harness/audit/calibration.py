@@ -72,15 +72,18 @@ class FlagRate:
 
 
 def flag_rate(cfg: ExperimentConfig, simulations: int, *, variants: int, models: int, samples: int,
-              mu: float = 0.0, rho: float = 0.5, victim_sd: float = 0.5, seed: int = 0) -> FlagRate:
+              mu: float = 0.0, rho: float = 0.5, victim_sd: float = 0.5, seed: int = 0,
+              stronger: float | None = None) -> FlagRate:
     """How often :func:`~harness.audit.headline.headline_test` rejects at ``cfg.attack.alpha`` when
-    the headline (variant 0) and all ``variants - 1`` others have the same signal ``mu``: every
-    rejection is a false alarm. Each simulation draws new scores and new bootstrap draws."""
+    the headline (variant 0) and all ``variants - 1`` others have the same signal ``mu`` (every
+    rejection is a false alarm), or, with ``stronger``, when the last variant has that larger
+    signal (power). Each simulation draws new scores and new bootstrap draws."""
     ps = []
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed + i})
         rng = np.random.default_rng([seed, i])
-        cands = synthetic_candidates(sim_cfg, [mu] * variants, rng, models=models, samples=samples, rho=rho,
+        strengths = [mu] * variants if stronger is None else [mu] * (variants - 1) + [stronger]
+        cands = synthetic_candidates(sim_cfg, strengths, rng, models=models, samples=samples, rho=rho,
                                      victim_sd=victim_sd, folds=False)
         test = headline_test({"sample": LevelFamily(cands[:1], cands)}, sim_cfg)
         ps.append(test["p_value"])
@@ -95,6 +98,7 @@ class Coverage:
     crossfit_coverage: float
     max_mean: float
     max_coverage: float
+    max_above: float  # how often the plain maximum's whole CI lies above the truth
     simulations: int
 
 
@@ -105,7 +109,7 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, variants: int, mu: floa
     (``optimistic_max``) cover the true best TPR at ``fpr``, and their means."""
     truth = true_tpr(mu, fpr, victim_sd)
     k = fpr_key(fpr)
-    cf_in, mx_in, cf_v, mx_v = [], [], [], []
+    cf_in, mx_in, cf_v, mx_v, above = [], [], [], [], []
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed + i})
         rng = np.random.default_rng([seed, i])
@@ -117,6 +121,7 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, variants: int, mu: floa
         mx = rec.get("optimistic_max", rec)
         lo, hi = mx["tpr_ci"][k]
         mx_in.append(lo <= truth <= hi)
+        above.append(lo > truth)
         mx_v.append(mx["tpr_at_fpr"][k])
     return Coverage(truth, float(np.mean(cf_v)), float(np.mean(cf_in)), float(np.mean(mx_v)), float(np.mean(mx_in)),
-                    simulations)
+                    float(np.mean(above)), simulations)

@@ -194,8 +194,15 @@ class LevelFamily:
     others: list[Candidate]
 
 
+#: the headline test looks at an FPR t only where t N_neg >= this: below, the threshold is among the
+#: few largest non-member scores, an extreme order statistic that the bootstrap does not reproduce (the
+#: bootstrap standard deviation of a TPR difference at one expected false positive was 11% too small
+#: in benchmarks/bench_headline_test.py's simulations, within 4% at three)
+TEST_MIN_FALSE_POSITIVES = 3
+
 TEST_METHOD = ("Hansen's SPA test (consistent re-centring), studentized by the bootstrap standard deviation, "
-               "single step over every variant x positive resolved FPR x level; paired percentile bootstrap over "
+               "single step over every variant x level x positive FPR with at least 3 expected false positives; paired "
+               "bootstrap over "
                "victim models (the run's draws, shared by the headline and every variant)")
 
 
@@ -204,12 +211,13 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
     once, with family-wise error at most ``attack.alpha`` (:func:`harness.core.spa.spa_test`).
 
     Hypothesis (level, variant j, FPR t), for every variant of the level's strongest pool that is
-    not a headline candidate, at every positive reported FPR that the level resolves: the difference
+    not a headline candidate, at every positive reported FPR with at least
+    :data:`TEST_MIN_FALSE_POSITIVES` expected false positives (t N_neg >= 3): the difference
     of j's TPR at t and the headline candidates' largest TPR at t, on all victims and in every
     bootstrap replicate (the same draws). Against a best-of headline, the maximum of its candidates
-    is the comparison (biased upward, so the test stays conservative there). FPR 0 is left out:
-    the TPR below the largest of the non-member scores is an extreme order statistic, for which
-    the bootstrap is not consistent. Returns results.json's ``headline_test``: per level its
+    is the comparison (biased upward, so the test stays conservative there). FPR 0, and FPRs with
+    fewer expected false positives, are left out: their threshold is an extreme order statistic,
+    which the bootstrap does not reproduce. Returns results.json's ``headline_test``: per level its
     single-step adjusted p-value, whether it is flagged (p <= alpha) and the hypothesis with the
     largest statistic."""
     from harness.core.spa import spa_test
@@ -225,8 +233,8 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
         heads = _filled(fam.headline, cfg, folds=False)
         labels = {c.label for c in heads}
         others = _filled([c for c in fam.others if c.label not in labels], cfg, folds=False)
-        fprs = [t for t in cfg.attack.fprs
-                if all(c.entry["resolved"][fpr_key(t)] for c in heads + others)]
+        negatives = min(c.entry["num_neg"] for c in heads + others)
+        fprs = [t for t in cfg.attack.fprs if t * negatives >= TEST_MIN_FALSE_POSITIVES]
         for t in fprs:
             k = fpr_key(t)
             h_hat = max(c.entry["tpr_at_fpr"][k] for c in heads)

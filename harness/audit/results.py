@@ -35,6 +35,11 @@ class Figure:
     ci: dict[float, tuple[float, float]]
     resolved: dict[float, bool]
     beats_headline: bool = False
+    #: "single" (one candidate's figures) or "cross-fitted" (a best of several, chosen on one fold of
+    #: the victim models and read on the others: docs/protocol.md, Headlines)
+    estimator: str = "single"
+    #: a cross-fitted figure's plain maximum over its candidates at each FPR (biased upward by the choice)
+    optimistic_max: dict[float, float] | None = None
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> "Figure":
@@ -43,7 +48,10 @@ class Figure:
                    tpr={float(k): float(v) for k, v in rec["tpr_at_fpr"].items()},
                    ci={float(k): (float(v[0]), float(v[1])) for k, v in rec["tpr_ci"].items()},
                    resolved={float(k): bool(v) for k, v in rec["resolved"].items()},
-                   beats_headline=bool(rec.get("beats_headline", False)))
+                   beats_headline=bool(rec.get("beats_headline", False)),
+                   estimator=str(rec.get("estimator", "single")),
+                   optimistic_max={float(k): float(v) for k, v in rec["optimistic_max"]["tpr_at_fpr"].items()}
+                   if rec.get("optimistic_max") else None)
 
     def value(self, fpr: float) -> float:
         """TPR at ``fpr``; NaN where the pooled guesses cannot resolve that FPR (0 < fpr < 1/negatives:
@@ -72,7 +80,7 @@ class Results:
       :attr:`summary`: one row per level (as table.csv);
     - :meth:`roc`: an attack variant's ROC curve as (fpr, tpr) arrays;
     - :attr:`bounds` (DP runs), :attr:`ratio` (sample / population, with its CI), :attr:`warnings`,
-      :meth:`test_accuracy`.
+      :attr:`headline_test` (does any variant beat the headline?), :meth:`test_accuracy`.
     """
 
     def __init__(self, path: Path | str, data: dict[str, Any], curves: dict[str, dict] | None = None) -> None:
@@ -121,8 +129,8 @@ class Results:
         return Figure.from_json(self._level(level)["best"])
 
     def strongest(self, level: str = "sample") -> Figure | None:
-        """The level's strongest figure: the best of every attack variant that ran (None in a
-        results.json written before harness 0.3.0)."""
+        """The level's strongest figure: the cross-fitted best of every attack variant that ran (None
+        in a results.json written before harness 0.3.0; before 0.4 the plain maximum)."""
         rec = self._level(level).get("strongest")
         return Figure.from_json(rec) if rec else None
 
@@ -147,6 +155,12 @@ class Results:
     @property
     def warnings(self) -> list[str]:
         return list(self.data.get("warnings", []))
+
+    @property
+    def headline_test(self) -> dict[str, Any] | None:
+        """The headline test (Hansen's SPA over every variant, FPR and level): its ``p_value``,
+        ``alpha`` and per-level ``levels`` (docs/results-json.md); None before harness 0.4."""
+        return self.data.get("headline_test")
 
     # --- tables and curves --------------------------------------------------------------------
     @property
