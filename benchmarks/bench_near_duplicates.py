@@ -12,7 +12,8 @@ adds its declared ``lira-neighbour``. Two neighbour queries: ``lira-neighbour``,
 never trained on the neighbour; SELENA only), and ``lira-neighbour-student`` (the served model at
 the neighbour). Printed per defense: the matched pairs' cosine similarities, and for ``lira`` and
 each neighbour attack on the near-duplicate canaries the primary variant's TPR at 0.1% and 1% FPR
-and AUC, and the best variant at 0.1% FPR; then the level's headline and strongest figure.
+and AUC, and the best variant at 0.1% FPR; then the level's headline and strongest figure and the
+headline test's p-value.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ def summary(run_dir: Path) -> dict:
     out["population lira"] = {"tpr0.1": pop["tpr_at_fpr"]["0.001"], "auc": pop["auc"]}
     out["figures"] = {w: (s[w]["name"], s[w]["variant"], s[w]["tpr_at_fpr"]["0.001"], s[w]["tpr_ci"]["0.001"],
                           bool(s[w].get("beats_headline"))) for w in ("best", "strongest") if s.get(w)}
+    out["test p"] = ((r.get("headline_test") or {}).get("levels", {}).get("sample") or {}).get("p_value")
     return out
 
 
@@ -73,6 +75,8 @@ def main() -> None:
         for w, (name, variant, tpr, ci, beats) in s["figures"].items():
             print(f"  sample {'headline' if w == 'best' else 'strongest'}: {name}:{variant} {100 * tpr:.2f}% "
                   f"[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}] at 0.1% FPR" + (" (beats the headline)" if beats else ""))
+        if s["test p"] is not None:
+            print(f"  sample headline test (does any variant beat the headline?): p = {s['test p']:.3f}")
 
 
 if __name__ == "__main__":
