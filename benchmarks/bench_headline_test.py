@@ -1,6 +1,6 @@
 """The headline statistics where the truth is known: false alarms, power, bias and coverage.
 
-    python benchmarks/bench_headline_test.py [--sims 300] [--seeds 20] [--out runs/headline] [--skip-runs]
+    python benchmarks/bench_headline_test.py [--sims 300] [--seeds 20] [--out runs/headline] [--parts test,coverage,runs]
 
 1. Synthetic scores (harness.audit.calibration; 20 x 100 and the quick preset's 32 x 200 victim
    models x audit samples, 500 bootstrap replicates, FPRs 0.1% and 1%): how often the headline test
@@ -49,8 +49,15 @@ def old_rule_rate(cfg, sims: int, variants: int, mu: float, size: dict) -> float
     return hits / sims
 
 
-def synthetic(sims: int) -> None:
+def synthetic(sims: int, parts: set[str]) -> None:
     cfg = build_config("quick", {"attack.bootstrap": 500, "attack.fprs": [0.001, 0.01]})
+    if "test" in parts:
+        test_rates(cfg, sims)
+    if "coverage" in parts:
+        coverages(cfg, sims)
+
+
+def test_rates(cfg, sims: int) -> None:
     print(f"## 1. The headline test on synthetic scores ({sims} simulations per row, 500 bootstrap replicates, "
           f"alpha = {cfg.attack.alpha}, FPRs 0.1% and 1%)\n")
     print("| S x C | variants K | signal | headline test fires | old rule fires (200 sims) |")
@@ -69,6 +76,9 @@ def synthetic(sims: int) -> None:
         r = flag_rate(cfg, sims, variants=20, mu=1.5, stronger=mu, **QUICK)
         print(f"| {mu} | {100 * true_tpr(mu, 0.01, 0.5):.1f}% vs {100 * true_tpr(1.5, 0.01, 0.5):.1f}% | "
               f"{100 * r.rate:.1f}% |")
+
+
+def coverages(cfg, sims: int) -> None:
     print(f"\n## 2. K equally strong variants (mu 2): true best TPR at 1% FPR vs the figures ({min(sims, 200)} "
           f"simulations; S x C {SIZE['models']} x {SIZE['samples']})\n")
     print("| K | truth | cross-fitted mean | its CI covers | plain max mean | its CI covers | its CI wholly above |")
@@ -110,10 +120,11 @@ def main() -> None:
     ap.add_argument("--sims", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("runs/headline"))
-    ap.add_argument("--skip-runs", action="store_true", help="the synthetic part only")
+    ap.add_argument("--parts", default="test,coverage,runs", help="which parts to run: test, coverage, runs")
     a = ap.parse_args()
-    synthetic(a.sims)
-    if not a.skip_runs:
+    parts = set(a.parts.split(","))
+    synthetic(a.sims, parts)
+    if "runs" in parts:
         runs(a.out, a.seeds)
 
 

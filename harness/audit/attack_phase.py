@@ -16,7 +16,8 @@ from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
 from harness.audit.headline import (Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
-                                    headline_test_warning, ratio_json, select_best, strongest_figure, victim_weights)
+                                    headline_test_warning, ratio_json, select_best, selection_fpr, strongest_figure,
+                                    victim_weights)
 from harness.core.metrics import AttackMetrics, evaluate_scores, roc_on_grid
 from harness.core.signals import NOT_SERVED
 from harness.plugins import resolve
@@ -225,7 +226,7 @@ class LevelEvaluation:
 
 def evaluate_level(
     run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str],
-    signals: LevelSignals | None = None, weights: Any = None,
+    signals: LevelSignals | None = None, weights: Any = None, select_at: float | None = None,
 ) -> LevelEvaluation:
     """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
     *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
@@ -233,7 +234,9 @@ def evaluate_level(
     version) are skipped and listed in ``skipped_attacks``, a headline attack too (its reason says
     the headline is taken without it; the run's ``notes`` repeat it); a level where no headline
     attack ran is an error.
-    ``weights``: the run's :func:`~harness.audit.headline.victim_weights` (built here when None)."""
+    ``weights``: the run's :func:`~harness.audit.headline.victim_weights` (built here when None);
+    ``select_at``: the FPR cross-fitted figures choose at (default: :func:`~harness.audit.headline.selection_fpr`
+    of this experiment's non-member guesses)."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
     pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
@@ -242,6 +245,7 @@ def evaluate_level(
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
     weights = weights if weights is not None else victim_weights(cfg, cfg.audit.models)
+    select_at = select_at if select_at is not None else selection_fpr(cfg, int((~mem_ev).sum()))
     from harness.run.signals import attack_access, signal_table, unserved_access
 
     table = signal_table(attacks)
@@ -272,7 +276,8 @@ def evaluate_level(
             raise ConfigError(f"attack {attack.name!r} declares primary variant {primary!r}, which it did not return")
         for variant, scores in variants.items():
             m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
-                                confidence=cfg.attack.confidence, seed=cfg.seed, weights=weights)
+                                confidence=cfg.attack.confidence, seed=cfg.seed, weights=weights,
+                                fold_targets=(select_at,))
             curves[(attack.name, variant)] = m
             entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
                      **_metrics_json(m),
@@ -289,7 +294,7 @@ def evaluate_level(
         whys = "; ".join(f"{a}: {skipped[a]}" for a in headline_attacks if a in skipped)
         raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran"
                           + (f" ({whys})" if whys else ""))
-    best, selection = select_best(candidates, cfg)
+    best, selection = select_best(candidates, cfg, select_at=select_at)
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
         "canary": ld.canary,
@@ -305,7 +310,7 @@ def evaluate_level(
         "skipped_attacks": skipped,
         "headline_attacks": sorted({c.entry["name"] for c in candidates}),
         "best": best,
-        "strongest": strongest_figure(strongest_pool(candidates, others, excluded), cfg, excluded),
+        "strongest": strongest_figure(strongest_pool(candidates, others, excluded), cfg, excluded, select_at),
         "privacy": _privacy_json(ls.metas),
         "label_privacy": _label_privacy_json(ls.metas),
         "compute": {
@@ -391,10 +396,16 @@ def evaluate_run(
             attacks = [*attacks, *load_attacks(["label-only"])]
         headline_attacks.append("label-only")
         results["notes"] = [*results.get("notes", []), LABEL_ONLY_NOTE]
-    weights = victim_weights(cfg, cfg.audit.models)  # one set of draws and halves for every variant of both levels
+    weights = victim_weights(cfg, cfg.audit.models)  # one set of draws and folds for every variant of both levels
+    # the FPR cross-fitted choices are made at: per level, from its fewest non-member guesses (the
+    # sample level's over all of its canary experiments, whose candidates are chosen among together)
+    designs = {lv: run.load_level(lv) for lv in levels}
+    negatives = {lv: int((~ld.design.membership[:, ld.canaries.evaluated]).sum()) for lv, ld in designs.items()}
+    sample_negatives = [n for lv, n in negatives.items() if lv != "population"]
+    choose_at = {lv: selection_fpr(cfg, n if lv == "population" else min(sample_negatives)) for lv, n in negatives.items()}
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
-                             weights)
+                             weights, choose_at[level])
         headline_skips = [f"{level}: headline attack {a} skipped ({why})"
                           for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
         if headline_skips:
@@ -412,9 +423,10 @@ def evaluate_run(
     if by_experiment:
         # the sample-level headline: the best primary variant over every canary experiment (cross-fitted
         # where that is a best-of); the strongest figure: the same over every variant of every canary experiment
-        best, selections["sample"] = select_best(sample_candidates, cfg)
+        at = min(choose_at[lv] for lv in by_experiment)  # the same for every sample experiment
+        best, selections["sample"] = select_best(sample_candidates, cfg, select_at=at)
         pool = strongest_pool(sample_candidates, sample_others, excluded)
-        strongest = strongest_figure(pool, cfg, excluded)
+        strongest = strongest_figure(pool, cfg, excluded, at)
         families["sample"] = LevelFamily(sample_candidates, pool)
         headline_experiment = by_experiment[best["source"].split("/")[0]]
         results["sample"] = {**headline_experiment, "canaries": [r["canary"] for r in by_experiment.values()],

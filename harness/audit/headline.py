@@ -55,6 +55,26 @@ def victim_weights(cfg: ExperimentConfig, num_models: int) -> VictimWeights:
                               min(cfg.attack.crossfit_folds, num_models))
 
 
+#: the headline test looks at an FPR t only where t N_neg >= this: below, the threshold is among the
+#: few largest non-member scores, an extreme order statistic that the bootstrap does not reproduce (the
+#: bootstrap standard deviation of a TPR difference at one expected false positive was 11% too small
+#: in benchmarks/bench_headline_test.py's simulations, within 4% at three)
+TEST_MIN_FALSE_POSITIVES = 3
+
+
+def selection_fpr(cfg: ExperimentConfig, num_neg: int) -> float:
+    """The FPR a cross-fitted figure's choices are made at: the headline FPR where one fold of the
+    victims holds at least :data:`TEST_MIN_FALSE_POSITIVES` expected false positives there, else the
+    smallest FPR that does (3 / the fold's non-member guesses, ``num_neg`` the fewest of the
+    candidates'). A choice at one or two false positives is decided by the few largest non-member
+    scores of a fold, which picks among near-equal variants by chance."""
+    t = headline_fpr(cfg)
+    fold = num_neg / max(2, min(cfg.attack.crossfit_folds, cfg.audit.models))
+    if t == 0.0 or fold <= 0 or t * fold >= TEST_MIN_FALSE_POSITIVES:
+        return t
+    return min(1.0, TEST_MIN_FALSE_POSITIVES / fold)
+
+
 @dataclass(frozen=True)
 class Candidate:
     """One candidate of a best-of figure: an attack variant on one experiment, with its scores and,
@@ -82,25 +102,35 @@ def _targets(cfg: ExperimentConfig) -> list[float]:
     return [0.0, *cfg.attack.fprs]
 
 
-def _filled(candidates: list[Candidate], cfg: ExperimentConfig, folds: bool = True) -> list[Candidate]:
-    """The candidates with their replicate TPRs and (``folds``) their fold TPRs, computed from their
-    scores with the run's weights where a caller built them without."""
+def _fold_targets(cfg: ExperimentConfig, select_at: float) -> list[float]:
+    """The FPRs a candidate's fold TPRs are computed at: the reported ones and the selection FPR."""
+    return sorted({*_targets(cfg), select_at})
+
+
+def _filled(candidates: list[Candidate], cfg: ExperimentConfig, folds: bool = True,
+            select_at: float | None = None) -> list[Candidate]:
+    """The candidates with their replicate TPRs and (``folds``) their fold TPRs at the reported FPRs
+    and ``select_at``, computed from their scores with the run's weights where a caller built them
+    without."""
     boot = cfg.attack.bootstrap > 0
-    if all((c.folds is not None or not folds) and (c.samples is not None or not boot) for c in candidates):
+    want = _fold_targets(cfg, headline_fpr(cfg) if select_at is None else select_at)
+    if all((not folds or (c.folds is not None and all(t in c.folds.picks for t in want)))
+           and (c.samples is not None or not boot) for c in candidates):
         return candidates
     weights = victim_weights(cfg, candidates[0].scores.shape[0])
     out = []
     for c in candidates:
         if folds:
-            samples, fs = weights.evaluate(c.scores, c.membership, _targets(cfg))
+            samples, fs = weights.evaluate(c.scores, c.membership, want)
+            samples = {t: samples[t] for t in _targets(cfg)}
         else:
             samples, fs = weighted_tpr_samples(c.scores, c.membership, _targets(cfg), weights.replicates), c.folds
         out.append(Candidate(c.label, c.entry, c.scores, c.membership, samples if boot else None, fs))
     return out
 
 
-def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = "candidate") -> tuple[
-        dict[str, Any], Selection | None]:
+def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = "candidate",
+                select_at: float | None = None) -> tuple[dict[str, Any], Selection | None]:
     """The best of ``candidates`` at the headline FPR, reported without the selection's bias.
 
     One candidate: its TPRs and CIs as they are. Several: the cross-fitted best-of
@@ -108,8 +138,10 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
     plain maximum beside it as ``optimistic_max`` (the best candidate on all victims, :func:`_headline_key`,
     and the percentile interval of the maximum re-made in every replicate): biased upward by the
     choice among K. ``name``/``variant``/``source`` name the candidate best on all victims;
-    ``chosen`` the share of the cross-fit's choices each candidate won. Returns the record and the
-    figure's :class:`Selection` (None without a bootstrap). ``what`` names the candidates."""
+    ``chosen`` the share of the cross-fit's choices each candidate won; its choices are made at
+    ``select_at`` (default :func:`selection_fpr` of the candidates' fewest non-member guesses;
+    ``selected_at``). Returns the record and the figure's :class:`Selection` (None without a
+    bootstrap). ``what`` names the candidates."""
     from harness.core.metrics import select_from_samples
 
     if any(c.scores.shape[0] != candidates[0].scores.shape[0] for c in candidates):
@@ -132,8 +164,10 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
         c = candidates[0]
         samples = _filled(candidates, cfg, folds=False)[0].samples if boot else None
         return record, Selection(samples) if samples is not None else None
-    filled = _filled(candidates, cfg)
-    cf = crossfit([c.folds for c in filled], targets, select_at=sel_at, confidence=cfg.attack.confidence)
+    choose_at = select_at if select_at is not None else selection_fpr(cfg, min(c.entry["num_neg"] for c in candidates))
+    filled = _filled(candidates, cfg, select_at=choose_at)
+    cf = crossfit([c.folds for c in filled], _fold_targets(cfg, choose_at), select_at=choose_at,
+                  confidence=cfg.attack.confidence)
     nan = [float("nan"), float("nan")]
     if boot:
         mx = select_from_samples([c.samples for c in filled], targets, select_at=sel_at, confidence=cfg.attack.confidence)
@@ -141,15 +175,16 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
     else:
         max_ci = {fpr_key(t): nan for t in targets}
     record.update({
-        "tpr_at_fpr": {fpr_key(t): v for t, v in cf.estimate.items()},
-        "tpr_ci": {fpr_key(t): (list(v) if boot else nan) for t, v in cf.ci.items()},
+        "tpr_at_fpr": {fpr_key(t): cf.estimate[t] for t in targets},
+        "tpr_ci": {fpr_key(t): (list(cf.ci[t]) if boot else nan) for t in targets},
         "tpr_ci_variant": e["tpr_ci"],
-        "resolved": {fpr_key(t): v for t, v in cf.resolved.items()},
+        "resolved": {fpr_key(t): cf.resolved[t] for t in targets},
+        "selected_at": choose_at,
         "estimator": "cross-fitted",
         "folds": min(cfg.attack.crossfit_folds, candidates[0].scores.shape[0]),
         "splits": cfg.attack.crossfit_splits,
         "chosen": {c.label: float(s) for c, s in zip(candidates, cf.shares) if s > 0},
-        "ci_method": (f"cross-fitted best of the {len(candidates)} {what}s: chosen at the headline FPR on one fold "
+        "ci_method": (f"cross-fitted best of the {len(candidates)} {what}s: chosen at {100 * choose_at:.3g}% FPR on one fold "
                       f"of a random partition of the victim models and read on the other folds, averaged over the "
                       f"folds and {cfg.attack.crossfit_splits} partitions; percentile bootstrap over victim models "
                       f"that re-does the whole procedure in every replicate"),
@@ -159,7 +194,7 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
                      f"choice (its CI re-makes the choice in every replicate and carries the same bias)"),
         },
     })
-    return record, Selection(cf.replicates) if boot else None
+    return record, Selection({t: cf.replicates[t] for t in targets}) if boot else None
 
 
 def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
@@ -173,13 +208,14 @@ PRE_DEFENSE = NOT_SERVED["raw_query"]  # lira-raw, HAMP's ablation
 SPLIT_AI = NOT_SERVED["splitai_query"]  # lira-neighbour, the paper's splitai_nn on SELENA
 
 
-def strongest_figure(pool: list[Candidate], cfg: ExperimentConfig, excluded: dict[str, str]) -> dict[str, Any]:
+def strongest_figure(pool: list[Candidate], cfg: ExperimentConfig, excluded: dict[str, str],
+                     select_at: float | None = None) -> dict[str, Any]:
     """The strongest figure of a level: the best of *every* attack variant that ran on what the
     deployed model serves (``pool``: the headline's candidates first, so that a tie keeps the
     headline's), cross-fitted like a best-of headline (:func:`select_best`), so that looking at
     many variants does not inflate it. Whether it beats the headline is :func:`headline_test`'s
     question (``beats_headline``, set there; False until then)."""
-    record, _ = select_best(pool, cfg, what="attack variant")
+    record, _ = select_best(pool, cfg, what="attack variant", select_at=select_at)
     record["excluded_attacks"] = dict(excluded)
     record["beats_headline"] = False
     return record
@@ -194,11 +230,6 @@ class LevelFamily:
     others: list[Candidate]
 
 
-#: the headline test looks at an FPR t only where t N_neg >= this: below, the threshold is among the
-#: few largest non-member scores, an extreme order statistic that the bootstrap does not reproduce (the
-#: bootstrap standard deviation of a TPR difference at one expected false positive was 11% too small
-#: in benchmarks/bench_headline_test.py's simulations, within 4% at three)
-TEST_MIN_FALSE_POSITIVES = 3
 
 TEST_METHOD = ("Hansen's SPA test (consistent re-centring), studentized by the bootstrap standard deviation, "
                "single step over every variant x level x positive FPR with at least 3 expected false positives; paired "

@@ -341,12 +341,14 @@ def evaluate_scores(
     confidence: float,
     seed: int,
     weights: Any = None,
+    fold_targets: tuple[float, ...] = (),
 ) -> AttackMetrics:
     """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses.
 
     ``weights`` (harness.core.crossfit.VictimWeights, built with the same ``bootstrap`` and
     ``seed``): the replicates come from its draws (the same as without it) and the variant's TPRs on
-    its cross-fitting folds are kept (``folds``)."""
+    its cross-fitting folds are kept (``folds``), at the reported FPRs and ``fold_targets`` (the
+    selection FPR of a cross-fitted choice)."""
     sc = scores[:, evaluated]
     mem = membership[:, evaluated]
     roc = roc_curve(sc, mem)
@@ -355,8 +357,8 @@ def evaluate_scores(
     if weights is not None:
         if weights.replicates.shape != (bootstrap, sc.shape[0]):
             raise ValueError("the victim weights were built for another number of models or replicates")
-        samples, folds = weights.evaluate(sc, mem, targets)
-        samples = samples if bootstrap > 0 else None
+        samples, folds = weights.evaluate(sc, mem, sorted({*targets, *fold_targets}))
+        samples = {t: samples[t] for t in targets} if bootstrap > 0 else None
     elif bootstrap > 0:
         samples = bootstrap_tpr_samples(sc, mem, targets, bootstrap_draws(sc.shape[0], bootstrap, seed))
     if samples is not None:
