@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 from harness.audit.results import Figure, Results
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
-from harness.defense_config import build_config
+from harness.defense_config import build_config, with_absolute_paths
 from harness.core.errors import ConfigError
 
 __all__ = ["Progress", "Results", "Figure", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",
@@ -65,14 +65,17 @@ def _emitter(progress: ProgressFn | None) -> Callable[..., None]:
 
 
 #: settings that never change the models: the only ones `evaluate(run_dir=RUN)` without a defense may change
-RESUME_KEYS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size"}
+#: (``data.path``: where the run's dataset is now, checked against its data fingerprint: runner.load_run_data)
+RESUME_KEYS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size", "data.path"}
 
 
 def configure(defense: str | None = None, preset: str | None = None, overrides: dict[str, Any] | None = None,
               run_dir: Path | str | None = None) -> ExperimentConfig:
     """The resolved configuration: ``preset`` (default quick) for ``defense`` with ``overrides``
     (dotted keys: ``{"audit.models": 8, "train.lr": 0.05}``); or, without a defense, the saved
-    config of ``run_dir`` (only :data:`RESUME_KEYS` may then change)."""
+    config of ``run_dir`` (only :data:`RESUME_KEYS` may then change). Either way its paths are
+    absolute (:func:`harness.defense_config.with_absolute_paths`; a run saved with a relative
+    ``data.path`` resolves it against the current folder)."""
     overrides = dict(overrides or {})
     for key, use in (("defense", "the DEFENSE argument (the API's defense=)"), ("preset", "--preset (preset=)")):
         if key in overrides:
@@ -92,7 +95,11 @@ def configure(defense: str | None = None, preset: str | None = None, overrides: 
                           f"{', '.join(changing)} would change it: give DEFENSE and the run's options to change it "
                           "(a run with other settings goes in another directory)")
     cfg = RunDir(run_dir).load_config()
-    return validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides)) if overrides else cfg
+    if "data.path" in overrides and cfg.data.name == "digits":
+        raise ConfigError("--data-dir (data.path): this run's dataset is digits (scikit-learn's bundled copy), which "
+                          "reads no data folder")
+    cfg = validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides)) if overrides else cfg
+    return with_absolute_paths(cfg)
 
 
 @contextmanager
