@@ -39,13 +39,15 @@ class Progress:
 
     ``kind``: ``status`` (a step begins: ``message``), ``info`` (a line worth showing), ``note``
     and ``repaired`` (lines worth attention), ``waiting`` (for another process's lock), ``train``
-    (``done`` of ``total`` models of ``level`` trained, fractions of running models included)."""
+    (``done`` of ``total`` models of ``level`` trained, fractions of running models included;
+    ``finished``: the models whose signals are saved, without those fractions)."""
 
     kind: str
     message: str = ""
     level: str | None = None
     done: float = 0.0
     total: int = 0
+    finished: int = 0
 
     def __str__(self) -> str:
         if self.kind == "train":
@@ -189,7 +191,8 @@ def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
 
     def show_progress() -> None:  # finished models + the fraction reported by running ones
         for lv in prep.levels:
-            emit("train", level=lv, done=done[lv] + sum(run.read_progress(lv).values()), total=cfg.audit.models)
+            emit("train", level=lv, done=done[lv] + sum(run.read_progress(lv).values()), total=cfg.audit.models,
+                 finished=done[lv])
 
     def on_done(job: Any, meta: Any) -> None:
         done[job.level] += 1
