@@ -131,8 +131,11 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     ``defense``: a name (``harness list``) or ``path/to/file.py:ClassName``; ``preset``: quick,
     cifar10, paper, fast or a YAML file; ``overrides``: dotted config keys; ``run_dir``: exactly this
     run directory (without a defense: resume it as saved); ``wait``: wait for another process using
-    the run directory instead of raising; ``progress``: receives :class:`Progress` events.
+    the run directory instead of raising; ``progress``: receives :class:`Progress` events (before
+    training, a ``note`` when the design has too few non-member guesses for a reported FPR:
+    :mod:`harness.audit.resolution`).
     """
+    from harness.audit.resolution import plan_note
     from harness.core.install_check import check_torch_builds
     from harness.run.executors import check_engine, start_worker_server
     from harness.run.runner import open_run, plan_run
@@ -148,6 +151,8 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     t0 = time.perf_counter()
     emit("status", "loading data and building the audit design")
     plan = plan_run(cfg, run_path)  # every check; nothing written yet
+    if note := plan_note(cfg, plan.designs, len(plan.data.y_train), plan.data.num_classes):
+        emit("note", note)  # the FPRs the design cannot resolve, and the S that would
     with _locked(plan.path, wait, emit):
         prep = open_run(plan)
         _train(prep, time.perf_counter() - t0, emit)
