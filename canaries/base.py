@@ -13,6 +13,7 @@ from __future__ import annotations
 import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -70,6 +71,9 @@ class CanaryContext:
     network), and ``store`` keeps expensive per-dataset arrays between runs (embeddings): an
     :class:`ArrayStore` or None. ``download`` says whether a generator may fetch a missing data file
     into ``data_dir`` (``data.download`` on a cifar10 dataset: the paper's OOD canary file).
+    ``base_dir`` is the folder a relative path among the generator's parameters is read from: the
+    folder the run was created in (harness.run.runner.creation_folder), so that a run resumed from
+    elsewhere finds the same files; None: the current folder.
     """
 
     num_classes: int
@@ -83,6 +87,14 @@ class CanaryContext:
     device: str = "cpu"
     store: "ArrayStore | None" = None
     download: bool = False
+    base_dir: str | None = None
+
+
+def param_path(name: str, base_dir: str | None) -> Path:
+    """A path among a generator's parameters, absolute: ``~`` expanded, a relative one read from
+    ``base_dir`` (:attr:`CanaryContext.base_dir`; the current folder when None)."""
+    p = Path(name).expanduser()
+    return p if p.is_absolute() else (Path(base_dir) if base_dir is not None else Path.cwd()) / p
 
 
 class ArrayStore(Protocol):

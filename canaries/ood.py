@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from canaries.base import Canaries, CanaryContext, CanaryGenerator
+from canaries.base import Canaries, CanaryContext, CanaryGenerator, param_path
 from harness.core.data import PAPER_OOD_FILE, DataError, paper_ood_file
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff"}
@@ -117,15 +117,19 @@ class OutOfDistribution(CanaryGenerator):
         self.label = label
         self._record: dict[str, Any] = {}
 
-    def resolve_source(self, data_dir: str | None, download: bool = False) -> str | Path:
-        """The source to read: :data:`PHOTOS` or a path (the paper's file when ``source`` is unset,
-        downloaded into ``data_dir`` when it is absent there and ``download`` is set)."""
+    def resolve_source(self, data_dir: str | None, download: bool = False, base_dir: str | None = None) -> str | Path:
+        """The source to read: :data:`PHOTOS` or an absolute path (the paper's file when ``source``
+        is unset, downloaded into ``data_dir`` when it is absent there and ``download`` is set; a
+        relative ``source`` read from ``base_dir``, the folder the run was created in:
+        :attr:`CanaryContext.base_dir`)."""
         if self.source == PHOTOS:
             return PHOTOS
         if self.source is not None:
-            path = Path(self.source).expanduser()
+            path = param_path(self.source, base_dir)
             if not path.exists():
-                raise ValueError(f"OOD source {self.source!r} does not exist")
+                where = "" if Path(self.source).expanduser().is_absolute() else \
+                    f" (a relative path is read from {base_dir or Path.cwd()}, the folder the run was created in)"
+                raise ValueError(f"OOD source {self.source!r}{where} does not exist")
             return path
         others = (f"set --set audit.canary_params.ood.source=PATH (a uint8 tensor file [N,3,H,W] or an image "
                   f"folder) or ...source={PHOTOS} (bundled photo patches)")
@@ -133,13 +137,13 @@ class OutOfDistribution(CanaryGenerator):
             raise ValueError(f"ood canaries read the paper's {PAPER_OOD_FILE} from the data folder, and this "
                              f"dataset has no data folder; {others}")
         try:
-            return paper_ood_file(Path(data_dir).expanduser(), download=download)
+            return paper_ood_file(Path(data_dir).expanduser().absolute(), download=download)
         except DataError as e:
             raise ValueError(f"{e}; or put the file there yourself, or {others}") from None
 
     def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         c = len(y)
-        src = self.resolve_source(ctx.data_dir, ctx.download)
+        src = self.resolve_source(ctx.data_dir, ctx.download, ctx.base_dir)
         record: dict[str, Any] = {"label": self.label}
         if src == PHOTOS:
             raw = sample_photo_patches(c, ctx.rng)

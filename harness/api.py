@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterator
 
 from harness.audit.results import Figure, Results
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
-from harness.defense_config import build_config
+from harness.defense_config import build_config, with_absolute_paths
 from harness.core.errors import ConfigError
 
 __all__ = ["Progress", "Results", "Figure", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",
@@ -39,13 +39,15 @@ class Progress:
 
     ``kind``: ``status`` (a step begins: ``message``), ``info`` (a line worth showing), ``note``
     and ``repaired`` (lines worth attention), ``waiting`` (for another process's lock), ``train``
-    (``done`` of ``total`` models of ``level`` trained, fractions of running models included)."""
+    (``done`` of ``total`` models of ``level`` trained, fractions of running models included;
+    ``finished``: the models whose signals are saved, without those fractions)."""
 
     kind: str
     message: str = ""
     level: str | None = None
     done: float = 0.0
     total: int = 0
+    finished: int = 0
 
     def __str__(self) -> str:
         if self.kind == "train":
@@ -65,14 +67,17 @@ def _emitter(progress: ProgressFn | None) -> Callable[..., None]:
 
 
 #: settings that never change the models: the only ones `evaluate(run_dir=RUN)` without a defense may change
-RESUME_KEYS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size"}
+#: (``data.path``: where the run's dataset is now, checked against its data fingerprint: runner.load_run_data)
+RESUME_KEYS = {"run.workers", "run.device", "run.save_models", "run.executor", "run.group_size", "data.path"}
 
 
 def configure(defense: str | None = None, preset: str | None = None, overrides: dict[str, Any] | None = None,
               run_dir: Path | str | None = None) -> ExperimentConfig:
     """The resolved configuration: ``preset`` (default quick) for ``defense`` with ``overrides``
     (dotted keys: ``{"audit.models": 8, "train.lr": 0.05}``); or, without a defense, the saved
-    config of ``run_dir`` (only :data:`RESUME_KEYS` may then change)."""
+    config of ``run_dir`` (only :data:`RESUME_KEYS` may then change). Either way its paths are
+    absolute (:func:`harness.defense_config.with_absolute_paths`; a run saved with a relative
+    ``data.path`` resolves it against the current folder)."""
     overrides = dict(overrides or {})
     for key, use in (("defense", "the DEFENSE argument (the API's defense=)"), ("preset", "--preset (preset=)")):
         if key in overrides:
@@ -92,7 +97,11 @@ def configure(defense: str | None = None, preset: str | None = None, overrides: 
                           f"{', '.join(changing)} would change it: give DEFENSE and the run's options to change it "
                           "(a run with other settings goes in another directory)")
     cfg = RunDir(run_dir).load_config()
-    return validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides)) if overrides else cfg
+    if "data.path" in overrides and cfg.data.name == "digits":
+        raise ConfigError("--data-dir (data.path): this run's dataset is digits (scikit-learn's bundled copy), which "
+                          "reads no data folder")
+    cfg = validate_config(apply_overrides(cfg.model_dump(mode="json"), overrides)) if overrides else cfg
+    return with_absolute_paths(cfg)
 
 
 @contextmanager
@@ -122,8 +131,11 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     ``defense``: a name (``harness list``) or ``path/to/file.py:ClassName``; ``preset``: quick,
     cifar10, paper, fast or a YAML file; ``overrides``: dotted config keys; ``run_dir``: exactly this
     run directory (without a defense: resume it as saved); ``wait``: wait for another process using
-    the run directory instead of raising; ``progress``: receives :class:`Progress` events.
+    the run directory instead of raising; ``progress``: receives :class:`Progress` events (before
+    training, a ``note`` when the design has too few non-member guesses for a reported FPR:
+    :mod:`harness.audit.resolution`).
     """
+    from harness.audit.resolution import plan_note
     from harness.core.install_check import check_torch_builds
     from harness.run.executors import check_engine, start_worker_server
     from harness.run.runner import open_run, plan_run
@@ -139,6 +151,8 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     t0 = time.perf_counter()
     emit("status", "loading data and building the audit design")
     plan = plan_run(cfg, run_path)  # every check; nothing written yet
+    if note := plan_note(cfg, plan.designs, len(plan.data.y_train), plan.data.num_classes):
+        emit("note", note)  # the FPRs the design cannot resolve, and the S that would
     with _locked(plan.path, wait, emit):
         prep = open_run(plan)
         _train(prep, time.perf_counter() - t0, emit)
@@ -182,7 +196,8 @@ def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
 
     def show_progress() -> None:  # finished models + the fraction reported by running ones
         for lv in prep.levels:
-            emit("train", level=lv, done=done[lv] + sum(run.read_progress(lv).values()), total=cfg.audit.models)
+            emit("train", level=lv, done=done[lv] + sum(run.read_progress(lv).values()), total=cfg.audit.models,
+                 finished=done[lv])
 
     def on_done(job: Any, meta: Any) -> None:
         done[job.level] += 1

@@ -23,6 +23,9 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
 
     Every override must take effect: :func:`harness.core.overrides.route_overrides` rewrites recipe
     overrides a defense takes as its own parameters and refuses the ones nothing would read.
+    Paths that locate inputs and outputs (``data.path``, ``run.out``, the defense's plumbing
+    parameters) are made absolute against the current folder
+    (:meth:`~harness.core.config.ExperimentConfig.with_absolute_paths`: the run fingerprint is unchanged).
     Raises :class:`ConfigError` on any mistake.
     """
     overrides = overrides or {}
@@ -37,4 +40,10 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
     routed = route_overrides(raw, overrides, defense_cls)
     merged = settle_canary_params(apply_overrides(raw, routed), routed, defense_cls)
     merged = settle_attack_params(merged, routed, run_attack_names(merged, defense_cls))
-    return validate_config(merged)
+    return validate_config(merged).with_absolute_paths(defense_cls.plumbing_params)
+
+
+def with_absolute_paths(cfg: ExperimentConfig) -> ExperimentConfig:
+    """``cfg`` (read back from a run directory) with its location fields absolute against the current
+    folder, the defense's plumbing parameters included (as :func:`build_config` makes them)."""
+    return cfg.with_absolute_paths(defenses.resolve(cfg.defense).plumbing_params)

@@ -3,11 +3,13 @@
 Commands are thin: they parse options, call :mod:`harness.api` and print. :func:`guard` turns a
 user's mistake (ConfigError), a defense's failure (PluginFailure, with its own frames), an OS failure
 (a read-only folder, a full disk) and Ctrl-C into one line and an exit code; :class:`ProgressView`
-turns the API's :class:`~harness.api.Progress` events into rich status lines and progress bars.
+turns the API's :class:`~harness.api.Progress` events into rich status lines and progress bars on
+a terminal, and into plain lines in a log (a line whenever models finish).
 """
 
 from __future__ import annotations
 
+import time
 from contextlib import contextmanager
 from typing import Any, Iterator
 
@@ -68,16 +70,27 @@ def guard(debug: bool = False, interrupted: str | None = None) -> Iterator[None]
 
 
 class ProgressView:
-    """A :data:`harness.api.ProgressFn` that shows the events with rich: ``status`` as a spinner,
-    ``train`` as one bar per level, the other kinds as lines. Use as a context manager (it stops the
-    live displays on exit)."""
+    """A :data:`harness.api.ProgressFn` that shows the events with rich. On a terminal: ``status``
+    as a spinner, ``train`` as one bar per level, the other kinds as lines. Elsewhere (a log file,
+    nohup, Slurm, a pipe: ``console.is_terminal`` false), where bars and spinners would show nothing
+    until they stop, every event is a plain line: ``status`` as ``<step>...``, and ``train`` as
+    ``train <level>: <finished>/<total> models done, <elapsed> elapsed`` whenever a level's count of
+    finished models changes (the API reports every second) and, while one of its models trains and
+    reports its progress, at least every :attr:`HEARTBEAT_S` seconds (then with the running models'
+    fractions). ``live`` overrides the terminal check. Use as a context manager (it stops the live
+    displays on exit)."""
 
     STYLES = {"note": "[yellow]note:[/] ", "repaired": "[yellow]repaired:[/] ", "waiting": ""}
+    #: seconds after which a log gets a line about a level whose models are training, though none finished
+    HEARTBEAT_S = 60.0
 
-    def __init__(self) -> None:
+    def __init__(self, live: bool | None = None) -> None:
+        self.live = console.is_terminal if live is None else live
         self._status: Any = None
         self._bars: Progress | None = None
         self._tasks: dict[str, Any] = {}
+        self._t0: float | None = None  # the first train event (plain lines' elapsed time)
+        self._printed: dict[str, tuple[int, float]] = {}  # level -> (finished, time) of its last plain line
 
     def __enter__(self) -> "ProgressView":
         return self
@@ -94,7 +107,9 @@ class ProgressView:
             self._bars, self._tasks = None, {}
 
     def __call__(self, event: Any) -> None:
-        if event.kind == "status":
+        if not self.live:
+            self._plain(event)
+        elif event.kind == "status":
             self._stop()
             self._status = console.status(f"{event.message}...")
             self._status.start()
@@ -109,6 +124,35 @@ class ProgressView:
             self._bars.update(self._tasks[event.level], completed=event.done)
         else:
             console.print(self.STYLES.get(event.kind, "") + escape(event.message), highlight=False)
+
+    def _plain(self, event: Any) -> None:
+        """One plain line per event, without rich's live displays (the class docstring)."""
+        if event.kind == "train":
+            line = self._train_line(event)
+            if line is None:
+                return
+        elif event.kind == "status":
+            line = escape(f"{event.message}...")
+        else:
+            line = self.STYLES.get(event.kind, "") + escape(event.message)
+        console.print(line, highlight=False, soft_wrap=True)
+
+    def _train_line(self, event: Any) -> str | None:
+        """The line for a ``train`` event, or None when the level has nothing new to say."""
+        now = time.monotonic()
+        if self._t0 is None:
+            self._t0 = now
+        last = self._printed.get(event.level)
+        running = event.done - event.finished > 1e-6
+        quiet = last is None or now - last[1] >= self.HEARTBEAT_S
+        if last is not None and event.finished == last[0] and not (running and quiet):
+            return None
+        self._printed[event.level] = (event.finished, now)
+        fractions = f" ({event.done:.1f} with the running ones)" if running else ""
+        t = int(now - self._t0)
+        elapsed = f"{t // 3600}:{t % 3600 // 60:02d}:{t % 60:02d}"
+        return (f"train {escape(str(event.level))}: {event.finished}/{event.total} models done{fractions}, "
+                f"{elapsed} elapsed")
 
 
 def flag_overrides(**flags: Any) -> dict[str, Any]:

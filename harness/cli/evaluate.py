@@ -25,7 +25,8 @@ def evaluate(
         None, help="defense name (see `harness list`) or path/to/file.py:ClassName; leave out with --run-dir to "
                    "resume that run as saved (a damaged model file is moved aside and retrained)"),
     preset: Optional[str] = typer.Option(None, help=preset_help()),
-    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz)"),
+    data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file (npz), "
+                                           "stored absolute; with --run-dir alone: where the run's dataset moved"),
     models: Optional[int] = typer.Option(None, help="S, number of models (even)"),
     audit_size: Optional[int] = typer.Option(None, "--audit-size", help="C, number of audit samples"),
     canary: Optional[str] = typer.Option(None, help="sample-level canary, or several: mislabeled,ood,uniform"),

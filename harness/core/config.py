@@ -9,6 +9,7 @@ validated into :class:`ExperimentConfig`. Unknown keys, wrong types and impossib
 from __future__ import annotations
 
 import copy
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -26,8 +27,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
+#: the data folder of a cifar10 dataset whose ``data.path`` is unset (relative to the folder the run starts in)
+DEFAULT_DATA_DIR = "data"
+
+
+def absolute_path(path: str) -> str:
+    """``path`` with ``~`` expanded, made absolute against the current folder and normalized
+    (``os.path.abspath``: ``..`` and ``.`` removed, symlinks kept)."""
+    return os.path.abspath(os.path.expanduser(path))
+
+
 class DataConfig(_Strict):
-    """Which dataset to load. ``path`` is the data directory (cifar10) or the .npz file (npz)."""
+    """Which dataset to load. ``path`` is the data directory (cifar10) or the .npz file (npz); a
+    config built from the user's input holds it absolute (:meth:`ExperimentConfig.with_absolute_paths`)."""
 
     name: Literal["digits", "cifar10", "npz"] = "digits"
     path: str | None = None
@@ -233,6 +245,22 @@ class ExperimentConfig(_Strict):
         if d["audit"]["signal_dtype"] == "float32":  # the default keeps the fingerprints runs had before the field
             d["audit"].pop("signal_dtype")
         return d
+
+    def with_absolute_paths(self, plumbing: tuple[str, ...] | frozenset[str] = ()) -> "ExperimentConfig":
+        """This config with the fields that locate inputs and outputs made absolute against the
+        current folder (:func:`absolute_path`): ``data.path`` (a cifar10 dataset's unset path is its
+        default folder :data:`DEFAULT_DATA_DIR`), ``run.out`` and the defense parameters named in
+        ``plumbing`` (``Defense.plumbing_params``, e.g. DFKD's ``teacher_run``) that hold a string.
+        None of them enters the run fingerprint (:meth:`model_determining`,
+        :func:`harness.run.runner.run_fingerprint`), so the fingerprint is the same; a run's
+        config.json then resolves from any folder (docs/usage.md, Run directories)."""
+        data, run = self.data, self.run
+        path = data.path if data.path is not None or data.name != "cifar10" else DEFAULT_DATA_DIR
+        data = data.model_copy(update={"path": absolute_path(path) if path else path})
+        run = run.model_copy(update={"out": absolute_path(run.out)})
+        params = {k: absolute_path(v) if k in plumbing and isinstance(v, str) and v else v
+                  for k, v in self.defense_params.items()}
+        return self.model_copy(update={"data": data, "run": run, "defense_params": params})
 
 
 PRESETS = ("quick", "cifar10", "paper")

@@ -8,7 +8,8 @@ training and querying use the same ones.
 Loaders:
 - ``digits``: scikit-learn's bundled 8x8 digits (the embedded default; no network).
 - ``cifar10``: the official ``cifar-10-batches-py`` pickles, read directly (so a folder holding a
-  subset of each batch works); downloaded with torchvision when the folder is absent.
+  subset of each batch works); downloaded with torchvision when the folder is absent (nothing is
+  created when the download fails: :func:`download_cifar10`).
 - ``npz``: user data with arrays ``x_train, y_train, x_test, y_test`` (``data.scale`` maps other value
   ranges to pixels).
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import importlib.util
+import os
 import pickle
 import sys
 from dataclasses import dataclass, field
@@ -224,27 +226,15 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
     """CIFAR-10 from the official python pickles in ``root`` or ``root/cifar-10-batches-py``.
 
     When neither holds the batch files and ``download`` is set, torchvision downloads the official
-    archive into ``root`` (no checksum is required when reading, so a subset folder also works).
+    archive (:func:`download_cifar10`: nothing is created unless it succeeds; no checksum is
+    required when reading, so a subset folder also works).
     """
     folder = _find_cifar_folder(root)
     if folder is None:
         if not download:
-            raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}")
-        from harness.core.install_check import import_torchvision
-
-        try:
-            import_torchvision(f"downloading CIFAR-10 (no batch files under {root})")
-        except ConfigError as e:
-            raise DataError(str(e)) from None
-        from torchvision.datasets import CIFAR10
-
-        try:
-            CIFAR10(root=str(root), train=True, download=True)
-        except Exception as e:
-            raise DataError(f"no CIFAR-10 files under {root} and the download failed: {e}") from None
-        folder = _find_cifar_folder(root)
-        if folder is None:
-            raise DataError(f"download finished but no CIFAR-10 batch files appeared under {root}")
+            where = "" if root.is_dir() else " (no such folder)"
+            raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}{where}")
+        folder = download_cifar10(root)
     parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6) if (folder / f"data_batch_{i}").is_file()]
     x_train = np.concatenate([p[0] for p in parts])
     y_train = np.concatenate([p[1] for p in parts])
@@ -260,6 +250,62 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
         std=CIFAR10_STD,
         augment=AugmentSpec(flip=True, shift=4),
     )
+
+
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists."""
+    path = path.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def download_cifar10(root: Path) -> Path:
+    """Download the official CIFAR-10 archive with torchvision and put its ``cifar-10-batches-py``
+    into ``root``; return that folder. Nothing is created unless the download succeeds: torchvision
+    fetches and extracts into a temp folder in ``root``'s nearest existing ancestor (same file
+    system), which is removed whatever happens; only the complete batch folder is moved into
+    ``root`` (created then, with its parents). A failure is one :class:`DataError` line."""
+    import shutil
+    import tempfile
+
+    from harness.core.errors import os_error_message
+    from harness.core.install_check import import_torchvision
+
+    try:
+        import_torchvision(f"downloading CIFAR-10 (no batch files under {root})")
+    except ConfigError as e:
+        raise DataError(str(e)) from None
+    from torchvision.datasets import CIFAR10
+
+    base = _nearest_existing(root)
+    try:
+        tmp = Path(tempfile.mkdtemp(prefix=".cifar10-download-", dir=base))
+    except OSError as e:
+        raise DataError(f"no CIFAR-10 files under {root}, and no download is possible there: "
+                        f"{os_error_message(e)}") from None
+    try:
+        print(f"downloading CIFAR-10 into {root}", file=sys.stderr, flush=True)
+        try:
+            CIFAR10(root=str(tmp), train=True, download=True)
+        except Exception as e:
+            raise DataError(f"no CIFAR-10 files under {root} and the download failed ({type(e).__name__}: {e}); "
+                            "nothing was created") from None
+        got = _find_cifar_folder(tmp)
+        if got is None:
+            raise DataError(f"the CIFAR-10 download finished but held no batch files; nothing was created under {root}")
+        target = root.absolute() / "cifar-10-batches-py"
+        if target.exists():
+            raise DataError(f"{target} exists but lacks data_batch_1 or test_batch: move it away, or point "
+                            "--data-dir (data.path) at a complete copy")
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.replace(got, target)
+        except OSError as e:
+            raise DataError(f"cannot put the downloaded CIFAR-10 into {root}: {os_error_message(e)}") from None
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
 
 
 def download_verified(url: str, path: Path, sha256: str, what: str) -> None:

@@ -24,7 +24,7 @@ from defenses.base import Defense, FitContext, LabeledImages, ServedModel
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run import plugin_errors
 from harness.core.config import ConfigError, ExperimentConfig
-from harness.core.data import AugmentSpec, ImageDataset, load_dataset
+from harness.core.data import AugmentSpec, DataError, ImageDataset, load_dataset
 from harness.core.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
 from harness.run.executors import Executor
 from harness.core.registry import source_fingerprint
@@ -149,9 +149,12 @@ def population_indices(cfg: ExperimentConfig, data: ImageDataset) -> np.ndarray:
     return np.sort(order[:z]).astype(np.int64)
 
 
-def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: str) -> LevelDesign:
+def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: str,
+                base_dir: str | None = None) -> LevelDesign:
     """The audit design (shared by every level) and this level's canaries, all from ``cfg.seed``
-    (with ``audit.rng: paper``, from the paper code's RNG tree, canary draws included)."""
+    (with ``audit.rng: paper``, from the paper code's RNG tree, canary draws included). ``base_dir``:
+    the folder relative paths in canary parameters are read from (:func:`creation_folder`; default
+    the current one)."""
     pool = len(data.y_train)
     paper = None
     if cfg.audit.rng == "paper":
@@ -181,6 +184,7 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
         device=resolve_device(cfg.run.device),
         store=ArrayCache(Path(cfg.run.out) / ".cache"),
         download=cfg.data.download and cfg.data.name == "cifar10",
+        base_dir=base_dir or os.getcwd(),
     )
     try:
         gen = gen_cls(**params)
@@ -192,6 +196,47 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
         info = {"params": dict(params), **info}
     return LevelDesign(level=level, canary=canary, design=design, canaries=canaries,
                        population_indices=population_indices(cfg, data), canary_info=info)
+
+
+def _saved_manifest(run_dir: Path | None) -> dict[str, Any]:
+    """The manifest of an existing run directory, or {} (none, or unreadable: :meth:`RunDir.init` repairs it)."""
+    if run_dir is None or not (run_dir / "manifest.json").is_file():
+        return {}
+    try:
+        return RunDir(run_dir).load_manifest()
+    except ConfigError:
+        return {}
+
+
+def creation_folder(saved: dict[str, Any]) -> str:
+    """The folder a run was created in (its manifest's ``cwd``; the current folder for a new run, or
+    for one made before the field): relative paths in its canary parameters (e.g.
+    ``audit.canary_params.ood.source``) are read from there, wherever a later command runs. Those
+    paths stay as typed in config.json, because the run fingerprint hashes them
+    (docs/usage.md, Run directories)."""
+    cwd = saved.get("cwd")
+    return cwd if isinstance(cwd, str) and os.path.isabs(cwd) else os.getcwd()
+
+
+def load_run_data(cfg: ExperimentConfig, saved: dict[str, Any]) -> ImageDataset:
+    """The dataset of ``cfg``. For an existing run (``saved``: its manifest, with the data
+    fingerprint) of a dataset read from a path (cifar10, npz): looked up without downloading, and
+    checked against that fingerprint, so that a dataset that moved is one line naming the fix
+    (``--data-dir``) rather than a download into the old place or a "different run" refusal."""
+    recorded = saved.get("data_fingerprint")
+    if not isinstance(recorded, str) or cfg.data.name == "digits":
+        return load_dataset(cfg.data, cfg.seed)
+    fix = (f"pass --data-dir (data.path) with its new location (checked against the run's data fingerprint "
+           f"{recorded[:12]})")
+    try:
+        data = load_dataset(cfg.data.model_copy(update={"download": False}), cfg.seed)
+    except DataError as e:
+        raise DataError(f"data moved: this run's {cfg.data.name} dataset is no longer at {cfg.data.path} ({e}); "
+                        f"{fix}") from None
+    if data.fingerprint() != recorded:
+        raise DataError(f"the {cfg.data.name} data at {cfg.data.path} are not this run's (data fingerprint "
+                        f"{data.fingerprint()[:12]}): if the run's dataset moved, {fix}")
+    return data
 
 
 @dataclass(frozen=True)
@@ -238,12 +283,14 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     check_signals(load_attacks(attack_names(cfg, defense), cfg.attack.params), defense.provides, cfg.defense,
                   cfg.audit.population_samples, adaptive=defense.adaptive_attacks, neighbours=neighbours)
     resolve_device(cfg.run.device)
-    data = load_dataset(cfg.data, cfg.seed)
+    saved = _saved_manifest(run_dir)
+    data = load_run_data(cfg, saved)
+    base_dir = creation_folder(saved)
     if cfg.audit.size > len(data.y_train):
         raise ConfigError(
             f"audit.size {cfg.audit.size} is larger than the training pool ({len(data.y_train)} samples)"
         )
-    designs = [build_level(cfg, data, name, canary) for name, canary in experiments(cfg, defense)]
+    designs = [build_level(cfg, data, name, canary, base_dir) for name, canary in experiments(cfg, defense)]
     try:
         defense.check_train_size(min(smallest_training_set(ld, len(data.y_train)) for ld in designs))
     except ValueError as e:
@@ -258,6 +305,7 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
         "preset": cfg.preset,
         "data_fingerprint": data.fingerprint(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "cwd": base_dir,  # relative canary paths resolve from here (creation_folder)
     }
     if defense.reuses_undefended:  # saved undefended models to start from (harness/run/teachers.py)
         from harness.run.teachers import resolve_teachers

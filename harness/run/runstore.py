@@ -323,9 +323,11 @@ class RunDir:
                     f"{run_fingerprint[:12]}): its models were trained with another config, data or harness "
                     "version. Use another --out/--run-dir or delete the folder; runs are never mixed."
                 )
-            # keep the per-level fingerprints recorded so far, and the run's creation time (results.json
-            # records it; a resume must not change it under the results)
-            manifest = {**old, **{k: v for k, v in manifest.items() if k not in ("levels", "created")}}
+            # keep the per-level fingerprints recorded so far, the run's creation time (results.json
+            # records it; a resume must not change it under the results) and the folder it was created in
+            # (its relative canary paths resolve from there: harness.run.runner.creation_folder)
+            kept = ("levels", "created", "cwd") if "cwd" in old else ("levels", "created")
+            manifest = {**old, **{k: v for k, v in manifest.items() if k not in kept}}
         self.path.mkdir(parents=True, exist_ok=True)
         saved = cfg.model_dump(mode="json")
         if self.config_path.is_file():
