@@ -49,6 +49,8 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from harness.core import jsonio
+
 BUNDLE_LIMIT = 8 * 2**30  # bytes, all members together
 MAX_MEMBERS = 200_000  # files and folders in a bundle
 REQUIRED_KEYS = ("defense", "preset", "dataset", "num_models", "audit_size", "seed", "harness_version",
@@ -149,7 +151,7 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
 
 def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
     try:
-        results = json.loads(path.read_text())
+        results = jsonio.loads(path.read_text())
         if not isinstance(results, dict):
             raise ValueError("not a JSON object")
         missing = [k for k in REQUIRED_KEYS if k not in results]
@@ -271,8 +273,8 @@ def _check_hashes(root: Path) -> None:
 def _read_results(root: Path) -> dict[str, Any]:
     """results.json with the keys of docs/results-json.md, whose config is config.json's."""
     try:
-        results = json.loads((root / "results.json").read_text())
-        cfg = json.loads((root / "config.json").read_text())
+        results = jsonio.loads((root / "results.json").read_text())
+        cfg = jsonio.loads((root / "config.json").read_text())
         if not isinstance(results, dict):
             raise ValueError("results.json is not a JSON object")
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -318,9 +320,9 @@ def _point_plugin_at_bundle(root: Path, bundle: Path, defense: str, trust_plugin
         raise SubmissionError(f"the defense is a file plugin: re-running its attacks imports (runs) {rel} from the "
                               f"bundle; read it (`tar -xOzf {bundle} {rel}`) and pass --trust-plugin")
     cfg_path = root / "config.json"
-    cfg = json.loads(cfg_path.read_text())
+    cfg = jsonio.loads(cfg_path.read_text())
     cfg["defense"] = f"{plugin[0]}:{defense.rsplit(':', 1)[1]}"
-    cfg_path.write_text(json.dumps(cfg))
+    cfg_path.write_text(jsonio.dumps(cfg))
     return str(cfg["defense"])
 
 
@@ -373,11 +375,15 @@ def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | 
 
 
 def _close(a: Any, b: Any) -> bool:
+    """Equal JSON values, numbers to :data:`TOLERANCE`: equal infinities are equal (their difference
+    is NaN), and so are two NaNs (a CI without bootstrap replicates)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
+        if math.isinf(a) or math.isinf(b):
+            return a == b
         return abs(a - b) <= TOLERANCE
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
@@ -545,7 +551,7 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
     results, digest = verify_bundle(bundle, trust_plugin)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "results.json"
-        f.write_text(json.dumps(results, indent=2))
+        f.write_text(jsonio.dumps(results, indent=2))
         eid = add_results(site, f, {"source": "submission", "verified": False, "verified_by": None,
                                     "submitted": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                                     "bundle_sha256": digest})

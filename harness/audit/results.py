@@ -8,7 +8,6 @@ the ROC curves as arrays, the bounds, the ratio and the warnings.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.audit.headline import fpr_key
+from harness.core import jsonio
 from harness.core.errors import ConfigError
 
 
@@ -102,7 +102,7 @@ class Results:
         if not path.is_file():
             raise ConfigError(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
         try:
-            data = json.loads(path.read_text())
+            data = jsonio.loads(path.read_text())  # "Infinity" / "NaN" strings (and older bare tokens) -> floats
             if not isinstance(data, dict) or ("population" not in data and "sample" not in data):
                 raise ValueError("not a results file of this harness")
         except (OSError, UnicodeDecodeError, ValueError) as e:

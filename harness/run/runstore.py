@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 
 from canaries.base import Canaries
+from harness.core import jsonio
 from harness.core.config import ConfigError, ExperimentConfig, validate_config
 from harness.core.atomic import atomic_write_bytes, atomic_write_with  # noqa: F401 (atomic_write_with: imported from here)
 from harness.core.atomic import temp_file as _temp_file
@@ -145,7 +146,8 @@ def recover_commit(root: Path) -> bool:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    """``obj`` as valid JSON (non-finite numbers as strings: harness.core.jsonio), written atomically."""
+    atomic_write_bytes(path, (jsonio.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 
 
 def atomic_write_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -248,7 +250,7 @@ class RunDir:
     def _read_json(self, path: Path) -> dict[str, Any]:
         hint = self.repair_hint(config_damaged=path == self.config_path)
         try:
-            obj = json.loads(path.read_text())
+            obj = jsonio.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise DamagedFileError(path, _reason(e), hint) from None
         if not isinstance(obj, dict):
