@@ -124,14 +124,15 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
 
     The run is read under its shared lock (harness.run.runlock: no writer changes it meanwhile;
     ``wait`` waits for one instead of refusing), after finishing an interrupted commit of its
-    results. Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model
-    or a damaged file, or a file plugin whose source is not found or changed since the run.
+    results; a run directory this process cannot write (an archived run) is read as it is.
+    Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model or a
+    damaged file, or a file plugin whose source is not found or changed since the run.
 
     ``out`` is replaced only once the whole bundle is written (:func:`_write_tar_atomic`): a failed
     or interrupted write (a full disk, Ctrl-C) leaves an existing ``out`` as it was and no temp file."""
     from harness.core.errors import ConfigError
     from harness.run.runlock import RunLock
-    from harness.run.runstore import RunDir
+    from harness.run.runstore import COMMIT_JOURNAL, RunDir
 
     path = run_dir / "results.json"
     if not path.is_file():
@@ -143,7 +144,12 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
     except ConfigError as e:  # another process is writing the run
         raise SubmissionError(str(e)) from None
     try:
-        RunDir(run_dir).recover()
+        if not lock.read_only:
+            RunDir(run_dir).recover()
+        elif (run_dir / COMMIT_JOURNAL).is_file():  # an archived run is read as it is, unless half-committed
+            raise SubmissionError(f"{run_dir} holds an interrupted attack phase's uncommitted results "
+                                  f"({COMMIT_JOURNAL}) and is read-only here; `harness report {run_dir}` where it "
+                                  "is writable finishes them, then submit")
         return _write_bundle(run_dir, out, path)
     finally:
         lock.release()
