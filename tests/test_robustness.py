@@ -31,20 +31,38 @@ def _error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error:")]
 
 
+def _nan_inside(path: Path) -> None:
+    """Rewrite a signals file as a valid npz whose logits hold one NaN (issue 36, defect 6)."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["logits"] = arrays["logits"].copy()
+    arrays["logits"].flat[5] = np.nan
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
 @pytest.mark.slow
-def test_truncated_signals_file_is_retrained_and_others_untouched(run_copy):
+@pytest.mark.parametrize("damage", ["truncated", "nan-inside"])
+def test_damaged_signals_file_is_one_line_then_retrained_and_others_untouched(run_copy, damage):
+    """A truncated file, or a valid one holding a NaN (which gave a traceback), reads as damaged:
+    `harness attack` names it and the repair in one line; `evaluate --run-dir` retrains that model."""
     before = _numbers(json.loads((run_copy / "results.json").read_text()))
     sig = run_copy / "population" / "signals"
     damaged = sig / "model_0003.npz"
-    with open(damaged, "r+b") as f:
-        f.truncate(1000)
+    if damage == "truncated":
+        with open(damaged, "r+b") as f:
+            f.truncate(1000)
+    else:
+        _nan_inside(damaged)
     others = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sig.glob("model_*.npz") if p != damaged}
 
     res = runner.invoke(app, ["attack", str(run_copy)])
-    assert res.exit_code == 2
+    assert res.exit_code == 2, res.output
     errors = _error_lines(res.output)
-    assert len(errors) == 1 and "model_0003.npz" in errors[0] and "harness evaluate --run-dir" in errors[0]
-    assert "Traceback" not in res.output
+    assert len(errors) == 1 and "model_0003.npz is damaged" in errors[0] and "harness evaluate --run-dir" in errors[0]
+    assert "Traceback" not in res.output and (damage != "nan-inside" or "holds 1 NaN value" in errors[0])
+    res = runner.invoke(app, ["submit", str(run_copy), "-o", str(run_copy.parent / "entry.tar.gz")])
+    assert res.exit_code == 2 and "model_0003.npz is damaged" in res.output and "Traceback" not in res.output
 
     res = runner.invoke(app, ["evaluate", "--run-dir", str(run_copy)])
     assert res.exit_code == 0, res.output

@@ -19,9 +19,10 @@ stored inside it matches the level's; anything else is never read as a finished 
 model (``--save-models``) follows the same rules: written atomically before its signals file, and
 read back only when its stored level fingerprint and index match.
 
-Damaged files (truncated, corrupt, not what they claim to be) raise :class:`DamagedFileError`,
-which names the file and the command that repairs it. ``harness evaluate`` repairs them itself:
-a damaged signals file is moved aside as ``model_0007.npz.damaged`` and that model retrained
+Damaged files (truncated, corrupt, not what they claim to be, a signals file holding a NaN)
+raise :class:`DamagedFileError`, which names the file and the command that repairs it.
+``harness evaluate`` repairs them itself: a damaged signals file is moved aside as
+``model_0007.npz.damaged`` and that model retrained
 (:meth:`RunDir.quarantine_damaged`); a damaged ``manifest.json``, ``config.json``, ``data.npz``
 or ``design.npz`` is moved aside and rebuilt from the command's config (:attr:`RunDir.healed`
 lists what was repaired). Finished models stay: each is checked against the rebuilt level
@@ -462,7 +463,8 @@ class RunDir:
     def read_signals(self, level: str, index: int) -> ModelSignals | None:
         """The model's signals if its file is finished and belongs to this level's design; None if
         there is no file or it belongs to another design (never read as finished). A file that
-        cannot be read raises :class:`DamagedFileError`."""
+        cannot be read, or whose signals hold a NaN (never written: a signal that computes one is
+        refused, harness.run.signals.compute_signals), raises :class:`DamagedFileError`."""
         path = self.signals_path(level, index)
         if not path.is_file():
             return None
@@ -472,6 +474,9 @@ class RunDir:
                 arrays = {k: z[k] for k in z.files if k != "meta"}
             if not isinstance(meta, dict):
                 raise ValueError("its metadata is not a JSON object")
+            for name, a in arrays.items():
+                if np.issubdtype(a.dtype, np.floating) and (nan := int(np.isnan(a).sum())):
+                    raise ValueError(f"signal {name!r} holds {nan} NaN value{'s' if nan > 1 else ''}")
         except Exception as e:  # any failure to read it back means the file is damaged
             raise DamagedFileError(path, _reason(e), f"`harness evaluate --run-dir {self.path}` moves it aside and "
                                    "retrains that model") from e
