@@ -14,7 +14,7 @@ from typing import Any
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
 from harness.core import jsonio
-from harness.run.runstore import atomic_write_bytes
+from harness.run.runstore import RunDir, atomic_write_bytes
 
 COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR",
            "strongest population TPR", "sample TPR", "strongest sample TPR", "canary", "sample attack",
@@ -111,8 +111,11 @@ def read_json_object(f: Path) -> dict[str, Any]:
 
 
 def read_results(f: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(results, leaderboard row) of one results.json; ValueError (with the reason) if it cannot be one."""
+    """(results, leaderboard row) of one results.json; ValueError (with the reason) if it cannot be one,
+    e.g. a run's results.json edited since its attack phase wrote it (checked against the run's
+    manifest.json where there is one beside it: harness.run.runstore.RunDir.check_results)."""
     results = read_json_object(f)
+    RunDir(f.parent).check_results(results, f)  # a RunDirError is a ValueError
     try:
         return results, _entry(results, f)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:

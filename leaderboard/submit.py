@@ -88,10 +88,8 @@ def _bundle_files(run_dir: Path, results: dict[str, Any]) -> list[str]:
     run = RunDir(run_dir)
     files = ["results.json", "manifest.json", "config.json", "data.npz"]
     s = int(results["num_models"])
-    try:
-        if run.load_manifest().get("fingerprint") != results["fingerprint"]:
-            raise SubmissionError(f"{run_dir / 'results.json'} belongs to another run than {run_dir / 'manifest.json'}; "
-                                  f"`harness attack {run_dir}` rewrites it")
+    try:  # results.json is the run's (checked by the caller: RunDir.check_results)
+        run.load_config()  # its training settings must be the models' (RunDir.check_config)
         levels = run.levels()
     except DamagedFileError as e:
         raise SubmissionError(f"{e.path} is damaged: {e.reason}") from None
@@ -165,6 +163,12 @@ def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
             raise ValueError(f"lacks {', '.join(missing)}")
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise SubmissionError(f"{path} is not a results.json of this harness ({e})") from None
+    from harness.run.runstore import RunDir, RunDirError
+
+    try:
+        RunDir(run_dir).check_results(results, path)  # edited since the attack phase wrote it, or another run's
+    except RunDirError as e:
+        raise SubmissionError(str(e)) from None
     files = _bundle_files(run_dir, results)
     hashes = {f: sha256_file(run_dir / f) for f in files}
     extra: dict[str, bytes] = {}

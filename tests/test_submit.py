@@ -251,6 +251,17 @@ def test_edited_config_is_refused_by_the_run_fingerprint(bundle, tmp_path):
     assert "the run fingerprint re-computed from config.json" in line
 
 
+def test_a_bundle_whose_config_json_describes_other_models_than_its_results_is_refused(bundle, tmp_path):
+    def edit(files):  # `harness submit` refuses such a run (RunDir.check_config); a bundle made by hand
+        obj = json.loads(files["config.json"])
+        obj["train"]["lr"] = 0.5
+        files["config.json"] = json.dumps(obj).encode()
+        _rehash(files, "config.json")
+
+    line = _refusal(_add(_rewrite(bundle, tmp_path / "bad.tar.gz", edit), tmp_path / "site"))
+    assert "describe different models" in line
+
+
 def test_unlisted_files_and_links_are_refused(bundle, tmp_path):
     def extra(files):
         files["notes.txt"] = b"hello"

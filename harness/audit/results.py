@@ -91,7 +91,8 @@ class Results:
     @classmethod
     def load(cls, run_dir: Path | str) -> "Results":
         """Read a run directory's results.json (or that file itself); ConfigError (one line) when it is
-        missing or damaged."""
+        missing or damaged, or, beside the run's manifest.json, edited since the attack phase wrote
+        it or another run's (harness.run.runstore.RunDir.check_results)."""
         run_dir = Path(run_dir)
         if run_dir.name == "results.json" and run_dir.is_file():
             run_dir = run_dir.parent
@@ -108,6 +109,9 @@ class Results:
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                               f"`harness attack {run_dir}` rewrites it from the saved signals") from None
+        from harness.run.runstore import RunDir
+
+        RunDir(run_dir).check_results(data, path)
         return cls(run_dir, data)
 
     # --- the figures ------------------------------------------------------------------------
