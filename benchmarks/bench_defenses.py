@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import os
 import platform
 import re
@@ -36,6 +35,7 @@ from pathlib import Path
 from harness_cli import evaluate_into
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
+from harness.core import jsonio
 
 REPO = Path(__file__).resolve().parents[1]
 # ``subsample`` wraps DP-SGD (medium) and trains each model on a random half of the data
@@ -49,7 +49,7 @@ def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, floa
     out = Path(args.out) / (defense + ("-" + "-".join(e.strip("-") for e in extra) if extra else ""))
     data = ["--data-dir", args.data_dir] if args.data_dir else []
     run_dir, _ = evaluate_into(out, defense, "--preset", args.preset, "--workers", str(args.workers), *extra, *data)
-    results = json.loads((run_dir / "results.json").read_text())
+    results = jsonio.loads((run_dir / "results.json").read_text())
     return results, run_seconds(results)
 
 

@@ -32,6 +32,7 @@ from defenses.base import FitContext, LabeledImages, TorchClassifier
 from defenses.dfkd import DFKD
 from harness.defense_config import build_config
 from harness.core.data import load_digits
+from harness.core import jsonio
 
 
 def parse_setting(text: str) -> dict:
@@ -50,7 +51,7 @@ def reuse(out: Path) -> None:
     for args in (("undefended", "--set", "train.model=mlp-bn", "--save-models"), ("dfkd",)):
         run_cli("evaluate", *args, "--out", str(out / "reuse"))  # two runs in one folder: dfkd finds the teachers
     teachers, reused = (next((out / "reuse").glob(f"{name}-*")) for name in ("undefended", "dfkd"))
-    seconds = [run_seconds(json.loads((d / "results.json").read_text())) for d in (trained, reused, teachers)]
+    seconds = [run_seconds(jsonio.loads((d / "results.json").read_text())) for d in (trained, reused, teachers)]
     files = sorted(f.relative_to(trained) for f in trained.glob("*/signals/*.npz"))
     if not files:
         raise SystemExit(f"no signal files under {trained}")

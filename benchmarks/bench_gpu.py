@@ -59,6 +59,8 @@ from typing import Any
 import torch
 from harness_cli import evaluate_into, run_python
 
+from harness.core import jsonio
+
 PAPER_TRAIN_IMAGES = 25_000  # about half of CIFAR-10's 50 000 training images per model (membership 1/2)
 
 
@@ -114,7 +116,7 @@ def _evaluate(args: list[str], runs: Path | None) -> tuple[dict[str, Any], float
         out = Path(tmp) if runs is None else runs / f"{args[0]}-{key}"
         out.mkdir(parents=True, exist_ok=True)
         run_dir, wall = evaluate_into(out, *args)
-        return json.loads((run_dir / "results.json").read_text()), wall
+        return jsonio.loads((run_dir / "results.json").read_text()), wall
 
 
 def _experiment(r: dict[str, Any], k: str) -> dict[str, Any]:

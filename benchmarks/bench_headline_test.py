@@ -90,9 +90,9 @@ def coverages(cfg, sims: int) -> None:
 
 
 def runs(out: Path, seeds: int) -> None:
-    import json
-
     from harness_cli import evaluate_into
+
+    from harness.core import jsonio
 
     print(f"\n## 3. `harness evaluate` at the quick preset\n")
     print("| plugin | seed | warning | p population | p sample | sample headline | strongest (cross-fitted) | "
@@ -102,7 +102,7 @@ def runs(out: Path, seeds: int) -> None:
     for cls, n in (("RandomLogits", seeds), ("ThresholdOnly", 3)):
         for seed in range(n):
             run_dir, _ = evaluate_into(out / f"{cls}-{seed}", f"{PLUGINS}:{cls}", "--seed", str(seed))
-            r = json.loads((Path(run_dir) / "results.json").read_text())
+            r = jsonio.loads((Path(run_dir) / "results.json").read_text())
             t = r["headline_test"]["levels"]
             s = r["sample"]
             k = fpr_key(r["headline_fpr"])

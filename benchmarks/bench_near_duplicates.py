@@ -19,17 +19,18 @@ headline test's p-value.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from harness_cli import evaluate_into
+
+from harness.core import jsonio
 
 #: the attacks every defense runs (SELENA adds its declared lira-neighbour)
 ATTACKS = "lira,rmia,threshold,lira-neighbour-student"
 
 
 def summary(run_dir: Path) -> dict:
-    r = json.loads((run_dir / "results.json").read_text())
+    r = jsonio.loads((run_dir / "results.json").read_text())
     s = r["sample"]
     out = {"similarity": s["canary_info"]["similarity"], "embedder": s["canary_info"]["embedder"], "attacks": {}}
     for name in ("lira", "lira-neighbour", "lira-neighbour-student"):

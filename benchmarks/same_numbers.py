@@ -13,12 +13,13 @@ second call with the same --out only compares. Exit status 1 when any number dif
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any, Iterator
+
+from harness.core import jsonio
 
 SMALL = ["--models", "6", "--audit-size", "40", "--epochs", "2", "--set", "attack.bootstrap=50"]
 RUNS: list[tuple[str, list[str]]] = [("undefended-quick", ["undefended"])] + [
@@ -73,7 +74,8 @@ def main() -> None:
     for name, _ in RUNS:
         (fa,) = (args.out / "before" / name).glob("*/results.json")
         (fb,) = (args.out / "after" / name).glob("*/results.json")
-        diff = list(differences(comparable(json.loads(fa.read_text())), comparable(json.loads(fb.read_text()))))
+        # results.json of either form: non-finite numbers as strings or (older trees) bare tokens
+        diff = list(differences(comparable(jsonio.loads(fa.read_text())), comparable(jsonio.loads(fb.read_text()))))
         same_dir = fa.parent.name == fb.parent.name
         total += len(diff) + (not same_dir)
         print(f"{name}: " + ("identical" if not diff and same_dir else f"{len(diff)} differences"

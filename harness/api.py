@@ -105,17 +105,19 @@ def configure(defense: str | None = None, preset: str | None = None, overrides: 
 
 
 @contextmanager
-def _locked(path: Path, wait: bool, emit: Callable[..., None]) -> Iterator[None]:
+def _locked(path: Path, wait: bool, emit: Callable[..., None], shared: bool = False) -> Iterator[Any]:
+    """The run directory's lock (harness.run.runlock): exclusive for a writer, ``shared`` for a
+    reader (which also works where the directory is read-only); yields the RunLock."""
     from harness.run.runlock import RunLock
 
     def waiting(holder: Any) -> None:
         who = holder.describe() if holder is not None else "another process"
         emit("waiting", f"waiting for {who} to finish with {path}")
 
-    with RunLock(path, wait=wait, on_wait=waiting) as lock:
+    with RunLock(path, wait=wait, on_wait=waiting, shared=shared) as lock:
         if lock.took_over is not None:
             emit("note", f"took over the lock of {lock.took_over.describe()}, which ended without releasing it")
-        yield
+        yield lock
 
 
 def _local_pool_likely(overrides: dict[str, Any]) -> bool:
@@ -288,20 +290,39 @@ def load_run(run_dir: Path | str) -> Results:
 def report(run_dir: Path | str, *, html: Callable[[dict[str, Any]], str] | None = None, wait: bool = False,
            progress: ProgressFn | None = None) -> Results:
     """Re-export a run's table.csv and attacks.csv from its results.json (``harness report``);
-    ``html`` (results -> page) also writes report.html, in the same commit."""
+    ``html`` (results -> page) also writes report.html, in the same commit.
+
+    A run directory this process cannot write (an archived or shared run) is read as it is, under
+    a shared lock: its Results are returned and a ``note`` says the CSVs were not re-exported
+    (``html`` there is a ConfigError: the page has nowhere to go)."""
     from harness.audit.report import csv_files
-    from harness.run.runstore import RunDir
+    from harness.run.runlock import ReadOnlyRunError
+    from harness.run.runstore import COMMIT_JOURNAL, RunDir
 
     emit = _emitter(progress)
     Results.load(run_dir)  # a missing or damaged results.json: one line, before the lock
-    with _locked(Path(run_dir), wait, emit):
-        run = RunDir(run_dir)
-        run.recover()
-        res = Results.load(run_dir)
-        files = csv_files(res.data)
+    try:
+        with _locked(Path(run_dir), wait, emit):
+            run = RunDir(run_dir)
+            run.recover()
+            res = Results.load(run_dir)
+            files = csv_files(res.data)
+            if html is not None:
+                files["report.html"] = html(res.data).encode()
+            run.commit(files)
+        return res
+    except ReadOnlyRunError as e:
         if html is not None:
-            files["report.html"] = html(res.data).encode()
-        run.commit(files)
+            raise ConfigError(f"--html (html=) writes report.html into {run_dir}, which is read-only here; copy the "
+                              "run directory to a writable folder for the page (without --html the report is "
+                              "printed)") from e
+    with _locked(Path(run_dir), wait, emit, shared=True):
+        if (Path(run_dir) / COMMIT_JOURNAL).is_file():
+            emit("note", f"an interrupted attack phase left new results uncommitted in {run_dir} ({COMMIT_JOURNAL}), "
+                         "which is read-only here: these are the results from before it")
+        res = Results.load(run_dir)
+    emit("note", f"{run_dir} is read-only here: the report is read from its results.json; table.csv and attacks.csv "
+                 "were not re-exported (they are as the attack phase wrote them)")
     return res
 
 

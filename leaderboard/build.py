@@ -9,12 +9,12 @@ DP-SGD frontier) is :mod:`leaderboard.site`, which reads its rows from here.
 from __future__ import annotations
 
 import html
-import json
 from pathlib import Path
 from typing import Any
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
-from harness.run.runstore import atomic_write_bytes
+from harness.core import jsonio
+from harness.run.runstore import RunDir, atomic_write_bytes
 
 COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR",
            "strongest population TPR", "sample TPR", "strongest sample TPR", "canary", "sample attack",
@@ -99,9 +99,10 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
 
 
 def read_json_object(f: Path) -> dict[str, Any]:
-    """A JSON file holding an object; ValueError (one line: what is wrong) otherwise."""
+    """A JSON file holding an object (non-finite numbers read as floats from their strings or an
+    older file's bare tokens: harness.core.jsonio); ValueError (one line: what is wrong) otherwise."""
     try:
-        obj = json.loads(f.read_text())
+        obj = jsonio.loads(f.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise ValueError(f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}") from None
     if not isinstance(obj, dict):
@@ -110,8 +111,11 @@ def read_json_object(f: Path) -> dict[str, Any]:
 
 
 def read_results(f: Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(results, leaderboard row) of one results.json; ValueError (with the reason) if it cannot be one."""
+    """(results, leaderboard row) of one results.json; ValueError (with the reason) if it cannot be one,
+    e.g. a run's results.json edited since its attack phase wrote it (checked against the run's
+    manifest.json where there is one beside it: harness.run.runstore.RunDir.check_results)."""
     results = read_json_object(f)
+    RunDir(f.parent).check_results(results, f)  # a RunDirError is a ValueError
     try:
         return results, _entry(results, f)
     except (KeyError, TypeError, IndexError, AttributeError, ValueError) as e:

@@ -26,6 +26,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.core import jsonio
 from harness.run.runstore import atomic_write_bytes
 from leaderboard.build import FLAGGED, rank_order, read_json_object, read_results, to_markdown
 from leaderboard.plots import privacy_utility_svg, roc_svg
@@ -359,7 +360,7 @@ served outputs; a best of several is cross-fitted over victim models (chosen on 
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's headline; 95% CIs from a bootstrap
 over victim models; "unresolved": the FPR is below 1 / (number of negative guesses).</p>{''.join(tables)}
 <h2>Provenance</h2><table>{prov_rows}</table>
-<h2>Config</h2><pre>{escape(json.dumps(results.get("config", {}), indent=2, sort_keys=True))}</pre>""")
+<h2>Config</h2><pre>{escape(jsonio.dumps(results.get("config", {}), indent=2, sort_keys=True))}</pre>""")
 
 
 def _page(title: str, body: str, script: bool = False) -> str:
@@ -387,8 +388,19 @@ def _entries(site: Path) -> list[tuple[str, Path]]:
             if (d / "results.json").is_file()]
 
 
+def _valid_json(data: bytes, results: dict[str, Any]) -> bytes:
+    """``data`` (a results.json's bytes) if it is valid JSON; else ``results`` re-written as valid JSON
+    (a file of an earlier version holds bare ``Infinity`` / ``NaN`` tokens: harness.core.jsonio)."""
+    try:
+        jsonio.strict_loads(data)
+        return data
+    except ValueError:
+        return (jsonio.dumps(results, indent=2) + "\n").encode()
+
+
 def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
-    """Regenerate index.html, leaderboard.md and every entry page from ``site/entries/*``.
+    """Regenerate index.html, leaderboard.md and every entry page from ``site/entries/*`` (an entry's
+    results.json of an earlier version is re-written as valid JSON: :func:`_valid_json`).
 
     Each file is replaced atomically (runstore.atomic_write_bytes): an OSError (a full disk) stops
     the build with every file either as before or wholly new, and no temp file left."""
@@ -404,6 +416,9 @@ def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[d
                 skipped.append((f, str(e) or type(e).__name__))
             continue
         atomic_write_bytes(f.parent / "index.html", page.encode())  # an OSError (a full disk) stops the build
+        data = f.read_bytes()
+        if (valid := _valid_json(data, results)) is not data:
+            atomic_write_bytes(f, valid)
     rows.sort(key=rank_order)
     site.mkdir(parents=True, exist_ok=True)
     atomic_write_bytes(site / "index.html", index_html(rows).encode())
@@ -413,10 +428,13 @@ def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[d
 
 def add_results(site: Path, results_file: Path, meta: dict[str, Any] | None = None) -> str:
     """Copy one results.json into ``site/entries/<entry_id>/`` (replacing an older copy, byte for
-    byte); its id. ``meta`` (entry.json) is written first, so a failure between the two never leaves
-    new results under an older entry's ``verified`` mark; each file is replaced atomically."""
+    byte; a file of an earlier version with bare ``Infinity`` / ``NaN`` tokens is re-written as valid
+    JSON, harness.core.jsonio, so that the site serves only files a strict parser reads); its id.
+    ``meta`` (entry.json) is written first, so a failure between the two never leaves new results
+    under an older entry's ``verified`` mark; each file is replaced atomically."""
     data = results_file.read_bytes()
-    results = json.loads(data)
+    results = jsonio.loads(data)
+    data = _valid_json(data, results)
     eid = entry_id(results)
     d = site / "entries" / eid
     d.mkdir(parents=True, exist_ok=True)

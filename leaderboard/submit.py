@@ -49,6 +49,8 @@ import zlib
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from harness.core import jsonio
+
 BUNDLE_LIMIT = 8 * 2**30  # bytes, all members together
 MAX_MEMBERS = 200_000  # files and folders in a bundle
 REQUIRED_KEYS = ("defense", "preset", "dataset", "num_models", "audit_size", "seed", "harness_version",
@@ -86,10 +88,8 @@ def _bundle_files(run_dir: Path, results: dict[str, Any]) -> list[str]:
     run = RunDir(run_dir)
     files = ["results.json", "manifest.json", "config.json", "data.npz"]
     s = int(results["num_models"])
-    try:
-        if run.load_manifest().get("fingerprint") != results["fingerprint"]:
-            raise SubmissionError(f"{run_dir / 'results.json'} belongs to another run than {run_dir / 'manifest.json'}; "
-                                  f"`harness attack {run_dir}` rewrites it")
+    try:  # results.json is the run's (checked by the caller: RunDir.check_results)
+        run.load_config()  # its training settings must be the models' (RunDir.check_config)
         levels = run.levels()
     except DamagedFileError as e:
         raise SubmissionError(f"{e.path} is damaged: {e.reason}") from None
@@ -122,14 +122,15 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
 
     The run is read under its shared lock (harness.run.runlock: no writer changes it meanwhile;
     ``wait`` waits for one instead of refusing), after finishing an interrupted commit of its
-    results. Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model
-    or a damaged file, or a file plugin whose source is not found or changed since the run.
+    results; a run directory this process cannot write (an archived run) is read as it is.
+    Refuses (:class:`SubmissionError`) a run without results.json, with an unfinished model or a
+    damaged file, or a file plugin whose source is not found or changed since the run.
 
     ``out`` is replaced only once the whole bundle is written (:func:`_write_tar_atomic`): a failed
     or interrupted write (a full disk, Ctrl-C) leaves an existing ``out`` as it was and no temp file."""
     from harness.core.errors import ConfigError
     from harness.run.runlock import RunLock
-    from harness.run.runstore import RunDir
+    from harness.run.runstore import COMMIT_JOURNAL, RunDir
 
     path = run_dir / "results.json"
     if not path.is_file():
@@ -141,7 +142,12 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
     except ConfigError as e:  # another process is writing the run
         raise SubmissionError(str(e)) from None
     try:
-        RunDir(run_dir).recover()
+        if not lock.read_only:
+            RunDir(run_dir).recover()
+        elif (run_dir / COMMIT_JOURNAL).is_file():  # an archived run is read as it is, unless half-committed
+            raise SubmissionError(f"{run_dir} holds an interrupted attack phase's uncommitted results "
+                                  f"({COMMIT_JOURNAL}) and is read-only here; `harness report {run_dir}` where it "
+                                  "is writable finishes them, then submit")
         return _write_bundle(run_dir, out, path)
     finally:
         lock.release()
@@ -149,7 +155,7 @@ def make_bundle(run_dir: Path, out: Path, wait: bool = False) -> dict[str, str]:
 
 def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
     try:
-        results = json.loads(path.read_text())
+        results = jsonio.loads(path.read_text())
         if not isinstance(results, dict):
             raise ValueError("not a JSON object")
         missing = [k for k in REQUIRED_KEYS if k not in results]
@@ -157,6 +163,12 @@ def _write_bundle(run_dir: Path, out: Path, path: Path) -> dict[str, str]:
             raise ValueError(f"lacks {', '.join(missing)}")
     except (OSError, UnicodeDecodeError, ValueError) as e:
         raise SubmissionError(f"{path} is not a results.json of this harness ({e})") from None
+    from harness.run.runstore import RunDir, RunDirError
+
+    try:
+        RunDir(run_dir).check_results(results, path)  # edited since the attack phase wrote it, or another run's
+    except RunDirError as e:
+        raise SubmissionError(str(e)) from None
     files = _bundle_files(run_dir, results)
     hashes = {f: sha256_file(run_dir / f) for f in files}
     extra: dict[str, bytes] = {}
@@ -271,8 +283,8 @@ def _check_hashes(root: Path) -> None:
 def _read_results(root: Path) -> dict[str, Any]:
     """results.json with the keys of docs/results-json.md, whose config is config.json's."""
     try:
-        results = json.loads((root / "results.json").read_text())
-        cfg = json.loads((root / "config.json").read_text())
+        results = jsonio.loads((root / "results.json").read_text())
+        cfg = jsonio.loads((root / "config.json").read_text())
         if not isinstance(results, dict):
             raise ValueError("results.json is not a JSON object")
     except (OSError, UnicodeDecodeError, ValueError) as e:
@@ -318,9 +330,9 @@ def _point_plugin_at_bundle(root: Path, bundle: Path, defense: str, trust_plugin
         raise SubmissionError(f"the defense is a file plugin: re-running its attacks imports (runs) {rel} from the "
                               f"bundle; read it (`tar -xOzf {bundle} {rel}`) and pass --trust-plugin")
     cfg_path = root / "config.json"
-    cfg = json.loads(cfg_path.read_text())
+    cfg = jsonio.loads(cfg_path.read_text())
     cfg["defense"] = f"{plugin[0]}:{defense.rsplit(':', 1)[1]}"
-    cfg_path.write_text(json.dumps(cfg))
+    cfg_path.write_text(jsonio.dumps(cfg))
     return str(cfg["defense"])
 
 
@@ -373,11 +385,15 @@ def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | 
 
 
 def _close(a: Any, b: Any) -> bool:
+    """Equal JSON values, numbers to :data:`TOLERANCE`: equal infinities are equal (their difference
+    is NaN), and so are two NaNs (a CI without bootstrap replicates)."""
     if isinstance(a, bool) or isinstance(b, bool):
         return a is b
     if isinstance(a, (int, float)) and isinstance(b, (int, float)):
         if math.isnan(a) or math.isnan(b):
             return math.isnan(a) and math.isnan(b)
+        if math.isinf(a) or math.isinf(b):
+            return a == b
         return abs(a - b) <= TOLERANCE
     if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
         return len(a) == len(b) and all(_close(x, y) for x, y in zip(a, b))
@@ -545,7 +561,7 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
     results, digest = verify_bundle(bundle, trust_plugin)
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "results.json"
-        f.write_text(json.dumps(results, indent=2))
+        f.write_text(jsonio.dumps(results, indent=2))
         eid = add_results(site, f, {"source": "submission", "verified": False, "verified_by": None,
                                     "submitted": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
                                     "bundle_sha256": digest})

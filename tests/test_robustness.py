@@ -31,20 +31,38 @@ def _error_lines(output: str) -> list[str]:
     return [line for line in output.splitlines() if line.startswith("error:")]
 
 
+def _nan_inside(path: Path) -> None:
+    """Rewrite a signals file as a valid npz whose logits hold one NaN (issue 36, defect 6)."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["logits"] = arrays["logits"].copy()
+    arrays["logits"].flat[5] = np.nan
+    with open(path, "wb") as f:
+        np.savez(f, **arrays)
+
+
 @pytest.mark.slow
-def test_truncated_signals_file_is_retrained_and_others_untouched(run_copy):
+@pytest.mark.parametrize("damage", ["truncated", "nan-inside"])
+def test_damaged_signals_file_is_one_line_then_retrained_and_others_untouched(run_copy, damage):
+    """A truncated file, or a valid one holding a NaN (which gave a traceback), reads as damaged:
+    `harness attack` names it and the repair in one line; `evaluate --run-dir` retrains that model."""
     before = _numbers(json.loads((run_copy / "results.json").read_text()))
     sig = run_copy / "population" / "signals"
     damaged = sig / "model_0003.npz"
-    with open(damaged, "r+b") as f:
-        f.truncate(1000)
+    if damage == "truncated":
+        with open(damaged, "r+b") as f:
+            f.truncate(1000)
+    else:
+        _nan_inside(damaged)
     others = {p.name: (p.stat().st_mtime_ns, p.read_bytes()) for p in sig.glob("model_*.npz") if p != damaged}
 
     res = runner.invoke(app, ["attack", str(run_copy)])
-    assert res.exit_code == 2
+    assert res.exit_code == 2, res.output
     errors = _error_lines(res.output)
-    assert len(errors) == 1 and "model_0003.npz" in errors[0] and "harness evaluate --run-dir" in errors[0]
-    assert "Traceback" not in res.output
+    assert len(errors) == 1 and "model_0003.npz is damaged" in errors[0] and "harness evaluate --run-dir" in errors[0]
+    assert "Traceback" not in res.output and (damage != "nan-inside" or "holds 1 NaN value" in errors[0])
+    res = runner.invoke(app, ["submit", str(run_copy), "-o", str(run_copy.parent / "entry.tar.gz")])
+    assert res.exit_code == 2 and "model_0003.npz is damaged" in res.output and "Traceback" not in res.output
 
     res = runner.invoke(app, ["evaluate", "--run-dir", str(run_copy)])
     assert res.exit_code == 0, res.output
@@ -76,6 +94,75 @@ def test_damaged_results_json_fails_report_and_names_the_repair(run_copy):
     assert res.exit_code == 2
     (error,) = _error_lines(res.output)
     assert "results.json is damaged" in error and f"harness attack {run_copy}" in error
+
+
+def _edit_json(path: Path, edit) -> None:
+    from harness.core import jsonio
+
+    obj = jsonio.loads(path.read_text())
+    edit(obj)
+    path.write_text(jsonio.dumps(obj, indent=2))
+
+
+def test_a_hand_edited_training_setting_in_config_json_is_refused_on_every_read(run_copy, tmp_path):
+    """issue 36, defect 5: config.json with train.lr 0.1 -> 0.3 was accepted by `harness attack`,
+    whose results.json then claimed lr 0.3 for models trained at 0.1."""
+    results_before = (run_copy / "results.json").read_bytes()
+    lr = json.loads((run_copy / "config.json").read_text())["train"]["lr"]
+    _edit_json(run_copy / "config.json", lambda c: c["train"].__setitem__("lr", lr * 3))
+    for args in (["attack", str(run_copy)], ["evaluate", "--run-dir", str(run_copy)],
+                 ["submit", str(run_copy), "-o", str(tmp_path / "e.tgz")]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        (error,) = _error_lines(res.output)
+        assert "config.json was edited after training" in error and \
+            f"train.lr is {lr * 3!r} there but the models were trained with {lr!r}" in error, error
+    assert (run_copy / "results.json").read_bytes() == results_before and not (tmp_path / "e.tgz").exists()
+    # settings outside the fingerprint may change by hand too: the attacks run with them
+    _edit_json(run_copy / "config.json", lambda c: (c["train"].__setitem__("lr", lr),
+                                                    c["attack"].__setitem__("bootstrap", 9)))
+    res = runner.invoke(app, ["attack", str(run_copy)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((run_copy / "results.json").read_text())["config"]["attack"]["bootstrap"] == 9
+
+
+def test_a_run_from_before_the_recorded_config_is_checked_by_its_fingerprint(run_copy):
+    _edit_json(run_copy / "manifest.json", lambda m: (m.pop("trained_config", None), m.pop("plumbing_params", None)))
+    assert runner.invoke(app, ["attack", str(run_copy)]).exit_code == 0
+    _edit_json(run_copy / "config.json", lambda c: c["train"].__setitem__("epochs", 3))
+    res = runner.invoke(app, ["attack", str(run_copy)])
+    assert res.exit_code == 2, res.output
+    (error,) = _error_lines(res.output)
+    assert "config.json does not describe the run's models" in error and "re-computed" in error
+
+
+def test_a_hand_edited_results_json_is_refused_on_every_read_until_attack_rewrites_it(run_copy, tmp_path):
+    """issue 36, defect 5: a results.json with edited numbers was printed by `report`."""
+    from harness import load_run
+
+    before = json.loads((run_copy / "results.json").read_text())
+    k = "0.001"
+    _edit_json(run_copy / "results.json",
+               lambda r: r["population"]["best"]["tpr_at_fpr"].__setitem__(k, (r["population"]["best"]["tpr_at_fpr"][k]
+                                                                               + 0.25) % 1.0))
+    line = "results.json was edited after the attack phase wrote it"
+    for args in (["report", str(run_copy)], ["submit", str(run_copy), "-o", str(tmp_path / "e.tgz")],
+                 ["compare", str(run_copy), str(run_copy)]):
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2, res.output
+        (error,) = _error_lines(res.output)
+        assert line in error and f"`harness attack {run_copy}` rewrites it" in error, error
+    with pytest.raises(ConfigError, match=line):
+        load_run(run_copy)
+    res = runner.invoke(app, ["leaderboard", "build", str(run_copy), "--out", str(tmp_path / "site")])
+    assert res.exit_code == 2 and line in " ".join(res.output.split()), res.output  # skipped, named
+    assert runner.invoke(app, ["attack", str(run_copy)]).exit_code == 0  # the repair the line names
+    res = runner.invoke(app, ["report", str(run_copy)])
+    assert res.exit_code == 0, res.output
+    assert json.loads((run_copy / "results.json").read_text())["population"]["best"] == before["population"]["best"]
+    # the digest is of the content, not the layout: a re-indented file (or an older one's) still reads
+    (run_copy / "results.json").write_text(json.dumps(json.loads((run_copy / "results.json").read_text()), indent=4))
+    assert runner.invoke(app, ["report", str(run_copy)]).exit_code == 0
 
 
 def test_resume_without_defense_refuses_model_changing_flags(run_copy):

@@ -237,11 +237,10 @@ def test_settings_changed_by_an_interrupted_evaluate_do_not_break_the_bundle(run
     assert runner.invoke(app, ["submit", str(run_copy), "-o", str(bundle)]).exit_code == 0
     add = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site")])
     assert add.exit_code == 0, add.output
-    cfg["train"]["lr"] = 0.5  # but a config.json of other models is refused
+    cfg["train"]["lr"] = 0.5  # but a config.json of other models is refused, by submit already
     (run_copy / "config.json").write_text(json.dumps(cfg, indent=2))
-    assert runner.invoke(app, ["submit", str(run_copy), "-o", str(bundle)]).exit_code == 0
-    add = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site2")])
-    assert add.exit_code == 2 and "describe different models" in add.output, add.output
+    res = runner.invoke(app, ["submit", str(run_copy), "-o", str(tmp_path / "e2.tgz")])
+    assert res.exit_code == 2 and "config.json was edited after training: train.lr is 0.5" in res.output, res.output
 
 
 def test_an_evaluate_interrupted_in_its_attack_phase_leaves_settings_results_and_bundle_agreeing(run_copy, tmp_path,
@@ -281,11 +280,17 @@ def test_an_evaluate_interrupted_in_its_attack_phase_leaves_settings_results_and
 def test_a_commit_interrupted_after_its_commit_point_is_finished_by_the_next_command(run_copy):
     """A journal left by an attack phase killed between its renames: the next command (here `harness
     report`, which reads results.json without rewriting it) finishes the renames first."""
+    from harness.run.runstore import results_digest
+
     results = json.loads((run_copy / "results.json").read_text())
     results["seed"] = 12345  # the committed version differs visibly from the one in place
     tmp = run_copy / ".results.json.abc.tmp"
     tmp.write_text(json.dumps(results))
-    (run_copy / COMMIT_JOURNAL).write_text(json.dumps({"moves": [[tmp.name, "results.json"]]}))
+    manifest = {**json.loads((run_copy / "manifest.json").read_text()), "results_digest": results_digest(results)}
+    tmp_manifest = run_copy / ".manifest.json.abc.tmp"  # the attack phase commits the digest with the results
+    tmp_manifest.write_text(json.dumps(manifest))
+    (run_copy / COMMIT_JOURNAL).write_text(json.dumps({"moves": [[tmp.name, "results.json"],
+                                                                  [tmp_manifest.name, "manifest.json"]]}))
     (run_copy / ".table.csv.zzz.tmp").write_text("a temp file of a commit that never reached its commit point")
     res = runner.invoke(app, ["report", str(run_copy)])
     assert res.exit_code == 0, res.output
@@ -324,20 +329,65 @@ def test_a_read_only_out_is_one_line(tmp_path, tmpfs):
     assert "Traceback" not in res.output
 
 
-def test_report_and_audit_one_run_into_a_read_only_folder_are_one_line(finished_run, tmpfs):
+def test_audit_one_run_into_a_read_only_folder_is_one_line(tmpfs):
     ro = tmpfs("1m", readonly=True)
     res = runner.invoke(app, ["audit-one-run", "undefended", "--canaries", "20", "--epochs", "1", "--out", str(ro)])
     assert res.exit_code == 2 and "Read-only file system" in "".join(_error_lines(res.output)), res.output
     assert "nothing was trained" in "".join(_error_lines(res.output)) and ".tmp" not in res.output  # checked first
-    disk = tmpfs("8m")
-    shutil.copytree(finished_run, disk / "run")
-    before = {p: p.read_bytes() for p in (disk / "run").rglob("*") if p.is_file()}
-    assert subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True).returncode == 0
-    res = runner.invoke(app, ["report", str(disk / "run")])
-    assert res.exit_code == 2, res.output
-    (error,) = _error_lines(res.output)
-    assert "Read-only file system" in error
-    assert {p: p.read_bytes() for p in (disk / "run").rglob("*") if p.is_file()} == before
+
+
+def _make_read_only(finished_run: Path, tmp_path: Path, tmpfs, lock_file: bool) -> Path:
+    """A copy of ``finished_run`` this process cannot write: as root (whom permissions do not stop)
+    on a tmpfs remounted read-only (EROFS), else by chmod -R a-w (EACCES); without its lock file
+    when ``lock_file`` is False (a run unpacked from an archive)."""
+    if os.geteuid() == 0:
+        disk = tmpfs("8m")
+        shutil.copytree(finished_run, disk / "run")
+        if not lock_file:
+            (disk / "run" / LOCK_NAME).unlink()
+        proc = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+        return disk / "run"
+    run = tmp_path / "archived"
+    shutil.copytree(finished_run, run)
+    if not lock_file:
+        (run / LOCK_NAME).unlink()
+    subprocess.run(["chmod", "-R", "a-w", str(run)], check=True)
+    return run
+
+
+@pytest.mark.parametrize("lock_file", [True, False], ids=["with-lock-file", "without-lock-file"])
+def test_a_read_only_run_is_read_by_report_and_submit_and_refused_by_writers_in_one_line(
+        finished_run, tmp_path, tmpfs, lock_file):
+    """issue 36, defect 4: `report` and `submit` failed on `.harness.lock: Read-only file system`;
+    reading an archived or shared run needs no write lock."""
+    from harness import report
+
+    run = _make_read_only(finished_run, tmp_path, tmpfs, lock_file)
+    try:
+        before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+        res = runner.invoke(app, ["report", str(run)])
+        assert res.exit_code == 0, res.output
+        text = " ".join(res.output.split())
+        assert "is read-only here" in text and "not re-exported" in text and "population level" in text
+        notes = []
+        assert report(run, progress=notes.append).data["seed"] == json.loads((run / "results.json").read_text())["seed"]
+        assert any("read-only" in n.message for n in notes)
+        res = runner.invoke(app, ["submit", str(run), "-o", str(tmp_path / "entry.tar.gz")])
+        assert res.exit_code == 0 and (tmp_path / "entry.tar.gz").is_file(), res.output
+        if lock_file:  # the bundle of an archived run is accepted like any other
+            res = runner.invoke(app, ["leaderboard", "add", str(tmp_path / "entry.tar.gz"), "--site",
+                                      str(tmp_path / "site")])
+            assert res.exit_code == 0, res.output
+        for args in (["attack", str(run)], ["report", str(run), "--html"], ["evaluate", "--run-dir", str(run)]):
+            res = runner.invoke(app, args)
+            assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+            (error,) = _error_lines(res.output)
+            assert "read-only here" in error, error
+        assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+    finally:
+        if os.geteuid() != 0:
+            subprocess.run(["chmod", "-R", "u+w", str(run)], check=True)
 
 
 @pytest.mark.slow

@@ -85,3 +85,23 @@ def test_default_storage_keeps_earlier_fingerprints_and_float16_changes_it():
     assert "signal_dtype" not in build_config("quick").model_determining()["audit"]  # runs made before the field resume
     half = build_config("quick", {"audit.signal_dtype": "float16"}).model_determining()
     assert half["audit"]["signal_dtype"] == "float16"
+
+
+def test_a_signal_that_computes_nan_is_refused_before_it_is_saved():
+    """A stored NaN reads as a damaged file (issue 36, defect 6), so a signal function that computes
+    one (an attack plugin's) is refused at once, naming the signal, instead of being saved."""
+    from harness.core.data import AugmentSpec
+    from harness.core.signals import Signal
+    from harness.run.signals import compute_signals
+
+    def half_nan(served, x, spec, seed):
+        out = np.zeros((len(x), 1, 2), np.float32)
+        out[::2] = np.nan
+        return out
+
+    table = {"odd": Signal("odd", "a plugin's score", half_nan),
+             "fine": Signal("fine", "zeros", lambda *a: np.zeros(3))}
+    x = np.zeros((4, 1, 8, 8), np.uint8)
+    assert compute_signals(["fine"], table, None, x, x[:0], AugmentSpec(flip=False, shift=1), 0)["fine"].shape == (3,)
+    with pytest.raises(ConfigError, match=r"signal 'odd' \(a plugin's score\) computed 4 NaN values"):
+        compute_signals(["odd"], table, None, x, x[:0], AugmentSpec(flip=False, shift=1), 0)

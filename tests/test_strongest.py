@@ -20,6 +20,7 @@ from harness.defense_config import build_config
 from harness.audit.attack_phase import _metrics_json
 from harness.audit.headline import PRE_DEFENSE, Candidate, LevelFamily, headline_test, select_best, strongest_figure
 from harness.core.metrics import bootstrap_selected_tpr_ci, evaluate_scores, ratio_interval
+from harness.core import jsonio
 
 runner = CliRunner()
 
@@ -199,7 +200,7 @@ def test_a_real_two_level_run_records_the_ratio_with_its_ci(tmp_path):
                               "--set", "attack.bootstrap=100", "--set", "attack.fprs=[0.01]", "--workers", "1"])
     assert res.exit_code == 0, res.output
     (run_dir,) = tmp_path.iterdir()
-    r = json.loads((run_dir / "results.json").read_text())
+    r = jsonio.loads((run_dir / "results.json").read_text())  # an infinite CI end is the string "Infinity"
     ratio = r["sample_population_ratio"]
     p, s = r["population"]["best"]["tpr_at_fpr"]["0.01"], r["sample"]["best"]["tpr_at_fpr"]["0.01"]
     assert ratio["ratio"] == pytest.approx(s / p) and ratio["replicates_used"] > 0

@@ -251,6 +251,17 @@ def test_edited_config_is_refused_by_the_run_fingerprint(bundle, tmp_path):
     assert "the run fingerprint re-computed from config.json" in line
 
 
+def test_a_bundle_whose_config_json_describes_other_models_than_its_results_is_refused(bundle, tmp_path):
+    def edit(files):  # `harness submit` refuses such a run (RunDir.check_config); a bundle made by hand
+        obj = json.loads(files["config.json"])
+        obj["train"]["lr"] = 0.5
+        files["config.json"] = json.dumps(obj).encode()
+        _rehash(files, "config.json")
+
+    line = _refusal(_add(_rewrite(bundle, tmp_path / "bad.tar.gz", edit), tmp_path / "site"))
+    assert "describe different models" in line
+
+
 def test_unlisted_files_and_links_are_refused(bundle, tmp_path):
     def extra(files):
         files["notes.txt"] = b"hello"
@@ -340,3 +351,75 @@ def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeyp
     (tmp_path / "memo.py").write_text(PLUGIN + "\n# changed\n")
     line = _refusal(runner.invoke(app, ["submit", str(run_dir), "-o", "again.tar.gz"]), "error:")
     assert "changed since the run trained with it" in line
+
+
+def _strict(text: str):
+    """Parse as RFC 8259 JSON: the bare Infinity / NaN tokens Python's json writes are refused."""
+    def refuse(token):
+        raise ValueError(f"bare {token} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+@pytest.fixture(scope="module")
+def infinite_ratio_run(tmp_path_factory) -> Path:
+    """A real run whose sample/population ratio CI ends at infinity: at a 5% headline FPR (resolvable
+    with 60 non-member guesses) some bootstrap replicates find no population member (seed 0)."""
+    run_dir = _run(tmp_path_factory.mktemp("inf"), "--set", "attack.fprs=[0.05]")
+    ci = json.loads((run_dir / "results.json").read_text())["sample_population_ratio"]["ci"]
+    assert ci[1] in ("Infinity", float("inf")), ci  # the case under test; else the test proves nothing
+    return run_dir
+
+
+def test_results_json_is_strict_json_and_an_infinite_ratio_ci_round_trips_submit_and_add(infinite_ratio_run,
+                                                                                       tmp_path):
+    """issue 36, defect 1: a genuine bundle with an infinite CI end was refused (inf - inf is NaN),
+    and results.json held bare `Infinity`, which strict parsers refuse."""
+    from harness import load_run
+
+    results = _strict((infinite_ratio_run / "results.json").read_text())
+    assert results["sample_population_ratio"]["ci"][1] == "Infinity"
+    _strict((infinite_ratio_run / "config.json").read_text())
+    _strict((infinite_ratio_run / "manifest.json").read_text())
+    assert load_run(infinite_ratio_run).ratio["ci"][1] == float("inf")  # the API reads it back as a float
+    out = tmp_path / "entry.tar.gz"
+    assert runner.invoke(app, ["submit", str(infinite_ratio_run), "-o", str(out)]).exit_code == 0
+    res = _add(out, tmp_path / "site")
+    assert res.exit_code == 0, res.output
+    (entry,) = (tmp_path / "site" / "entries").iterdir()
+    assert _strict((entry / "results.json").read_text())["sample_population_ratio"]["ci"][1] == "Infinity"
+    assert "∞" in (entry / "index.html").read_text()
+
+
+def test_an_older_results_json_with_bare_infinity_is_still_read_submitted_and_published_as_strict_json(
+        infinite_ratio_run, tmp_path):
+    from harness.core import jsonio
+
+    run = tmp_path / "run"
+    shutil.copytree(infinite_ratio_run, run)
+    old = json.dumps(jsonio.loads((run / "results.json").read_text()), indent=2)  # bare tokens, as before
+    assert "Infinity" in old and "\"Infinity\"" not in old
+    (run / "results.json").write_text(old)
+    res = runner.invoke(app, ["report", str(run)])
+    assert res.exit_code == 0 and "∞]" in res.output, res.output
+    out = tmp_path / "entry.tar.gz"
+    assert runner.invoke(app, ["submit", str(run), "-o", str(out)]).exit_code == 0
+    assert _add(out, tmp_path / "site").exit_code == 0
+    (entry,) = (tmp_path / "site" / "entries").iterdir()
+    _strict((entry / "results.json").read_text())  # the site serves valid JSON even for an old file
+    (entry / "results.json").write_text(old)  # an entry of a site built by an earlier version
+    from leaderboard.site import rebuild
+
+    assert len(rebuild(tmp_path / "site")) == 1
+    _strict((entry / "results.json").read_text())
+
+
+def test_verification_treats_equal_infinities_and_nans_as_equal():
+    from leaderboard.submit import compare_numbers
+
+    inf, nan = float("inf"), float("nan")
+    a = {"seed": 0, "r": {"ci": [0.5, inf], "nan_ci": [nan, nan]}}
+    assert compare_numbers(a, json.loads(json.dumps(a))) is None
+    finite = {**a, "r": {**a["r"], "ci": [0.5, 3.0]}}
+    assert "r.ci[1] is inf in results.json but 3 re-computed" in compare_numbers(a, finite)
+    assert compare_numbers({**a, "r": {**a["r"], "ci": [0.5, -inf]}}, a) is not None

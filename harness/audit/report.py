@@ -17,8 +17,9 @@ from rich.table import Table
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
 from harness.audit.headline import fpr_key
+from harness.core import jsonio
 from harness.core.metrics import AttackMetrics, thin_roc
-from harness.run.runstore import commit_files
+from harness.run.runstore import RunDir, commit_files, results_digest
 
 
 def _targets(results: dict[str, Any]) -> list[float]:
@@ -115,8 +116,9 @@ def attacks_frame(results: dict[str, Any]) -> pd.DataFrame:
 
 
 def json_bytes(obj: Any) -> bytes:
-    """A JSON file's bytes as the run directory writes them (indent 2, trailing newline)."""
-    return (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode()
+    """A JSON file's bytes as the run directory writes them (indent 2, trailing newline; valid JSON:
+    a non-finite number is written as a string, harness.core.jsonio)."""
+    return (jsonio.dumps(obj, indent=2, sort_keys=False) + "\n").encode()
 
 
 def csv_files(results: dict[str, Any]) -> dict[str, bytes]:
@@ -132,7 +134,8 @@ SCHEMA_PATH = Path(__file__).resolve().parents[2] / "docs" / "results.schema.jso
 
 
 def check_schema(results: dict[str, Any]) -> None:
-    """Validate ``results`` against docs/results.schema.json (a jsonschema ValidationError names the
+    """Validate ``results``, as results.json holds it (non-finite numbers as strings:
+    harness.core.jsonio), against docs/results.schema.json (a jsonschema ValidationError names the
     first violation); a no-op unless :data:`SCHEMA_CHECK_ENV` is set."""
     import os
 
@@ -140,17 +143,22 @@ def check_schema(results: dict[str, Any]) -> None:
         return
     import jsonschema
 
-    jsonschema.validate(results, json.loads(SCHEMA_PATH.read_text()), cls=jsonschema.Draft202012Validator)
+    jsonschema.validate(jsonio.encode_nonfinite(results), json.loads(SCHEMA_PATH.read_text()),
+                        cls=jsonschema.Draft202012Validator)
 
 
 def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dict[tuple[str, str], AttackMetrics]]) -> None:
-    """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv
-    and config.json (the configuration these results were computed with, so the run's saved attack
-    settings are those of its results), all replaced as one change, in which the ROC curves of
-    attacks or variants these results no longer hold are deleted (:func:`harness.run.runstore.commit_files`):
-    an interrupted attack phase leaves every one of them as it was, a finished one all of them new."""
+    """results.json, table.csv (summary), attacks.csv (all variants), roc/<level>__<attack>__<variant>.csv,
+    config.json (the configuration these results were computed with, so the run's saved attack
+    settings are those of its results) and manifest.json (with results.json's ``results_digest``,
+    which every later read compares: RunDir.check_results), all replaced as one change, in which the
+    ROC curves of attacks or variants these results no longer hold are deleted
+    (:func:`harness.run.runstore.commit_files`): an interrupted attack phase leaves every one of them
+    as it was, a finished one all of them new."""
     check_schema(results)
-    files = {"results.json": json_bytes(results), **csv_files(results), "config.json": json_bytes(results["config"])}
+    manifest = {**RunDir(run_path).load_manifest(), "results_digest": results_digest(results)}
+    files = {"results.json": json_bytes(results), **csv_files(results), "config.json": json_bytes(results["config"]),
+             "manifest.json": json_bytes(manifest)}
     for level, by_attack in curves.items():
         for (name, variant), m in by_attack.items():
             roc = thin_roc(m.roc)

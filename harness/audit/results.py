@@ -8,7 +8,6 @@ the ROC curves as arrays, the bounds, the ratio and the warnings.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from harness.audit.headline import fpr_key
+from harness.core import jsonio
 from harness.core.errors import ConfigError
 
 
@@ -91,7 +91,8 @@ class Results:
     @classmethod
     def load(cls, run_dir: Path | str) -> "Results":
         """Read a run directory's results.json (or that file itself); ConfigError (one line) when it is
-        missing or damaged."""
+        missing or damaged, or, beside the run's manifest.json, edited since the attack phase wrote
+        it or another run's (harness.run.runstore.RunDir.check_results)."""
         run_dir = Path(run_dir)
         if run_dir.name == "results.json" and run_dir.is_file():
             run_dir = run_dir.parent
@@ -102,12 +103,15 @@ class Results:
         if not path.is_file():
             raise ConfigError(f"{path} does not exist; run `harness attack {run_dir}` on a finished run first")
         try:
-            data = json.loads(path.read_text())
+            data = jsonio.loads(path.read_text())  # "Infinity" / "NaN" strings (and older bare tokens) -> floats
             if not isinstance(data, dict) or ("population" not in data and "sample" not in data):
                 raise ValueError("not a results file of this harness")
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise ConfigError(f"{path} is damaged ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
                               f"`harness attack {run_dir}` rewrites it from the saved signals") from None
+        from harness.run.runstore import RunDir
+
+        RunDir(run_dir).check_results(data, path)
         return cls(run_dir, data)
 
     # --- the figures ------------------------------------------------------------------------

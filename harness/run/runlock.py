@@ -11,10 +11,17 @@ next command takes it over, saying whose it was (the holder's record is still in
 clean release empties). No PID-liveness guesswork is needed, and a process reusing the dead one's
 PID cannot keep the lock alive. On a network file system the lock is as good as its locking
 support (NFSv4 passes ``flock`` to the server as a POSIX lock).
+
+A run directory this process cannot write (an archived or shared run: a read-only mount, no write
+permission) can still be read: a shared lock opens the lock file read-only (a shared ``flock``
+needs no write access), or, where there is no lock file to open, takes no lock at all
+(:attr:`RunLock.read_only`): no harness process has ever written the directory's lock then, so
+none is writing it. An exclusive lock there raises :class:`ReadOnlyRunError` (one line).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -32,6 +39,14 @@ _WINDOWS_LOCK_OFFSET = 1 << 20  # Windows locks a byte range: one byte past the 
 
 class RunLockedError(ConfigError):
     """The run directory is locked by another process (the message names it)."""
+
+
+class ReadOnlyRunError(ConfigError):
+    """A command that writes a run directory was given one this process cannot write."""
+
+
+#: what opening the lock file for writing raises in a directory this process cannot write
+READ_ONLY_ERRNOS = (errno.EROFS, errno.EACCES, errno.EPERM)
 
 
 @dataclass(frozen=True)
@@ -102,7 +117,9 @@ class RunLock:
 
     ``acquire`` creates the directory when it does not exist (an ``OSError`` there, e.g. a
     read-only ``--out``, is the caller's to report). ``on_wait(holder)`` is called once before a
-    waiting acquire blocks.
+    waiting acquire blocks. In a directory this process cannot write, a shared lock is taken on
+    the lock file opened read-only, or not at all where there is none (:attr:`read_only` is then
+    True; module docstring), and an exclusive one raises :class:`ReadOnlyRunError`.
     """
 
     def __init__(self, run_dir: Path | str, *, command: str = "", shared: bool = False, wait: bool = False,
@@ -116,12 +133,29 @@ class RunLock:
         self.fd: int | None = None
         #: the record of a holder that died without releasing the lock, when this acquire took it over
         self.took_over: Holder | None = None
+        #: the directory cannot be written by this process (a shared lock only: module docstring)
+        self.read_only = False
 
     def acquire(self) -> "RunLock":
         if self.run_dir.exists() and not self.run_dir.is_dir():
             raise ConfigError(f"{self.run_dir} is a file, not a run directory")
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        if not (self.shared and self.run_dir.is_dir()):  # a reader never creates the directory
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as e:
+            if e.errno not in READ_ONLY_ERRNOS or not self.run_dir.is_dir():
+                raise
+            if not self.shared:
+                raise ReadOnlyRunError(
+                    f"{self.run_dir} is read-only here ({e.strerror}) and this command writes to it; `harness "
+                    "report`, `submit` and `compare` read it as it is; to change it, copy it to a writable folder "
+                    "(cp -r) and run the command on the copy") from None
+            self.read_only = True
+            try:
+                fd = os.open(self.path, os.O_RDONLY)
+            except FileNotFoundError:  # never locked, so nobody is writing it: no lock to take
+                return self
         try:
             if not _try_lock(fd, self.shared, block=False):
                 holder = _read_holder(fd)

@@ -113,21 +113,40 @@ def model_seed(seed: int, index: int, rng: str = "harness", num_models: int = 0)
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
 
 
-def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
-    """Hash of everything that determines the models, apart from the per-level design and canaries.
-    The defense's ``plumbing_params`` (e.g. DFKD's ``teacher_run``) are left out: they locate
-    inputs whose identity is checked separately (:mod:`harness.run.teachers`)."""
+def plumbing_params(cfg: ExperimentConfig) -> list[str]:
+    """The defense's ``plumbing_params`` (e.g. DFKD's ``teacher_run``): parameters that locate inputs
+    whose identity is checked separately (:mod:`harness.run.teachers`), left out of the fingerprint."""
+    return list(getattr(resolve("defenses", cfg.defense), "plumbing_params", ()))
+
+
+def trained_config(cfg: ExperimentConfig, plumbing: list[str] | None = None) -> dict[str, Any]:
+    """The part of the config the run fingerprint hashes: :meth:`ExperimentConfig.model_determining`
+    without the ``plumbing`` parameters (default: the defense's, :func:`plumbing_params`). The
+    manifest records it (``trained_config``), so that a hand-edited config.json is found on every
+    read (:meth:`harness.run.runstore.RunDir.load_config`)."""
     config = cfg.model_determining()
-    for name in getattr(resolve("defenses", cfg.defense), "plumbing_params", ()):
+    for name in plumbing_params(cfg) if plumbing is None else plumbing:
         config["defense_params"].pop(name, None)
+    return config
+
+
+def fingerprint_of(cfg: ExperimentConfig, data_fingerprint: str) -> str:
+    """:func:`run_fingerprint` from the dataset's fingerprint (a manifest's ``data_fingerprint``)."""
     return sha256_json(
         {
-            "config": config,
-            "data": data.fingerprint(),
+            "config": trained_config(cfg),
+            "data": data_fingerprint,
             "harness_version": MODELS_VERSION,  # the key runs have always hashed; the models version
             "defense_source": source_fingerprint(cfg.defense),
         }
     )
+
+
+def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
+    """Hash of everything that determines the models, apart from the per-level design and canaries:
+    :func:`trained_config` (the defense's ``plumbing_params`` left out), the data, the models
+    version and a file plugin's source."""
+    return fingerprint_of(cfg, data.fingerprint())
 
 
 def defense_slug(defense: str) -> str:
@@ -306,6 +325,9 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
         "data_fingerprint": data.fingerprint(),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "cwd": base_dir,  # relative canary paths resolve from here (creation_folder)
+        # what config.json must keep describing (RunDir.load_config checks it on every read)
+        "trained_config": trained_config(cfg),
+        "plumbing_params": plumbing_params(cfg),
     }
     if defense.reuses_undefended:  # saved undefended models to start from (harness/run/teachers.py)
         from harness.run.teachers import resolve_teachers

@@ -3,7 +3,8 @@
 ```
 RUN_DIR/
   config.json               the resolved configuration
-  manifest.json             harness version, run fingerprint, data fingerprint, per-experiment fingerprints
+  manifest.json             harness version, run fingerprint, data fingerprint, per-experiment fingerprints,
+                            the fingerprinted config (trained_config), results.json's digest (results_digest)
   data.npz                  the dataset exactly as used (uint8 images, labels, normalization)
   <experiment>/design.npz   audit indices, membership (S x C), canary images/labels, evaluated mask
   <experiment>/signals/model_0007.npz   one file per finished model (temp name, then renamed)
@@ -19,9 +20,10 @@ stored inside it matches the level's; anything else is never read as a finished 
 model (``--save-models``) follows the same rules: written atomically before its signals file, and
 read back only when its stored level fingerprint and index match.
 
-Damaged files (truncated, corrupt, not what they claim to be) raise :class:`DamagedFileError`,
-which names the file and the command that repairs it. ``harness evaluate`` repairs them itself:
-a damaged signals file is moved aside as ``model_0007.npz.damaged`` and that model retrained
+Damaged files (truncated, corrupt, not what they claim to be, a signals file holding a NaN)
+raise :class:`DamagedFileError`, which names the file and the command that repairs it.
+``harness evaluate`` repairs them itself: a damaged signals file is moved aside as
+``model_0007.npz.damaged`` and that model retrained
 (:meth:`RunDir.quarantine_damaged`); a damaged ``manifest.json``, ``config.json``, ``data.npz``
 or ``design.npz`` is moved aside and rebuilt from the command's config (:attr:`RunDir.healed`
 lists what was repaired). Finished models stay: each is checked against the rebuilt level
@@ -40,6 +42,7 @@ from typing import Any
 import numpy as np
 
 from canaries.base import Canaries
+from harness.core import jsonio
 from harness.core.config import ConfigError, ExperimentConfig, validate_config
 from harness.core.atomic import atomic_write_bytes, atomic_write_with  # noqa: F401 (atomic_write_with: imported from here)
 from harness.core.atomic import temp_file as _temp_file
@@ -88,6 +91,23 @@ def sha256_arrays(*arrays: np.ndarray) -> str:
 
 def sha256_json(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def results_digest(results: dict[str, Any]) -> str:
+    """SHA-256 of results.json's content: its values as canonical JSON (sorted keys, non-finite
+    numbers as strings), so any edited number or key changes it and a re-formatted file (or an
+    older one's bare ``Infinity``) does not. The attack phase records it in manifest.json in the
+    commit that writes results.json (harness.audit.report.write_outputs)."""
+    return sha256_json(json.loads(jsonio.dumps(results)))  # as written: keys as strings, "Infinity" as a string
+
+
+def changed_keys(old: Any, new: Any, prefix: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, old value, new value) of every leaf where two JSON objects differ (a key only
+    one of them has: None on the other side)."""
+    if isinstance(old, dict) and isinstance(new, dict):
+        return [c for k in sorted(set(old) | set(new), key=str)
+                for c in changed_keys(old.get(k), new.get(k), f"{prefix}.{k}" if prefix else str(k))]
+    return [] if old == new else [(prefix, old, new)]
 
 
 COMMIT_JOURNAL = ".commit.json"
@@ -145,7 +165,8 @@ def recover_commit(root: Path) -> bool:
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
+    """``obj`` as valid JSON (non-finite numbers as strings: harness.core.jsonio), written atomically."""
+    atomic_write_bytes(path, (jsonio.dumps(obj, indent=2, sort_keys=False) + "\n").encode())
 
 
 def atomic_write_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -248,7 +269,7 @@ class RunDir:
     def _read_json(self, path: Path) -> dict[str, Any]:
         hint = self.repair_hint(config_damaged=path == self.config_path)
         try:
-            obj = json.loads(path.read_text())
+            obj = jsonio.loads(path.read_text())
         except (OSError, UnicodeDecodeError, ValueError) as e:
             raise DamagedFileError(path, _reason(e), hint) from None
         if not isinstance(obj, dict):
@@ -290,13 +311,83 @@ class RunDir:
             raise RunDirError(f"{str(self.path)!r} is not a run directory (no manifest.json/config.json)")
 
     def load_config(self) -> ExperimentConfig:
+        """config.json, checked against the manifest: its training settings (everything in the run
+        fingerprint) must be those the models were trained with (:meth:`check_config`)."""
         self.require()
         raw = self._read_json(self.config_path)
         try:
-            return validate_config(raw)
+            cfg = validate_config(raw)
         except ConfigError as e:
             raise DamagedFileError(self.config_path, f"not a valid config: {e}",
                                    self.repair_hint(config_damaged=True)) from None
+        self.check_config(cfg)
+        return cfg
+
+    def _readable_manifest(self) -> dict[str, Any] | None:
+        """manifest.json, or None where it is missing or damaged (its own readers report that)."""
+        if not self.manifest_path.is_file():
+            return None
+        try:
+            return self._read_json(self.manifest_path)
+        except DamagedFileError:
+            return None
+
+    def check_config(self, cfg: ExperimentConfig) -> None:
+        """Refuse (RunDirError, one line) a config.json edited after training: its fingerprinted part
+        (harness.run.runner.trained_config) must equal the manifest's ``trained_config``, naming each
+        changed setting; a manifest from before that record is checked by re-computing the run
+        fingerprint where it can be (same models version, a built-in defense). Attack and run
+        settings are not fingerprinted: they may change (``harness attack RUN --set attack...``)."""
+        manifest = self._readable_manifest()
+        if manifest is None:
+            return
+        fix = ("only settings outside the run fingerprint (attack.*, run.*, data.path) may change after training; "
+               "restore the trained value"
+               f"{{s}} in {self.config_path}, or train the new settings in another run directory")
+        trained = manifest.get("trained_config")
+        if isinstance(trained, dict):
+            now = cfg.model_determining()
+            for name in manifest.get("plumbing_params") or []:
+                now["defense_params"].pop(name, None)
+            changed = changed_keys(trained, jsonio.loads(jsonio.dumps(now)))
+            if changed:
+                listed = "; ".join(f"{k} is {jsonio.dumps(new)} there but the models were trained with "
+                                   f"{jsonio.dumps(old)}" for k, old, new in changed[:3])
+                more = f" (and {len(changed) - 3} more)" if len(changed) > 3 else ""
+                raise RunDirError(f"{self.config_path} was edited after training: {listed}{more} (manifest.json); "
+                                  + fix.format(s="s" if len(changed) > 1 else ""))
+            return
+        from harness.core.registry import is_file_reference
+        from harness.core.version import MODELS_VERSION, models_version_of
+
+        if models_version_of(manifest) != MODELS_VERSION or not manifest.get("data_fingerprint") or \
+                is_file_reference(cfg.defense):  # another version's hash, or a plugin file that may have moved
+            return
+        from harness.run.runner import fingerprint_of
+
+        if fingerprint_of(cfg, str(manifest["data_fingerprint"])) != manifest.get("fingerprint"):
+            raise RunDirError(f"{self.config_path} does not describe the run's models: the run fingerprint "
+                              "re-computed from it differs from manifest.json's (it was edited after training); "
+                              + fix.format(s="s"))
+
+    def check_results(self, results: dict[str, Any], path: Path | None = None) -> None:
+        """Refuse (RunDirError, one line) a results.json that is not the one the attack phase wrote
+        into this run directory: another run's (fingerprint), or edited since (its
+        :func:`results_digest` differs from the manifest's ``results_digest``). Nothing to check
+        without a readable manifest, or for results written before the digest was recorded."""
+        manifest = self._readable_manifest()
+        if manifest is None:
+            return
+        path = path or self.path / "results.json"
+        fix = f"`harness attack {self.path}` rewrites it from the saved signals"
+        theirs, ours = str(results.get("fingerprint")), str(manifest.get("fingerprint"))
+        if theirs != ours:
+            raise RunDirError(f"{path} belongs to another run than {self.manifest_path} (run fingerprint "
+                              f"{theirs[:12]}, the models' {ours[:12]}); {fix}")
+        digest = manifest.get("results_digest")
+        if digest is not None and digest != results_digest(results):
+            raise RunDirError(f"{path} was edited after the attack phase wrote it (its content no longer matches the "
+                              f"digest {self.manifest_path.name} records); {fix}")
 
     def load_manifest(self) -> dict[str, Any]:
         self.require()
@@ -462,7 +553,8 @@ class RunDir:
     def read_signals(self, level: str, index: int) -> ModelSignals | None:
         """The model's signals if its file is finished and belongs to this level's design; None if
         there is no file or it belongs to another design (never read as finished). A file that
-        cannot be read raises :class:`DamagedFileError`."""
+        cannot be read, or whose signals hold a NaN (never written: a signal that computes one is
+        refused, harness.run.signals.compute_signals), raises :class:`DamagedFileError`."""
         path = self.signals_path(level, index)
         if not path.is_file():
             return None
@@ -472,6 +564,9 @@ class RunDir:
                 arrays = {k: z[k] for k in z.files if k != "meta"}
             if not isinstance(meta, dict):
                 raise ValueError("its metadata is not a JSON object")
+            for name, a in arrays.items():
+                if np.issubdtype(a.dtype, np.floating) and (nan := int(np.isnan(a).sum())):
+                    raise ValueError(f"signal {name!r} holds {nan} NaN value{'s' if nan > 1 else ''}")
         except Exception as e:  # any failure to read it back means the file is damaged
             raise DamagedFileError(path, _reason(e), f"`harness evaluate --run-dir {self.path}` moves it aside and "
                                    "retrains that model") from e

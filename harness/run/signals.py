@@ -26,7 +26,9 @@ Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index
 - ``contrastive_logits`` (N, A, R): the same on the served logits (black-box; the paper's
   ``similarity`` score).
 
-Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Signal`).
+Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Signal`). A signal
+value holding a NaN is refused when computed (:func:`compute_signals`, one line naming it): no
+attack scores NaN, and a saved file holding one reads as damaged.
 """
 
 from __future__ import annotations
@@ -261,6 +263,10 @@ def compute_signals(names: list[str], table: dict[str, Signal], served: ServedMo
         if value is None:
             raise RuntimeError(f"signal {n!r} needs the served model's {sig.requires}, which the defense declares "
                                f"(Defense.provides) but its served model returned None")
+        if np.issubdtype(np.asarray(value).dtype, np.floating) and (nan := int(np.isnan(value).sum())):
+            # a stored NaN reads as a damaged file (RunDir.read_signals): refused here, before it is saved
+            raise ConfigError(f"signal {n!r} ({sig.description}) computed {nan} NaN value{'s' if nan > 1 else ''}; "
+                              "the attacks cannot score NaN: fix the function that computes it (Signal.fn)")
         out[n] = value
     return out
 
