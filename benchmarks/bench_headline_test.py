@@ -19,7 +19,6 @@ docs/protocol.md (Headlines) quotes its output.
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
@@ -94,7 +93,7 @@ def runs(out: Path, seeds: int) -> None:
 
     from harness.core import jsonio
 
-    print(f"\n## 3. `harness evaluate` at the quick preset\n")
+    print("\n## 3. `harness evaluate` at the quick preset\n")
     print("| plugin | seed | warning | p population | p sample | sample headline | strongest (cross-fitted) | "
           "optimistic max |")
     print("|---|---|---|---|---|---|---|---|")

@@ -164,7 +164,7 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
         c = candidates[0]
         samples = _filled(candidates, cfg, folds=False)[0].samples if boot else None
         return record, Selection(samples) if samples is not None else None
-    choose_at = select_at if select_at is not None else selection_fpr(cfg, min(c.entry["num_neg"] for c in candidates))
+    choose_at = select_at if select_at is not None else selection_fpr(cfg, min(int((~c.membership).sum()) for c in candidates))
     filled = _filled(candidates, cfg, select_at=choose_at)
     cf = crossfit([c.folds for c in filled], _fold_targets(cfg, choose_at), select_at=choose_at,
                   confidence=cfg.attack.confidence)

@@ -73,7 +73,9 @@ class ProgressView:
     """A :data:`harness.api.ProgressFn` that shows the events with rich. On a terminal: ``status``
     as a spinner, ``train`` as one bar per level, the other kinds as lines. Elsewhere (a log file,
     nohup, Slurm, a pipe: ``console.is_terminal`` false), where bars and spinners would show nothing
-    until they stop, every event is a plain line: ``status`` as ``<step>...``, and ``train`` as
+    until they stop, every event is a plain line: ``status`` as ``<step>...`` (printed when the next
+    event arrives or the view closes without an error, so that a user error found during the step
+    stays the command's one line), and ``train`` as
     ``train <level>: <finished>/<total> models done, <elapsed> elapsed`` whenever a level's count of
     finished models changes (the API reports every second) and, while one of its models trains and
     reports its progress, at least every :attr:`HEARTBEAT_S` seconds (then with the running models'
@@ -91,11 +93,15 @@ class ProgressView:
         self._tasks: dict[str, Any] = {}
         self._t0: float | None = None  # the first train event (plain lines' elapsed time)
         self._printed: dict[str, tuple[int, float]] = {}  # level -> (finished, time) of its last plain line
+        self._pending: str | None = None  # a plain status line, printed when the next event arrives
 
     def __enter__(self) -> "ProgressView":
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is None and self._pending is not None:  # the last step finished: say it ran
+            console.print(self._pending, highlight=False, soft_wrap=True)
+        self._pending = None
         self._stop()
 
     def _stop(self) -> None:
@@ -127,14 +133,18 @@ class ProgressView:
 
     def _plain(self, event: Any) -> None:
         """One plain line per event, without rich's live displays (the class docstring)."""
+        if event.kind == "status":
+            self._pending = escape(f"{event.message}...")
+            return
         if event.kind == "train":
             line = self._train_line(event)
             if line is None:
                 return
-        elif event.kind == "status":
-            line = escape(f"{event.message}...")
         else:
             line = self.STYLES.get(event.kind, "") + escape(event.message)
+        if self._pending is not None:
+            console.print(self._pending, highlight=False, soft_wrap=True)
+            self._pending = None
         console.print(line, highlight=False, soft_wrap=True)
 
     def _train_line(self, event: Any) -> str | None:

@@ -27,9 +27,9 @@ from harness.core.config import ConfigError, ExperimentConfig
 from harness.core.data import AugmentSpec, DataError, ImageDataset, load_dataset
 from harness.core.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
 from harness.run.executors import Executor
-from harness.core.registry import source_fingerprint
 from harness.plugins import resolve
-from harness.run.runstore import LevelDesign, RunDir, sha256_json
+from harness.run.fingerprint import fingerprint_of, plumbing_params, run_fingerprint, trained_config  # noqa: F401
+from harness.run.runstore import LevelDesign, RunDir
 
 
 def resolve_device(device: str) -> str:
@@ -111,42 +111,6 @@ def model_seed(seed: int, index: int, rng: str = "harness", num_models: int = 0)
     if rng == "paper":
         return seed * (num_models + 1) + index + 1
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
-
-
-def plumbing_params(cfg: ExperimentConfig) -> list[str]:
-    """The defense's ``plumbing_params`` (e.g. DFKD's ``teacher_run``): parameters that locate inputs
-    whose identity is checked separately (:mod:`harness.run.teachers`), left out of the fingerprint."""
-    return list(getattr(resolve("defenses", cfg.defense), "plumbing_params", ()))
-
-
-def trained_config(cfg: ExperimentConfig, plumbing: list[str] | None = None) -> dict[str, Any]:
-    """The part of the config the run fingerprint hashes: :meth:`ExperimentConfig.model_determining`
-    without the ``plumbing`` parameters (default: the defense's, :func:`plumbing_params`). The
-    manifest records it (``trained_config``), so that a hand-edited config.json is found on every
-    read (:meth:`harness.run.runstore.RunDir.load_config`)."""
-    config = cfg.model_determining()
-    for name in plumbing_params(cfg) if plumbing is None else plumbing:
-        config["defense_params"].pop(name, None)
-    return config
-
-
-def fingerprint_of(cfg: ExperimentConfig, data_fingerprint: str) -> str:
-    """:func:`run_fingerprint` from the dataset's fingerprint (a manifest's ``data_fingerprint``)."""
-    return sha256_json(
-        {
-            "config": trained_config(cfg),
-            "data": data_fingerprint,
-            "harness_version": MODELS_VERSION,  # the key runs have always hashed; the models version
-            "defense_source": source_fingerprint(cfg.defense),
-        }
-    )
-
-
-def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
-    """Hash of everything that determines the models, apart from the per-level design and canaries:
-    :func:`trained_config` (the defense's ``plumbing_params`` left out), the data, the models
-    version and a file plugin's source."""
-    return fingerprint_of(cfg, data.fingerprint())
 
 
 def defense_slug(defense: str) -> str:

@@ -48,6 +48,7 @@ from harness.core.atomic import atomic_write_bytes, atomic_write_with  # noqa: F
 from harness.core.atomic import temp_file as _temp_file
 from harness.core.data import ImageDataset
 from harness.core.design import AuditDesign
+from harness.run.fingerprint import sha256_json  # noqa: F401 (imported from here too)
 
 class RunDirError(ConfigError):
     """The run directory cannot be used (fingerprint mismatch, missing files, not a run)."""
@@ -87,10 +88,6 @@ def sha256_arrays(*arrays: np.ndarray) -> str:
         h.update(str((a.dtype.str, a.shape)).encode())
         h.update(a.tobytes())
     return h.hexdigest()
-
-
-def sha256_json(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def results_digest(results: dict[str, Any]) -> str:
@@ -363,7 +360,7 @@ class RunDir:
         if models_version_of(manifest) != MODELS_VERSION or not manifest.get("data_fingerprint") or \
                 is_file_reference(cfg.defense):  # another version's hash, or a plugin file that may have moved
             return
-        from harness.run.runner import fingerprint_of
+        from harness.run.fingerprint import fingerprint_of
 
         if fingerprint_of(cfg, str(manifest["data_fingerprint"])) != manifest.get("fingerprint"):
             raise RunDirError(f"{self.config_path} does not describe the run's models: the run fingerprint "
