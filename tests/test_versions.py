@@ -11,6 +11,7 @@ from harness.run.teachers import training_fingerprints
 
 
 def test_the_run_fingerprint_follows_the_models_version_not_the_package_version(monkeypatch):
+    import harness.run.fingerprint as fingerprint
     import harness.run.runner as runner
 
     cfg = build_config("quick", {"audit.models": 6})
@@ -18,7 +19,7 @@ def test_the_run_fingerprint_follows_the_models_version_not_the_package_version(
     fp = run_fingerprint(cfg, data)
     monkeypatch.setattr(runner, "__version__", "9.9.9")
     assert run_fingerprint(cfg, data) == fp
-    monkeypatch.setattr(runner, "MODELS_VERSION", "9.9.9")
+    monkeypatch.setattr(fingerprint, "MODELS_VERSION", "9.9.9")
     assert run_fingerprint(cfg, data) != fp
 
 
