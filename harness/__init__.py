@@ -15,7 +15,7 @@ from typing import Any
 from harness.core.version import MODELS_VERSION, __version__
 
 _API = ("evaluate", "attack", "load_run", "report", "compare", "audit_one_run", "configure", "Results", "Figure",
-        "Progress")
+        "Ratio", "Progress")
 
 __all__ = [*_API, "__version__", "MODELS_VERSION"]
 

@@ -24,12 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from harness.audit.results import Figure, Results
+from harness.audit.results import Figure, Ratio, Results
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.defense_config import build_config, with_absolute_paths
 from harness.core.errors import ConfigError
 
-__all__ = ["Progress", "Results", "Figure", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",
+__all__ = ["Progress", "Results", "Figure", "Ratio", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",
            "configure"]
 
 
@@ -287,14 +287,34 @@ def load_run(run_dir: Path | str) -> Results:
     return Results.load(run_dir)
 
 
-def report(run_dir: Path | str, *, html: Callable[[dict[str, Any]], str] | None = None, wait: bool = False,
+def run_page(results: dict[str, Any]) -> str:
+    """A run's self-contained HTML page (the leaderboard's entry page: ROC figures, attack table,
+    config, provenance), as ``harness report --html`` writes it; ConfigError where results.json lacks
+    what the page needs."""
+    from leaderboard.site import entry_html
+
+    try:
+        return entry_html(results, {"source": "run"}, results_href="results.json", index_href=None)
+    except (KeyError, TypeError, IndexError, StopIteration) as e:
+        raise ConfigError(f"results.json lacks what the page needs ({type(e).__name__}: {e}); `harness attack` "
+                          "rewrites it") from None
+
+
+def report(run_dir: Path | str, *, html: bool | Callable[[dict[str, Any]], str] = False, wait: bool = False,
            progress: ProgressFn | None = None) -> Results:
     """Re-export a run's table.csv and attacks.csv from its results.json (``harness report``);
-    ``html`` (results -> page) also writes report.html, in the same commit.
+    ``html=True`` also writes report.html (the run's page, :func:`run_page`, as ``--html`` does), in
+    the same commit; a callable (results -> page) writes the page it returns instead.
 
     A run directory this process cannot write (an archived or shared run) is read as it is, under
     a shared lock: its Results are returned and a ``note`` says the CSVs were not re-exported
     (``html`` there is a ConfigError: the page has nowhere to go)."""
+    if html is True:
+        html = run_page
+    elif html is False or html is None:
+        html = None
+    elif not callable(html):
+        raise ConfigError(f"html= takes True, False or a function results -> page (str), not {type(html).__name__}")
     from harness.audit.report import csv_files
     from harness.run.runlock import ReadOnlyRunError
     from harness.run.runstore import COMMIT_JOURNAL, RunDir

@@ -70,7 +70,7 @@ def test_results_views(api_run):
     assert f": TPR {100 * h.tpr[k]:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] at {100 * k:g}% FPR" in str(h)
     assert isinstance(r.attacks, pd.DataFrame) and {"experiment", "attack", "variant", "auc"} <= set(r.attacks.columns)
     assert list(r.summary["level"]) == ["population", "sample"]
-    assert r.bounds is None and r.ratio["fpr"] == k and 0 < r.test_accuracy("sample") <= 1
+    assert r.bounds is None and 0 < r.test_accuracy("sample") <= 1
     fpr, tpr = r.roc("population", "lira")  # the attack phase's own curve, in memory
     assert fpr[0] == 0 and fpr[-1] == 1 and np.all(np.diff(tpr) >= 0)
     from harness import load_run
@@ -376,3 +376,61 @@ def test_the_preset_help_names_every_preset():
         assert re.search(rf"(^|\| ){re.escape(name)}( \(default\))?( \||, or a YAML file$)", text), (name, text)
     res = runner.invoke(app, ["evaluate", "--help"], env={"COLUMNS": "250"})
     assert res.exit_code == 0 and "fast" in next(line for line in res.output.splitlines() if "--preset" in line)
+
+
+def test_ratio_is_a_typed_figure(api_run):
+    """Results.ratio is a Ratio (value, CI, the two figures), not results.json's raw dict (issue 36, 9)."""
+    from harness import Ratio
+
+    r, _ = api_run
+    k, raw = r.headline_fpr, r.data["sample_population_ratio"]
+    q = r.ratio
+    assert isinstance(q, Ratio) and q.fpr == k and q.resolved == raw["resolved"]
+    assert q.sample == r.headline("sample").tpr[k] and q.population == r.headline("population").tpr[k]
+    if raw["ratio"] is not None:
+        assert q.value == raw["ratio"] == q.sample / q.population
+        assert q.ci == tuple(raw["ci"]) and f"{q.value:.1f}x" in str(q)
+    else:
+        assert not math.isfinite(q.value)
+
+
+def test_ratio_reads_an_unresolved_and_an_infinite_record():
+    from harness import Ratio
+
+    inf = Ratio.from_json({"fpr": 0.001, "population": 0.0, "sample": 0.5, "resolved": True, "ratio": None,
+                           "ci": None, "replicates_used": 0})
+    assert inf.value == float("inf") and inf.ci is None and "(no CI)" in str(inf)
+    un = Ratio.from_json({"fpr": 0.001, "population": 0.0, "sample": 0.0, "resolved": False, "ratio": None,
+                          "ci": None, "replicates_used": 0})
+    assert math.isnan(un.value) and str(un).startswith("unresolved")
+
+
+def test_roc_takes_the_level_names_that_headline_takes(api_run):
+    """r.roc("sample") reads the sample headline's experiment, attack and variant, as r.headline("sample")
+    does; an unknown experiment names those the run has (issue 36, 9)."""
+    r, _ = api_run
+    h = r.headline("sample")
+    f1, t1 = r.roc("sample")
+    f2, t2 = r.roc(h.experiment, h.attack, h.variant)
+    assert h.experiment.startswith("sample-") and np.array_equal(f1, f2) and np.array_equal(t1, t2)
+    f3, t3 = r.roc("sample", h.attack)  # the attack's primary variant
+    assert f3[0] == 0 and f3[-1] == 1
+    fp, tp = r.roc("population")
+    hp = r.headline("population")
+    assert np.array_equal(tp, r.roc("population", hp.attack, hp.variant)[1])
+    with pytest.raises(KeyError, match="it has population, sample, sample-"):
+        r.roc("samples")
+
+
+def test_report_html_true_writes_the_run_page(api_run):
+    """harness.report(path, html=True) writes report.html as `harness report --html` does (it raised
+    TypeError); a non-callable, non-bool html is one ConfigError."""
+    from harness import report
+    from harness.core.errors import ConfigError
+
+    r, _ = api_run
+    report(r.path, html=True)
+    page = (r.path / "report.html").read_text()
+    assert page.lstrip().lower().startswith("<!doctype html") and r.data["defense"] in page
+    with pytest.raises(ConfigError, match="html= takes True, False or a function"):
+        report(r.path, html="yes")

@@ -381,7 +381,7 @@ def test_results_json_is_strict_json_and_an_infinite_ratio_ci_round_trips_submit
     assert results["sample_population_ratio"]["ci"][1] == "Infinity"
     _strict((infinite_ratio_run / "config.json").read_text())
     _strict((infinite_ratio_run / "manifest.json").read_text())
-    assert load_run(infinite_ratio_run).ratio["ci"][1] == float("inf")  # the API reads it back as a float
+    assert load_run(infinite_ratio_run).ratio.ci[1] == float("inf")  # the API reads it back as a float
     out = tmp_path / "entry.tar.gz"
     assert runner.invoke(app, ["submit", str(infinite_ratio_run), "-o", str(out)]).exit_code == 0
     res = _add(out, tmp_path / "site")

@@ -71,6 +71,47 @@ class Figure:
         return f"{self.attack}:{self.variant} ({self.access}, {self.experiment}): TPR {at}"
 
 
+@dataclass(frozen=True)
+class Ratio:
+    """Sample-level over population-level headline TPR at :attr:`fpr` (results.json's
+    ``sample_population_ratio``): :attr:`value` is NaN where either figure is unresolved, infinite where
+    the population figure is 0; :attr:`ci` is the percentile bootstrap CI over victim models (each
+    replicate re-computes both headlines as reported), None without a bootstrap; an end may be
+    infinite (replicates whose population figure is 0)."""
+
+    fpr: float
+    sample: float
+    population: float
+    value: float
+    ci: tuple[float, float] | None
+    resolved: bool
+    replicates_used: int
+    method: str
+
+    @classmethod
+    def from_json(cls, rec: dict[str, Any]) -> "Ratio":
+        resolved = bool(rec.get("resolved", True))
+        pop, smp = float(rec.get("population") or 0.0), float(rec.get("sample") or 0.0)
+        if rec.get("ratio") is not None:
+            value = float(rec["ratio"])
+        elif resolved and pop == 0:
+            value = float("inf") if smp > 0 else float("nan")
+        else:
+            value = float("nan")
+        ci = rec.get("ci")
+        return cls(fpr=float(rec["fpr"]), sample=smp, population=pop, value=value,
+                   ci=(float(ci[0]), float(ci[1])) if ci is not None else None, resolved=resolved,
+                   replicates_used=int(rec.get("replicates_used") or 0), method=str(rec.get("method", "")))
+
+    def __str__(self) -> str:
+        """``32.6x [23.2, 38.5] (sample 98.8% / population 3.0% at 0.1% FPR)``."""
+        at = f"at {100 * self.fpr:g}% FPR"
+        if not self.resolved:
+            return f"unresolved {at} (too few non-member guesses)"
+        ci = f" [{self.ci[0]:.1f}, {self.ci[1]:.1f}]" if self.ci is not None else " (no CI)"
+        return f"{self.value:.1f}x{ci} (sample {100 * self.sample:.1f}% / population {100 * self.population:.1f}% {at})"
+
+
 class Results:
     """The results of one run (``harness.evaluate``, ``harness.attack``, ``harness.load_run``).
 
@@ -147,9 +188,12 @@ class Results:
         return float(self._level(level)["test_accuracy"]["mean"])
 
     @property
-    def ratio(self) -> dict[str, Any] | None:
-        """Sample / population headline at the headline FPR with its bootstrap CI (docs/results-json.md)."""
-        return self.data.get("sample_population_ratio")
+    def ratio(self) -> Ratio | None:
+        """Sample / population headline at the headline FPR with its bootstrap CI (a :class:`Ratio`;
+        results.json's ``sample_population_ratio``, docs/results-json.md); None in a results.json that
+        has no ratio record."""
+        rec = self.data.get("sample_population_ratio")
+        return Ratio.from_json(rec) if rec else None
 
     @property
     def bounds(self) -> dict[str, Any] | None:
@@ -181,19 +225,36 @@ class Results:
 
         return summary_frame(self.data)
 
-    def roc(self, experiment: str, attack: str, variant: str | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(fpr, tpr) of an attack variant's ROC in an experiment (``population``, ``sample-<canary>``;
-        ``variant`` defaults to the attack's primary one): the full curve when the attack phase just
-        ran; else its CSV in the run directory (the same curve, without the points that lie on a
-        straight segment between their neighbours); else results.json's log-spaced grid (a coarser
-        curve, for a results.json without its run directory)."""
+    def roc(self, experiment: str = "sample", attack: str | None = None,
+            variant: str | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(fpr, tpr) of an attack variant's ROC in an experiment: ``population``, ``sample-<canary>``,
+        or the level ``sample`` (the experiment of the sample-level headline, as :meth:`headline`
+        reads it). ``attack`` defaults to the level's headline attack and ``variant`` to the headline's
+        variant (to the attack's primary variant where an attack is named). The full curve when the
+        attack phase just ran; else its CSV in the run directory (the same curve, without the points
+        that lie on a straight segment between their neighbours); else results.json's log-spaced grid
+        (a coarser curve, for a results.json without its run directory). KeyError (naming what the run
+        has) for an experiment, attack or variant that did not run."""
+        if experiment == "sample" and "sample" in self.data:
+            experiment = str(self.data["sample"]["best"].get("source", "")).split("/")[0] or \
+                f"sample-{self.data['sample'].get('canary', '')}"
         level = self.data.get(experiment) if experiment == "population" else \
             (self.data.get("sample_by_canary") or {}).get(experiment.removeprefix("sample-"))
         if level is None:
-            raise KeyError(f"no experiment {experiment!r} in this run")
+            have = ["population", "sample"] + [f"sample-{c}" for c in self.data.get("sample_by_canary") or {}]
+            raise KeyError(f"no experiment {experiment!r} in this run (it has {', '.join(have)})")
+        if attack is None:
+            lv = "population" if experiment == "population" else "sample"
+            best = self._level(lv)["best"]
+            src = str(best.get("source", "")).split("/")[0]
+            if lv == "population" or src == experiment:
+                attack, variant = best["name"], variant or best["variant"]
+            else:
+                raise KeyError(f"name the attack for {experiment!r} (the sample headline is read in {src!r})")
         entries = [e for e in level["attacks"] if e["name"] == attack]
         if not entries:
-            raise KeyError(f"attack {attack!r} did not run in {experiment}")
+            ran = sorted({e["name"] for e in level["attacks"]})
+            raise KeyError(f"attack {attack!r} did not run in {experiment} (these did: {', '.join(ran)})")
         entry = next((e for e in entries if e["variant"] == variant), None) if variant else \
             next((e for e in entries if e.get("primary")), entries[0])
         if entry is None:

@@ -3,24 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
 from harness.cli.app import app
 from harness.cli.common import WAIT_HELP, ProgressView, console, guard
-from harness.core.errors import ConfigError
-
-
-def _page(results: dict[str, Any]) -> str:
-    """The run's leaderboard page (leaderboard.site.entry_html), self-contained."""
-    from leaderboard.site import entry_html
-
-    try:
-        return entry_html(results, {"source": "run"}, results_href="results.json", index_href=None)
-    except (KeyError, TypeError, IndexError, StopIteration) as e:
-        raise ConfigError(f"results.json lacks what the page needs ({type(e).__name__}: {e}); `harness attack` "
-                          "rewrites it") from None
 
 
 @app.command()
@@ -37,7 +24,7 @@ def report(
 
     with guard():
         with ProgressView() as view:
-            results = export(run_dir, html=_page if html else None, wait=wait, progress=view)
+            results = export(run_dir, html=html, wait=wait, progress=view)
         print_report(results.data, console, details=details)
         if html:
             console.print(f"page: {run_dir / 'report.html'}", highlight=False)
