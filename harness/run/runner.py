@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,25 @@ def configure_determinism(device: str, deterministic: bool) -> None:
     torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.benchmark = not deterministic
     torch.backends.cudnn.deterministic = deterministic
+
+
+def global_rng_seed(seed: int) -> int:
+    """The seed of the global RNGs while model ``seed`` trains: derived from it, so that the global
+    stream is not the one ``init_network`` draws the initialization from (``torch.manual_seed(seed)``)."""
+    return int(np.random.SeedSequence([seed, 0x6106A1]).generate_state(1)[0])
+
+
+def seed_global_rngs(seed: int) -> None:
+    """Seed torch's global RNG (every device), numpy's legacy global RNG and Python's ``random`` from
+    a model's seed (:func:`global_rng_seed`), right before the defense's ``fit``: a plugin that draws
+    from global state (``torch.randn``, an ``nn.Linear`` built outside ``init_network``,
+    ``np.random.rand``) trains the same model whatever ran before it in the process, on every run and
+    resume, with any number of workers. The built-in defenses draw from their own seeded generators
+    and are unaffected."""
+    g = global_rng_seed(seed)
+    torch.manual_seed(g)
+    np.random.seed(g)
+    random.seed(g)
 
 
 def make_defense(cfg: ExperimentConfig) -> Defense:
@@ -437,7 +457,9 @@ class _JobSetup:
             f"{self.level} models {indices[0]}-{indices[-1]}"
 
     def fit(self, fit: Callable[[], Any], indices: Sequence[int]) -> Any:
-        """Run the defense's ``fit`` (or ``fit_group``) with its errors reported as the plugin's."""
+        """Run the defense's ``fit`` (or ``fit_group``) with its errors reported as the plugin's, the
+        global RNGs seeded first from the seed of the first model of ``indices`` (:func:`seed_global_rngs`)."""
+        seed_global_rngs(self.seed(indices[0]))
         try:
             return fit()
         except (ConfigError, KeyboardInterrupt):
