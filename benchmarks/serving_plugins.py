@@ -55,6 +55,12 @@ class NoisyServing(Undefended):
     def fit(self, train, ctx):
         return NoisyAnswers(super().fit(train, ctx), float(self.params["sigma"]), ctx.seed)
 
+    def fit_group(self, trains, ctxs):  # the undefended models trained stacked, each served with noise
+        served = super().fit_group(trains, ctxs)
+        if served is None:
+            return None
+        return [NoisyAnswers(m, float(self.params["sigma"]), c.seed) for m, c in zip(served, ctxs)]
+
 
 class GlobalRNGInit(Defense):
     name = "global-rng-init"

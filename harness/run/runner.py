@@ -392,16 +392,25 @@ def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dic
 
 def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense, x: np.ndarray, spec: AugmentSpec,
                     population_x: np.ndarray | None = None, neighbour_x: np.ndarray | None = None
-                    ) -> dict[str, np.ndarray]:
-    """The signals one model saves: every signal the run's attacks need (:mod:`harness.run.signals`),
-    on the audit samples ``x``, for population signals on ``population_x``, and for neighbour
-    signals on the canaries' near-duplicates ``neighbour_x``."""
-    from harness.run.signals import compute_signals, signal_seed, stored
+                    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(signals, serving record) of one model. First the random-serving check
+    (:func:`harness.run.signals.check_serving`: the first audit images asked twice); then every
+    signal the run's attacks need (:mod:`harness.run.signals`), on the audit samples ``x``, for
+    population signals on ``population_x``, and for neighbour signals on the canaries'
+    near-duplicates ``neighbour_x``; where serving is random and ``audit.repeat_queries`` R > 1,
+    also every signal of repeated queries (``logits_averaged``: R answers per query view). A
+    deterministic model is asked nothing more than the check's few images."""
+    from harness.run.signals import check_serving, compute_signals, signal_seed, stored
 
     names, table = run_signals(cfg, defense)
+    serving = check_serving(served, x)
+    repeats = cfg.audit.repeat_queries if serving["random"] else 1
+    if repeats > 1:
+        names = sorted({*names, *(n for n, sig in table.items() if sig.averages in names)})
+    serving["repeat_queries"] = repeats  # R of the saved averages; 1: none saved
     pop = population_x if population_x is not None else x[:0]
-    return stored(compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x),
-                  cfg.audit.signal_dtype)
+    signals = compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x, repeats)
+    return stored(signals, cfg.audit.signal_dtype), serving
 
 
 @dataclass(frozen=True)
@@ -479,8 +488,8 @@ class _JobSetup:
         checked = plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
         t1 = time.perf_counter()
         try:
-            signals = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,
-                                      data.x_test[ld.population_indices], ld.canaries.neighbour_x)
+            signals, serving = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,
+                                               data.x_test[ld.population_indices], ld.canaries.neighbour_x)
             checked.during = "test accuracy on the test set"
             test_pred = checked.query(data.x_test).argmax(axis=1)
         except (ConfigError, KeyboardInterrupt):
@@ -509,6 +518,7 @@ class _JobSetup:
             "torch_threads": torch.get_num_threads(),
             "host": platform.node(),
             "defense_info": served.info(),
+            "serving": serving,
             "model_saved": False,
         }
         if cfg.run.save_models:  # before the signals: a finished model then always has its saved state
