@@ -128,11 +128,35 @@ def _box(x: float, baseline: float, width: float) -> Box:
     return (x, baseline - _ASCENT, x + width, baseline + _DESCENT)
 
 
+Segment = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
+def _crosses(seg: Segment, b: Box) -> bool:
+    """Whether a line segment passes through a box (Liang-Barsky clipping)."""
+    x0, y0, x1, y1 = seg
+    dx, dy = x1 - x0, y1 - y0
+    lo, hi = 0.0, 1.0
+    for p, q in ((-dx, x0 - b[0]), (dx, b[2] - x0), (-dy, y0 - b[1]), (dy, b[3] - y0)):
+        if p == 0:
+            if q < 0:
+                return False
+            continue
+        t = q / p
+        if p < 0:
+            lo = max(lo, t)
+        else:
+            hi = min(hi, t)
+        if lo > hi:
+            return False
+    return True
+
+
 def place_labels(texts: Sequence[str], xy: Sequence[tuple[float, float]], area: Box,
-                 obstacles: Sequence[Box] = (), marker: float = 6.0) -> list[Label | None]:
-    """Where each point's label goes, so that no two labels overlap and no label covers a point or
-    an obstacle (the legend) or leaves ``area``; None for a label that does not fit anywhere (the
-    caller names that point in a key instead).
+                 obstacles: Sequence[Box] = (), marker: float = 6.0,
+                 lines: Sequence[Segment] = ()) -> list[Label | None]:
+    """Where each point's label goes, so that no two labels overlap and no label covers a point, an
+    obstacle (the legend) or a line (the frontier's segments) or leaves ``area``; None for a label
+    that does not fit anywhere (the caller names that point in a key instead).
 
     Points are taken from the top of the figure down; each label tries, in order, the spots right
     and left of its point, then above and below, then further up and down on either side (joined to
@@ -156,7 +180,7 @@ def place_labels(texts: Sequence[str], xy: Sequence[tuple[float, float]], area: 
             if b[0] < area[0] or b[1] < area[1] or b[2] > area[2] or b[3] > area[3]:
                 continue
             pad = (b[0] - 1, b[1] - 1, b[2] + 1, b[3] + 1)
-            if any(_hits(pad, o) for o in (*placed, *points, *obstacles)):
+            if any(_hits(pad, o) for o in (*placed, *points, *obstacles)) or any(_crosses(g, pad) for g in lines):
                 continue
             placed.append(b)
             out[i] = Label(texts[i], tx, ty, b, lead=n >= 6)
@@ -180,7 +204,7 @@ def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[t
                         width: int = 760, height: int = 440, bound_note: str = "unresolved: at most") -> str:
     """Test accuracy (x) vs sample-level TPR@0.1% FPR (y, log): one marker per :class:`Point` with its
     label placed by :func:`place_labels` (points at the same spot share one label, their names
-    joined; a label that fits nowhere becomes a number, listed in a key below the legend);
+    joined; a label that fits nowhere becomes a number, named in a key below the figure);
     ``frontiers`` maps a setting (dataset/preset) to its DP-SGD (accuracy, TPR) points, joined in
     order of accuracy. TPRs below 1e-3 are drawn on the 1e-3 edge. ``title`` is one short line (it
     is cut to the figure's width); the explanation belongs in the page around the figure."""
@@ -241,11 +265,15 @@ def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[t
     spots = list(groups.values())
     texts = [_fit(", ".join(dict.fromkeys(points[i].label for i in g)), 200, LABEL_SIZE) for g in spots]
     area = (left + 2, top + 2, width - 4, bottom - 2)
-    placed = place_labels(texts, [xy[g[0]] for g in spots], area, [legend_box])
+    segments = []
+    for pts in frontiers.values():
+        line = [(_lin_pos(a, xlo, xhi, left, right), _log_pos(t, ylo, 1.0, bottom, top)) for a, t in sorted(pts)]
+        segments += [(*a, *b) for a, b in zip(line, line[1:])]
+    placed = place_labels(texts, [xy[g[0]] for g in spots], area, [legend_box], lines=segments)
     missing = [n for n, lab in enumerate(placed) if lab is None]
     if missing:  # numbers instead of names where a name fits nowhere, the names in a key
         numbers = place_labels([str(k + 1) for k in range(len(missing))], [xy[spots[n][0]] for n in missing], area,
-                               [legend_box, *(lab.box for lab in placed if lab is not None)])
+                               [legend_box, *(lab.box for lab in placed if lab is not None)], lines=segments)
         for k, n in enumerate(missing):
             placed[n] = numbers[k]
     for i, p in enumerate(points):

@@ -2,18 +2,24 @@
 
 Layout of a site folder (everything is regenerated from ``entries/`` by :func:`rebuild`):
 
-- ``entries/<entry_id>/results.json``: an entry's results (a run's, or a verified submission's);
+- ``entries/<entry_id>/results.json``: an entry's results (a run's, or a verified submission's),
+  as published: every absolute path of the machine that ran it cut to its last part
+  (leaderboard.build.public_results);
 - ``entries/<entry_id>/entry.json`` (optional): ``source`` ("run" or "submission"), ``verified``,
   ``verified_by``, ``submitted`` (see leaderboard/submit.py);
-- ``index.html``: one row per entry (sortable by any column, in the page itself), the
-  privacy-utility figure with the DP-SGD frontier (Aerni et al., Figure 7), and per entry the
-  utility-matched DP-SGD baseline: the DP-SGD sample-level TPR linearly interpolated at the entry's
-  accuracy between the two DP-SGD entries of the same dataset and preset that bracket it;
-- ``entries/<entry_id>/index.html``: the log-log ROC curves (population and every sample-level
-  canary, every attack variant), the per-attack table, the config and the provenance,
-  with a link to the entry's results.json;
-- ``leaderboard.md``: the index table as Markdown.
+- ``index.html``: per dataset/preset, one compact ranked table (short column names with tooltips,
+  a legend below, a ⚠ mark and one footnote for a headline the headline test finds beaten;
+  sortable by any column, in the page itself) and the privacy-utility figure with the DP-SGD
+  frontier (Aerni et al., Figure 7); per entry the utility-matched DP-SGD baseline: the DP-SGD
+  ranking figure linearly interpolated at the entry's accuracy between the two DP-SGD entries of
+  the same dataset and preset that bracket it;
+- ``entries/<entry_id>/index.html``: a summary (what the index leaves out: epsilons, models,
+  compute, full attack names), the warnings, the log-log ROC curves (population and every
+  sample-level canary, every attack variant), the per-attack table, the config and the
+  provenance, with a link to the entry's results.json;
+- ``leaderboard.md``: every index column and more, as Markdown.
 
+A defense is shown by its name (a file plugin's declared ``name``), never by a path.
 Pages load nothing from the network; every string from a results file is escaped.
 """
 
@@ -237,7 +243,11 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
         html = _figure(v, r["strongest sample CI"])
         if r.get("sample beats headline"):
             html += _flag("beats the headline (footnote ⚠)")
-        return html, (f"{v:.6f}" if isinstance(v, float) else "9"), r.get("strongest sample attack", "")
+        tip = r.get("strongest sample attack", "")
+        if v == "unresolved":
+            tip = (f"{tip}: unresolved at 0.1% FPR, too few non-member guesses (a cross-fitted figure is measured on "
+                   "half of the victim models)")
+        return html, (f"{v:.6f}" if isinstance(v, float) else "9"), tip
     if col == "test acc":
         return _pct(v), (f"{v:.6f}" if isinstance(v, float) else "-1"), ""
     if col == "ratio":  # shown only with its bootstrap CI

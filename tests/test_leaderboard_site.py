@@ -377,6 +377,12 @@ def test_crowded_labels_never_overlap_each_other_a_point_or_the_legend():
         assert lab.box[2] - lab.box[0] == pytest.approx(text_width(lab.text, 10))
         assert not any(lab.box[0] < x + 6 and x - 6 < lab.box[2] and lab.box[1] < y + 6 and y - 6 < lab.box[3]
                        for x, y in xy)  # covers no point
+    frontier = [(200.0, 350.0, 420.0, 120.0)]  # a line through the crowd: no label crosses it
+    placed = place_labels(texts, xy, area, [legend], lines=frontier)
+    boxes = [lab.box for lab in placed if lab is not None]
+    assert len(boxes) >= 15 and _disjoint(boxes + [legend])
+    along = [(200 + 220 * t / 1000, 350 - 230 * t / 1000) for t in range(1001)]
+    assert not any(b[0] <= x <= b[2] and b[1] <= y <= b[3] for b in boxes for x, y in along)
     lone = place_labels(["hamp"], [(100.0, 300.0)], area)[0]
     assert lone.x == 108.0 and not lone.lead  # a lone label sits right of its point, centred on it
 
