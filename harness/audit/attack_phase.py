@@ -432,6 +432,8 @@ def evaluate_run(
     t0 = time.perf_counter()
     results: dict[str, Any] = {
         "defense": cfg.defense,
+        # the name the defense's class declares (a file plugin's ``name``, not its path)
+        "defense_name": str(getattr(type(defense), "name", "") or ""),
         "preset": cfg.preset,
         "dataset": cfg.data.name,
         "num_models": cfg.audit.models,
