@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
+from harness.audit.report import defense_label, trained_outside
 from harness.core import jsonio
 from harness.run.runstore import RunDir, atomic_write_bytes
 
@@ -66,7 +67,9 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
 
     acc_level = "sample" if "sample" in results else "population"
     return {
-        "defense": results["defense"],
+        # models trained outside the harness (harness import) are named by their label and marked as such
+        "defense": defense_label(results),
+        "trained outside": trained_outside(results),
         "dataset": results["dataset"],
         "preset": results["preset"],
         "models": results["num_models"],  # S: the models of each level (a run trains S per level)

@@ -26,6 +26,7 @@ from html import escape
 from pathlib import Path
 from typing import Any
 
+from harness.audit.report import defense_label
 from harness.core import jsonio
 from harness.run.runstore import atomic_write_bytes
 from leaderboard.build import FLAGGED, rank_order, read_json_object, read_results, to_markdown
@@ -57,6 +58,12 @@ TPR_COLUMNS = {
     "sample TPR": ("sample CI", None),
     "strongest sample TPR": ("strongest sample CI", "strongest sample attack"),
 }
+
+
+#: what the site says of an entry whose models were trained outside the harness (harness import)
+OUTSIDE = ("trained outside the harness (harness plan, the submitter's own training code, harness import): the "
+           "training cannot be re-run, so a submission is checked by re-running its attacks on the submitted "
+           "outputs, which must give every submitted number again")
 
 
 def entry_id(results: dict[str, Any]) -> str:
@@ -185,6 +192,10 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
         times = f' <span class="muted">&#215; {n} levels</span>' if n > 1 else ""
         return f"{int(v)}{times}", str(int(v))
     if col == "verified":
+        if r.get("trained outside") and not v:  # nothing to re-train: its attacks are what a board re-runs
+            what = "attacks re-run" if r["source_kind"] == "submission" else escape(r["source_kind"])
+            return (f'{what} <span class="muted" title="{escape(OUTSIDE, quote=True)}">(trained outside the '
+                    'harness)</span>'), "0"
         return ('<span class="badge">verified</span>' if v else escape(r["source_kind"])), "1" if v else "0"
     return escape(str(v) if v not in (None, "") else "-"), str(v or "")
 
@@ -341,12 +352,20 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "source": meta.get("source", "run"),
         "verified": ("yes, " + str(meta.get("verified_by"))) if meta.get("verified") else "no",
     }
+    if results.get("provenance") == "external":
+        ext = results.get("external") or {}
+        prov["trained"] = OUTSIDE
+        prov["plan fingerprint"] = ext.get("plan_fingerprint")
+        prov["outputs (SHA-256)"] = ext.get("outputs_sha256")
+        prov["models"] = (f"{results['num_models']} per level, {results['num_models'] * levels} trained outside the "
+                          "harness" + (f" ({ext['models_planned']} planned)" if ext.get("models_planned") not in
+                                       (None, results["num_models"]) else ""))
     prov_rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="wrap">'
                         f'{escape(str(v) if v is not None else "-")}</td></tr>' for k, v in prov.items())
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in results.get("notes", []))
     notes += "".join(f'<li class="loses"><b>warning:</b> {escape(str(w))}</li>' for w in results.get("warnings", []))
     back = f'<p><a href="{escape(index_href, quote=True)}">← leaderboard</a></p>' if index_href else ""
-    title = f"{results['defense']} ({results['dataset']}/{results['preset']})"
+    title = f"{defense_label(results)} ({results['dataset']}/{results['preset']})"
     return _page(f"privacy-harness: {title}", f"""{back}<h1 class="name" title="{escape(title, quote=True)}"
 style="max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{escape(title)}</h1>
 <p><a href="{escape(results_href, quote=True)}" download>download results.json</a></p>
