@@ -105,8 +105,15 @@ def harness_recipe_trainer(plan: Path, out: Path, dtype: str = "float32") -> Pat
 
 
 def _blocked(*modules: str) -> str:
-    """A python -c prefix that makes ``modules`` unimportable."""
-    return "import sys\n" + "".join(f"sys.modules[{m!r}] = None\n" for m in modules)
+    """A python -c prefix that makes ``modules`` (and their submodules) unimportable: any import of
+    them raises ImportError (a finder in front of every other; sys.modules is left alone, where a
+    placeholder would confuse libraries that look for torch there, e.g. scipy)."""
+    return ("import sys, importlib.abc\n"
+            "class _Blocked(importlib.abc.MetaPathFinder):\n"
+            "    def find_spec(self, name, path=None, target=None):\n"
+            f"        if name.split('.')[0] in {modules!r}:\n"
+            "            raise ImportError(f'{name} is blocked: this script must not need it')\n"
+            "sys.meta_path.insert(0, _Blocked())\n")
 
 
 def run_example(script: str, plan: Path, out: Path, blocked: tuple[str, ...]) -> subprocess.CompletedProcess:
@@ -172,6 +179,10 @@ def test_views_module_needs_numpy_only():
         "print(v(np.arange(16, dtype=np.uint8).reshape(1, 1, 4, 4), True, 1).shape)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0 and out.stdout.strip() == "(1, 18, 1, 4, 4)", out.stderr
+    for module in ("harness.run.runner", "torch"):  # the blocker the examples run under does block (a test of the test)
+        out = subprocess.run([sys.executable, "-c", _blocked("harness", "torch") + f"import {module}"],
+                             capture_output=True, text=True, cwd=REPO)
+        assert out.returncode == 1 and "is blocked" in out.stderr
 
 
 # --- the plan --------------------------------------------------------------------------------------
