@@ -37,6 +37,8 @@ class External(Defense):
                    "for the outside trainer to follow")
     #: read by the runner and the API: a run of this defense is imported, never trained here
     trained_outside: ClassVar[bool] = True
+    #: an outside model's features reach the white-box ``contrastive`` attack through the plan's SSL views
+    provides = frozenset({"features"})
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         raise ConfigError(NOT_HERE)

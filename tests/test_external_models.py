@@ -492,3 +492,57 @@ def test_partial_refuses_an_unbalanced_design(tmp_path):
     err = _one_error(_import(plan, outputs, runs, "--partial"))
     assert "leave the design unbalanced" in err and "is a member of 2" in err
     assert not runs.exists()
+
+
+# --- white-box features -----------------------------------------------------------------------------
+
+
+def test_features_on_the_plans_ssl_views_give_the_harness_own_contrastive_signal(plan_dir, tmp_path):
+    """A plan with the white-box contrastive attack exports the SSL view pairs the harness's own signal
+    compares; an outside model's features on them become that signal exactly, and the attack runs
+    (white-box). Features where the plan has no SSL views, or missing or misshapen ones, are refused."""
+    from harness.core.data import AugmentSpec
+    from harness.run.external import read_plan
+    from harness.run.signals import contrastive_similarity, signal_seed
+
+    import jsonschema
+
+    plan = _plan(tmp_path / "plan", **{"attack.names": "[lira,rmia,threshold,contrastive]"})
+    meta = json.loads((plan / "plan.json").read_text())
+    jsonschema.validate(meta, json.loads((REPO / "docs" / "plan.schema.json").read_text()),
+                        cls=jsonschema.Draft202012Validator)
+    outputs = synthetic_outputs(plan, tmp_path / "outputs")
+
+    def embed(i: int):  # a model's "features": elementwise, so batching cannot change a bit
+        w = np.random.default_rng(i).normal(size=64).astype(np.float32)
+        return lambda x: np.tanh(x.reshape(len(x), -1).astype(np.float32) / 255 * w)
+
+    for name, e in meta["experiments"].items():
+        assert e["features_shape"] == [2, 6, 9, 40]
+        with np.load(plan / e["files"]["ssl_views"]) as z:
+            v = np.stack([z["v1"], z["v2"]])
+        for i in range(6):
+            _rewrite(outputs / name / f"model_{i:04d}.npz",
+                     features=embed(i)(v.reshape(-1, 1, 8, 8)).reshape(*v.shape[:4], 64))
+    f = outputs / "population" / "model_0001.npz"
+    good = f.read_bytes()
+    runs = tmp_path / "runs"
+    for change, says in (({"features": None}, "lacks 'features' (2, 6, 9, 40) + (D,)"),
+                         ({"features": np.zeros((2, 6, 9, 39, 4), np.float32)}, "features have shape (2, 6, 9, 39, 4)")):
+        _rewrite(f, **change)
+        assert says in _one_error(_import(plan, outputs, runs)) and not runs.exists()
+        f.write_bytes(good)
+    res = _import(plan, outputs, runs)
+    assert res.exit_code == 0, res.output
+    (run,) = runs.iterdir()
+    p = read_plan(plan)
+    for name in meta["experiments"]:
+        want = contrastive_similarity(embed(4), p.load_level(name).canaries.x, AugmentSpec(False, 1), signal_seed(0))
+        with np.load(run / name / "signals" / "model_0004.npz") as z:
+            assert np.array_equal(z["contrastive_features"], want)
+    results = json.loads((run / "results.json").read_text())
+    assert {a["access"] for a in results["sample"]["attacks"] if a["name"] == "contrastive"} == {"white-box"}
+    # features for a plan without SSL views: refused, not silently ignored
+    other = synthetic_outputs(plan_dir, tmp_path / "other")
+    _rewrite(other / "population" / "model_0000.npz", features=np.zeros((2, 6, 9, 40, 4), np.float32))
+    assert "has no white-box attack to read them" in _one_error(_import(plan_dir, other, tmp_path / "runs2"))

@@ -14,9 +14,16 @@ docs/plan.schema.json)::
                                         every query image under the A fixed views (harness.views)
     PLAN/<experiment>/design.npz        the harness's own design file (audit indices, membership, canaries)
 
+A plan whose attacks include the white-box ``contrastive`` attack also holds
+``PLAN/<experiment>/ssl_views.npz``: ``v1``, ``v2`` (R, A, C, channels, H, W), two SSL-augmented
+copies of every audit sample under every view for R repetitions (the harness's own draws,
+harness.run.signals.ssl_view_pairs).
+
 The trainer writes ``OUTPUTS/<experiment>/model_0007.npz`` per model: ``logits`` (Q, A, K) float16
 or float32 over the query views, ``plan_fingerprint`` (plan.json's), optionally ``test_accuracy``
-and ``train_seconds``. ``harness import PLAN --outputs OUTPUTS`` (:func:`check_import`) checks
+and ``train_seconds``, and ``features`` (2, R, A, C, D), the model's features (e.g. its penultimate
+activations) on ``v1`` and ``v2``, where the plan has SSL views: the import turns them into the
+white-box ``contrastive_features`` signal (the Fisher-transformed cosine similarity of each pair). ``harness import PLAN --outputs OUTPUTS`` (:func:`check_import`) checks
 every file before anything is written (the plan's hashes and fingerprint, each file's readability,
 names, dtypes, shapes, finite values and fingerprint, the model count, missing models; ``--partial``
 audits the models present where the design stays balanced enough), then (:func:`write_import`)
@@ -46,6 +53,7 @@ from harness.core import jsonio
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
+from harness.core.signals import CONTRASTIVE_REPETITIONS
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run.fingerprint import run_fingerprint, sha256_json, trained_config
 from harness.run.runstore import LevelDesign, RunDir, atomic_write_bytes, sha256_arrays
@@ -61,7 +69,11 @@ OUTPUT_ARRAYS = {
     "plan_fingerprint": (True, "plan.json's fingerprint, a string"),
     "test_accuracy": (False, "the model's accuracy on the test set, a number in [0, 1]"),
     "train_seconds": (False, "seconds the model took to train, a number >= 0"),
+    "features": (False, "features (2, R, A, C, D) on ssl_views.npz's v1 and v2, float16 or float32: required where "
+                        "the plan has SSL views (a white-box attack), refused elsewhere"),
 }
+#: the white-box signal an outside model's features on the plan's SSL views provide
+FEATURE_SIGNAL = "contrastive_features"
 #: the signals an outside model's outputs provide, by the part of the query set they are read from
 PART_SIGNALS = {"audit": "logits", "population": "population_logits", "neighbours": "neighbour_logits"}
 #: per audit sample, members and non-members a partial import keeps at least (leave-one-out LiRA needs
@@ -181,11 +193,11 @@ def check_plannable(cfg: ExperimentConfig) -> None:
     attacks = load_attacks(attack_names(cfg, make_defense(cfg)), cfg.attack.params)
     for a in attacks:
         for n in sorted(a.needs):
-            if n not in PART_SIGNALS.values():
+            if n not in (*PART_SIGNALS.values(), FEATURE_SIGNAL):
                 raise ConfigError(f"attack {a.name!r} reads signal {n!r} ({table[n].description}), which a model "
                                   "trained outside the harness cannot give through a plan (its outputs cover the "
-                                  f"query views only: {', '.join(PART_SIGNALS.values())}); leave it out "
-                                  "(--set attack.names=[...])")
+                                  f"query views, and features on SSL views: {', '.join(PART_SIGNALS.values())}, "
+                                  f"{FEATURE_SIGNAL}); leave it out (--set attack.names=[...])")
             if n == "population_logits" and cfg.audit.population_samples == 0:
                 raise ConfigError(f"attack {a.name!r} needs population samples: set audit.population_samples > 0, "
                                   "or leave it out (--set attack.names=[...])")
@@ -203,6 +215,7 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
     if cfg.audit.size > len(data.y_train):
         raise ConfigError(f"audit.size {cfg.audit.size} is larger than the training pool ({len(data.y_train)} samples)")
     designs = [build_level(cfg, data, name, canary) for name, canary in experiments(cfg, defense)]
+    white_box = FEATURE_SIGNAL in run_signals(cfg, defense)[0]
     spec = data.augment
     offsets = spec.query_offsets()
     from harness.views import views
@@ -216,6 +229,10 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
         arrays[f"{ld.level}/query.npz"] = {"x": qx, "y": qy, "views": views(qx, spec.flip, spec.shift),
                                            "view_offsets": np.array(offsets, np.int64).reshape(-1, 3)}
         arrays[f"{ld.level}/design.npz"] = _design_arrays(ld)
+        files = {"train": f"{ld.level}/train.npz", "query": f"{ld.level}/query.npz", "design": f"{ld.level}/design.npz"}
+        if white_box:
+            arrays[f"{ld.level}/ssl_views.npz"] = _ssl_view_arrays(ld.canaries.x, spec, cfg.seed)
+            files["ssl_views"] = f"{ld.level}/ssl_views.npz"
         sizes = arrays[f"{ld.level}/train.npz"]["train_offsets"]
         exps[ld.level] = {
             "canary": ld.canary,
@@ -227,11 +244,12 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
             "train_sizes": np.diff(sizes).astype(int).tolist(),
             "query_size": int(len(qy)),
             "query_parts": parts,
-            "files": {"train": f"{ld.level}/train.npz", "query": f"{ld.level}/query.npz",
-                      "design": f"{ld.level}/design.npz"},
+            "files": files,
             "outputs": f"{ld.level}/model_{{index:04d}}.npz",
             "logits_shape": [int(len(qy)), len(offsets), data.num_classes],
         }
+        if white_box:  # features of any width D on each SSL view pair
+            exps[ld.level]["features_shape"] = [2, CONTRASTIVE_REPETITIONS, len(offsets), ld.design.audit_size]
     arrays["data.npz"] = _data_arrays(data)
     fp = plan_fingerprint(cfg, data.fingerprint(), _array_hashes(arrays))
     files = {rel: _npz_bytes(**a) for rel, a in arrays.items()}
@@ -270,6 +288,33 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
         "files": {rel: _sha256(b) for rel, b in sorted(files.items())},
     }
     return PlanBuild(meta=meta, files=files)
+
+
+def _ssl_view_arrays(x: np.ndarray, spec: Any, seed: int) -> dict[str, np.ndarray]:
+    """``v1``, ``v2`` (R, A, C, channels, H, W): the two SSL-augmented copies of every audit sample
+    under every query view that the harness's own contrastive signal compares (the same draws:
+    harness.run.signals.ssl_view_pairs with the run's signal seed and the default SSL augmentation)."""
+    from harness.run.signals import signal_seed, ssl_view_pairs
+
+    a = len(spec.query_offsets())
+    v = np.zeros((2, CONTRASTIVE_REPETITIONS, a, *x.shape), np.uint8)
+    for r, view, rows, v1, v2 in ssl_view_pairs(x, spec, signal_seed(seed), CONTRASTIVE_REPETITIONS):
+        v[0, r, view, rows] = v1
+        v[1, r, view, rows] = v2
+    return {"v1": v[0], "v2": v[1]}
+
+
+def contrastive_from_features(features: np.ndarray) -> np.ndarray:
+    """(C, A, R) Fisher-transformed cosine similarities of features (2, R, A, C, D) on the plan's SSL
+    view pairs: the harness's own ``contrastive_features`` signal (harness.run.signals.contrastive_similarity)."""
+    from harness.run.signals import _cosine, fisher
+
+    _, r, a, c, _ = features.shape
+    out = np.zeros((c, a, r), np.float32)
+    for i in range(r):
+        for j in range(a):
+            out[:, j, i] = fisher(_cosine(features[0, i, j], features[1, i, j]))
+    return out
 
 
 def _design_arrays(ld: LevelDesign) -> dict[str, np.ndarray]:
@@ -423,6 +468,7 @@ class ModelOutputs:
     logits: np.ndarray
     test_accuracy: float | None
     train_seconds: float | None
+    features: np.ndarray | None = None
 
 
 @dataclass
@@ -499,6 +545,24 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
         first = np.unravel_index(int(np.argmax(bad)), logits.shape)
         raise ConfigError(f"{f}: logits hold {int(bad.sum())} NaN or infinite value(s) (the first at query image "
                           f"{first[0]}, view {first[1]}, class {first[2]}); the attacks need finite outputs")
+    features = arrays.get("features")
+    if "features_shape" not in e and features is not None:
+        raise ConfigError(f"{f} holds features, but this plan has no white-box attack to read them (no SSL views): "
+                          "leave them out, or make the plan with one (--set attack.names=[lira,rmia,threshold,"
+                          "contrastive])")
+    if "features_shape" in e:
+        want = e["features_shape"]
+        if features is None:
+            raise ConfigError(f"{f} lacks 'features' {tuple(want)} + (D,): this plan's white-box attack reads the "
+                              f"model's features on {e['files']['ssl_views']}'s v1 and v2")
+        if features.dtype not in (np.float16, np.float32):
+            raise ConfigError(f"{f}: features have dtype {features.dtype}; write them as float16 or float32")
+        if features.ndim != 5 or list(features.shape[:4]) != want or features.shape[4] < 1:
+            raise ConfigError(f"{f}: features have shape {features.shape}; the plan expects {tuple(want)} + (D,): "
+                              f"(v1 and v2, {want[1]} repetitions, {want[2]} views, {want[3]} audit samples, any width D)")
+        bad = int((~np.isfinite(features)).sum())
+        if bad:
+            raise ConfigError(f"{f}: features hold {bad} NaN or infinite value(s); the attacks need finite features")
     acc = _scalar(arrays, "test_accuracy", f) if "test_accuracy" in names else None
     if acc is not None and not 0.0 <= acc <= 1.0:
         raise ConfigError(f"{f}: test_accuracy is {acc:g}; write a fraction in [0, 1]")
@@ -506,7 +570,7 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
     if secs is not None and secs < 0:
         raise ConfigError(f"{f}: train_seconds is {secs:g}; it must be >= 0")
     return ModelOutputs(experiment=experiment, index=index, path=f, sha256=_sha256(data), logits=logits,
-                        test_accuracy=acc, train_seconds=secs)
+                        test_accuracy=acc, train_seconds=secs, features=features)
 
 
 def _scan(plan: Plan, outputs_dir: Path) -> dict[str, dict[int, Path]]:
@@ -687,6 +751,8 @@ def _meta_for(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: Model
     signals: dict[str, np.ndarray] = {}
     for part, (a, b) in parts.items():
         signals[PART_SIGNALS[part]] = np.ascontiguousarray(logits[a:b])
+    if out.features is not None:
+        signals[FEATURE_SIGNAL] = contrastive_from_features(out.features)
     from harness.run.signals import stored
 
     signals = stored(signals, job.cfg.audit.signal_dtype)
