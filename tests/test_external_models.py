@@ -546,3 +546,6 @@ def test_features_on_the_plans_ssl_views_give_the_harness_own_contrastive_signal
     other = synthetic_outputs(plan_dir, tmp_path / "other")
     _rewrite(other / "population" / "model_0000.npz", features=np.zeros((2, 6, 9, 40, 4), np.float32))
     assert "has no white-box attack to read them" in _one_error(_import(plan_dir, other, tmp_path / "runs2"))
+    other = synthetic_outputs(plan_dir, tmp_path / "other")
+    err = _one_error(_import(plan_dir, other, tmp_path / "runs2", "--set", "attack.names=[lira,contrastive]"))
+    assert "features on SSL views this plan does not export" in err and not (tmp_path / "runs2").exists()

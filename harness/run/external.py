@@ -715,6 +715,12 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
     check_declared_attacks(defense, cfg.defense)
     check_plannable(cfg)
     load_attacks(attack_names(cfg, defense), cfg.attack.params)
+    from harness.run.runner import run_signals
+
+    if FEATURE_SIGNAL in run_signals(cfg, defense)[0] and \
+            any("features_shape" not in e for e in plan.meta["experiments"].values()):
+        raise ConfigError(f"a white-box attack (attack.names) reads {FEATURE_SIGNAL}, features on SSL views this plan "
+                          "does not export: make a plan with that attack (harness plan --set attack.names=[...])")
     data = plan.load_data()
     if data.fingerprint() != plan.meta.get("data_fingerprint"):
         raise ConfigError(f"{plan.path / 'data.npz'} does not match the plan's data fingerprint; write the plan again")
