@@ -96,7 +96,7 @@ def train_one(x: np.ndarray, y: np.ndarray, seed: int, recipe: dict, mean: torch
 
 
 @torch.no_grad()
-def outputs(net: nn.Module, images: np.ndarray, mean: torch.Tensor, std: torch.Tensor) -> np.ndarray:
+def outputs_of(net: nn.Module, images: np.ndarray, mean: torch.Tensor, std: torch.Tensor) -> np.ndarray:
     """Logits of every image, in batches; ``images`` (..., C, H, W) uint8 -> (..., K)."""
     lead, flat = images.shape[:-3], images.reshape(-1, *images.shape[-3:])
     out = [net((torch.from_numpy(flat[i:i + 4096]).float() / 255.0 - mean) / std) for i in range(0, len(flat), 4096)]
@@ -155,8 +155,8 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             net = train_one(x[rows], y[rows], plan["models"][i]["seed"], recipe, mean, std, k, epochs)
             secs = time.perf_counter() - t0
-            acc = float((outputs(net, x_test, mean, std).argmax(-1) == y_test).mean())
-            save_npz(out, logits=outputs(net, views, mean, std).astype(args.dtype),
+            acc = float((outputs_of(net, x_test, mean, std).argmax(-1) == y_test).mean())
+            save_npz(out, logits=outputs_of(net, views, mean, std).astype(args.dtype),
                      plan_fingerprint=np.array(plan["fingerprint"]), test_accuracy=np.array(acc),
                      train_seconds=np.array(secs))
             print(f"{name} model {i}: test accuracy {100 * acc:.1f}%, {secs:.1f} s", flush=True)
