@@ -409,7 +409,7 @@ def import_outputs(plan: Path | str, outputs: Path | str, *, run_dir: Path | str
     re-runs its attack phase."""
     import shutil
 
-    from harness.run.external import check_import, write_import
+    from harness.run.external import check_import, publish, write_import
     from harness.run.runstore import RunDir
 
     emit = _emitter(progress)
@@ -435,16 +435,9 @@ def import_outputs(plan: Path | str, outputs: Path | str, *, run_dir: Path | str
         write_import(job, tmp)
         with _locked(tmp, False, emit):
             _attack_phase(tmp, None, emit, job.cfg)
-        os.chmod(tmp, 0o777 & ~_umask())
-        os.replace(tmp, path)  # onto a missing or empty folder: the run appears complete or not at all
+        publish(tmp, path)  # onto a missing or empty folder: the run appears complete or not at all
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     emit("info", f"Run directory: {path} (fingerprint {job.fingerprint[:12]}; trained outside the harness)")
     return Results.load(path)
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask

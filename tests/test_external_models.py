@@ -142,7 +142,8 @@ def builtin_run(tmp_path_factory) -> dict:
 
 
 @pytest.mark.parametrize("flip,shift,shape", [(False, 1, (5, 1, 8, 8)), (True, 4, (3, 3, 32, 32)),
-                                              (True, 0, (2, 3, 7, 5)), (False, 3, (4, 2, 6, 9)), (True, 2, (1, 1, 4, 4))])
+                                              (True, 0, (2, 3, 7, 5)), (False, 3, (4, 2, 6, 9)),
+                                              (True, 2, (1, 1, 4, 4))])
 def test_views_reference_is_bit_for_bit_the_harness_views(flip, shift, shape):
     import torch
 
@@ -332,7 +333,8 @@ def test_pytorch_example_end_to_end(plan_dir, builtin_run, tmp_path):
     assert "torch-mlp (trained outside the harness)" in (site / "leaderboard.md").read_text()
     assert "attacks re-run" in (site / "index.html").read_text()
     assert "the training cannot be re-run" in (entry / "index.html").read_text()
-    err = _one_error(runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", str(run), "--site", str(site)]))
+    err = _one_error(runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", str(run),
+                                         "--site", str(site)]))
     assert "trained outside the harness" in err
 
 
@@ -528,7 +530,8 @@ def test_features_on_the_plans_ssl_views_give_the_harness_own_contrastive_signal
     good = f.read_bytes()
     runs = tmp_path / "runs"
     for change, says in (({"features": None}, "lacks 'features' (2, 6, 9, 40) + (D,)"),
-                         ({"features": np.zeros((2, 6, 9, 39, 4), np.float32)}, "features have shape (2, 6, 9, 39, 4)")):
+                         ({"features": np.zeros((2, 6, 9, 39, 4), np.float32)},
+                          "features have shape (2, 6, 9, 39, 4)")):
         _rewrite(f, **change)
         assert says in _one_error(_import(plan, outputs, runs)) and not runs.exists()
         f.write_bytes(good)

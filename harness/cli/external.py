@@ -49,7 +49,8 @@ def plan(
         for name, e in m["experiments"].items():
             q, a, k = e["logits_shape"]
             console.print(f"  {name} (canary {e['canary']}): train on {p.path / e['files']['train']}; query "
-                          f"{p.path / e['files']['query']} ({q} images x {a} views) -> OUTPUTS/{name}/model_0000.npz ... "
+                          f"{p.path / e['files']['query']} ({q} images x {a} views) -> OUTPUTS/{name}/model_0000.npz "
+                          "... "
                           f"with logits ({q}, {a}, {k})", highlight=False, soft_wrap=True)
         console.print(f"Then: harness import {p.path} --outputs OUTPUTS (docs/external-models.md; "
                       "examples/external_torch.py, examples/external_sklearn.py)", highlight=False, soft_wrap=True)

@@ -23,13 +23,15 @@ The trainer writes ``OUTPUTS/<experiment>/model_0007.npz`` per model: ``logits``
 or float32 over the query views, ``plan_fingerprint`` (plan.json's), optionally ``test_accuracy``
 and ``train_seconds``, and ``features`` (2, R, A, C, D), the model's features (e.g. its penultimate
 activations) on ``v1`` and ``v2``, where the plan has SSL views: the import turns them into the
-white-box ``contrastive_features`` signal (the Fisher-transformed cosine similarity of each pair). ``harness import PLAN --outputs OUTPUTS`` (:func:`check_import`) checks
-every file before anything is written (the plan's hashes and fingerprint, each file's readability,
-names, dtypes, shapes, finite values and fingerprint, the model count, missing models; ``--partial``
-audits the models present where the design stays balanced enough), then (:func:`write_import`)
-builds a normal run directory of the ``external`` defense (defenses/external.py) in a temp folder
-beside its destination, which the API attacks and then renames into place: a failure at any step
-leaves nothing behind.
+white-box ``contrastive_features`` signal (the Fisher-transformed cosine similarity of each pair).
+
+``harness import PLAN --outputs OUTPUTS`` (:func:`check_import`) checks every file before anything
+is written (the plan's hashes and fingerprint, each file's readability, names, dtypes, shapes,
+finite values and fingerprint, the model count, missing models; ``--partial`` audits the models
+present where the design stays balanced enough), then (:func:`write_import`) builds a normal run
+directory of the ``external`` defense (defenses/external.py) in a temp folder beside its
+destination, which the API attacks and then renames into place: a failure at any step leaves
+nothing behind.
 """
 
 from __future__ import annotations
@@ -186,11 +188,13 @@ def check_plannable(cfg: ExperimentConfig) -> None:
     from harness.run.runner import make_defense, run_signals
 
     if cfg.defense != DEFENSE:
-        raise ConfigError(f"a plan is for models trained outside the harness (defense {DEFENSE!r}), not {cfg.defense!r}")
-    names, table = run_signals(cfg, make_defense(cfg))
+        raise ConfigError(f"a plan is for models trained outside the harness (defense {DEFENSE!r}), not "
+                          f"{cfg.defense!r}")
     from harness.run.attack_set import attack_names, load_attacks
 
-    attacks = load_attacks(attack_names(cfg, make_defense(cfg)), cfg.attack.params)
+    defense = make_defense(cfg)
+    _, table = run_signals(cfg, defense)
+    attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)
     for a in attacks:
         for n in sorted(a.needs):
             if n not in (*PART_SIGNALS.values(), FEATURE_SIGNAL):
@@ -358,18 +362,20 @@ def write_plan(build: PlanBuild, folder: Path) -> bool:
         for rel, data in build.files.items():
             atomic_write_bytes(tmp / rel, data)
         atomic_write_bytes(tmp / PLAN_FILE, (jsonio.dumps(build.meta, indent=1) + "\n").encode())
-        os.chmod(tmp, 0o777 & ~_umask())
-        os.replace(tmp, folder)  # onto a missing or empty folder
+        publish(tmp, folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return True
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def publish(tmp: Path, dest: Path) -> None:
+    """Rename the finished temp folder ``tmp`` (mkdtemp's, mode 0700) to ``dest``, a missing or empty
+    folder, with the usual permissions: the folder appears complete or not at all."""
+    from harness.core.atomic import _UMASK
+
+    os.chmod(tmp, 0o777 & ~_UMASK)
+    os.replace(tmp, dest)
 
 
 @dataclass(frozen=True)
@@ -428,7 +434,8 @@ def read_plan(folder: Path, check_files: bool = True) -> Plan:
         int(meta["num_models"])
         str(meta["fingerprint"])
     except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); write the plan again with `harness plan`") from None
+        raise ConfigError(f"{path} is damaged ({type(e).__name__}: {e}); write the plan again with "
+                          "`harness plan`") from None
     plan = Plan(path=folder, meta=meta, cfg=cfg)
     if not check_files:
         return plan
@@ -532,7 +539,8 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
         raise ConfigError(f"{f}: logits have shape {logits.shape}; the plan expects ({q}, {a}, {k}): {q} query images "
                           f"({parts}) x {a} views x {k} classes")
     if logits.shape[0] != q:
-        raise ConfigError(f"{f}: logits have {logits.shape[0]} query rows; the plan's query set of {experiment} has {q} "
+        raise ConfigError(f"{f}: logits have {logits.shape[0]} query rows; the plan's query set of {experiment} has "
+                          f"{q} "
                           f"({parts}: {e['files']['query']}, in that order)")
     if logits.shape[1] != a:
         v = plan.meta["views"]
@@ -559,7 +567,8 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
             raise ConfigError(f"{f}: features have dtype {features.dtype}; write them as float16 or float32")
         if features.ndim != 5 or list(features.shape[:4]) != want or features.shape[4] < 1:
             raise ConfigError(f"{f}: features have shape {features.shape}; the plan expects {tuple(want)} + (D,): "
-                              f"(v1 and v2, {want[1]} repetitions, {want[2]} views, {want[3]} audit samples, any width D)")
+                              f"(v1 and v2, {want[1]} repetitions, {want[2]} views, {want[3]} audit samples, any "
+                              "width D)")
         bad = int((~np.isfinite(features)).sum())
         if bad:
             raise ConfigError(f"{f}: features hold {bad} NaN or infinite value(s); the attacks need finite features")
@@ -659,7 +668,8 @@ def _check_balance(plan: Plan, kept: list[int], listing: str) -> None:
         n_out = len(kept) - n_in
         worst = int(np.argmin(np.minimum(n_in, n_out)))
         if min(n_in[worst], n_out[worst]) < MIN_PER_GROUP:
-            raise ConfigError(f"--partial: the {len(kept)} models present in every experiment ({listing} missing) leave "
+            raise ConfigError(f"--partial: the {len(kept)} models present in every experiment ({listing} missing) "
+                              "leave "
                               f"the design unbalanced: audit sample {worst} of {e} is a member of {int(n_in[worst])} "
                               f"and a non-member of {int(n_out[worst])} of them, and the leave-one-out attacks need at "
                               f"least {MIN_PER_GROUP} of each; train the missing models")
@@ -738,8 +748,8 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
             raise ConfigError(f"{path} exists and holds {'another run' if theirs else 'something else'}; import into a "
                               "new folder (--run-dir, --out)")
     if kept != list(range(plan.num_models)):
-        lo = min(int(plan.load_level(e).design.membership[kept].sum(axis=0).min()) for e in plan.experiments)
-        hi = max(int(plan.load_level(e).design.membership[kept].sum(axis=0).max()) for e in plan.experiments)
+        counts = [plan.load_level(e).design.membership[kept].sum(axis=0) for e in plan.experiments]
+        lo, hi = min(int(c.min()) for c in counts), max(int(c.max()) for c in counts)
         listing = "; ".join(f"{e}: {_ranges(v)}" for e, v in missing.items() if v)
         notes.insert(0, f"--partial: auditing {len(kept)} of {plan.num_models} models (outputs missing: {listing}; a "
                         f"model missing in one experiment is left out of all, so that the levels stay paired); every "
@@ -748,7 +758,7 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
                      digest=digest, name=label, notes=notes, fingerprint=fp, path=path)
 
 
-def _meta_for(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: ModelOutputs,
+def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: ModelOutputs,
               data: ImageDataset) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """The signals and metadata of run model ``j`` (plan model ``kept[j]``) from its outputs."""
     e = job.plan.meta["experiments"][ld.level]
@@ -847,5 +857,5 @@ def write_import(job: ImportJob, folder: Path) -> None:
         level_fp = ld.fingerprint(job.fingerprint)
         run.save_level(ld, level_fp)
         for j, i in enumerate(job.kept):
-            signals, meta = _meta_for(job, ld, level_fp, j, job.models[e][i], data)
+            signals, meta = _model_signals(job, ld, level_fp, j, job.models[e][i], data)
             run.write_signals(e, j, signals, meta)
