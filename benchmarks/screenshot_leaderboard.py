@@ -28,7 +28,7 @@ from pathlib import Path
 
 from harness_cli import evaluate_into
 
-from harness.plugins import available
+from harness.plugins import available, resolve
 from leaderboard.browser import layout_problems, render
 from leaderboard.site import build_site
 
@@ -57,7 +57,8 @@ def main() -> None:
     args = ap.parse_args()
     if not args.chromium:
         sys.exit("no Chromium found: install Debian's chromium or pass --chromium PATH")
-    defenses = available("defenses") if args.evaluate == "all" else [d for d in args.evaluate.split(",") if d]
+    trainable = [d for d in available("defenses") if not resolve("defenses", d).trained_outside]  # not `external`
+    defenses = trainable if args.evaluate == "all" else [d for d in args.evaluate.split(",") if d]
     unknown = sorted(set(defenses) - set(available("defenses")))
     if unknown:
         sys.exit(f"unknown defenses: {', '.join(unknown)} (see `harness list`)")

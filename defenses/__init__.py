@@ -27,6 +27,7 @@ KIND = PluginKind("defenses", "defense", {
     "agibi-high": "defenses.labeldp:AGIBIHigh",
     "agibi-medium": "defenses.labeldp:AGIBIMedium",
     "agibi-low": "defenses.labeldp:AGIBILow",
+    "external": "defenses.external:External",
 }, Defense)
 resolve = KIND.resolve
 

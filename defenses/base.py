@@ -224,6 +224,9 @@ class Defense(ABC):
     #: parameters that only locate inputs and never change the trained models (DFKD's
     #: ``teacher_run``): left out of the run fingerprint
     plumbing_params: ClassVar[frozenset[str]] = frozenset()
+    #: True for a defense whose models train outside the harness (``external``: ``harness plan`` /
+    #: ``harness import``); ``harness evaluate`` refuses it before anything is written
+    trained_outside: ClassVar[bool] = False
     #: accepted types of a parameter whose default does not say it (e.g. ``{"prior": (str, int)}``);
     #: every other parameter must have its default's kind (:func:`param_kind_error`)
     param_types: ClassVar[dict[str, tuple[type, ...]]] = {}

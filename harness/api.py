@@ -5,6 +5,8 @@
     r.headline("sample"), r.strongest("sample"), r.attacks, r.roc("population", "lira")
     r = attack(r.path, overrides={"attack.params.rmia.gamma": 2})   # re-score, no retraining
     r = load_run("runs/hamp-quick-0123456789ab")
+    p = plan("plans/digits", overrides={"audit.models": 16})      # for models trained elsewhere ...
+    r = import_outputs(p.path, "outputs/")                         # ... audited from their outputs
 
 Each call takes the run directory's lock (harness.run.runlock) for as long as it writes there, and
 reports what it does through ``progress``: a callable that receives :class:`Progress` events
@@ -29,8 +31,8 @@ from harness.core.config import ExperimentConfig, apply_overrides, validate_conf
 from harness.defense_config import build_config, with_absolute_paths
 from harness.core.errors import ConfigError
 
-__all__ = ["Progress", "Results", "Figure", "Ratio", "evaluate", "attack", "load_run", "report", "compare", "audit_one_run",
-           "configure"]
+__all__ = ["Progress", "Results", "Figure", "Ratio", "evaluate", "attack", "load_run", "report", "compare",
+           "audit_one_run", "configure", "plan", "import_outputs"]
 
 
 @dataclass(frozen=True)
@@ -390,3 +392,72 @@ def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any]
     res = play(cfg, canaries, taus or None, game)
     atomic_write_json(path, res)
     return res, path
+
+
+def plan(folder: Path | str, preset: str | None = None, overrides: dict[str, Any] | None = None, *,
+         progress: ProgressFn | None = None) -> Any:
+    """Write an audit plan for models trained outside the harness (``harness plan``): for ``preset``
+    (default quick) with ``overrides`` (the dataset, ``audit.canary``, ``audit.models``, ...), the
+    folder ``folder`` receives the dataset with the canaries applied and each model's training set,
+    the query set and its views, the recipe, every model's seed and the shapes expected back
+    (docs/external-models.md), written as one change. Returns the
+    :class:`harness.run.external.Plan` (``path``, ``fingerprint``, ``meta``: plan.json). A folder
+    that already holds this very plan is left as it is (a ``note`` says so); any other non-empty
+    folder is a ConfigError."""
+    from harness.run.external import DEFENSE, build_plan, read_plan, write_plan
+
+    emit = _emitter(progress)
+    cfg = configure(DEFENSE, preset, overrides)
+    emit("status", "building the audit plan (data, canaries, training sets, query views)")
+    build = build_plan(cfg)
+    if not write_plan(build, Path(folder)):
+        emit("note", f"{folder} already holds this plan (fingerprint {build.fingerprint[:12]}): nothing was written")
+    return read_plan(Path(folder), check_files=False)
+
+
+def import_outputs(plan: Path | str, outputs: Path | str, *, run_dir: Path | str | None = None, partial: bool = False,
+                   name: str | None = None, overrides: dict[str, Any] | None = None, wait: bool = False,
+                   progress: ProgressFn | None = None) -> Results:
+    """Audit models trained outside the harness from their outputs (``harness import``): check the
+    plan and every output file under ``outputs`` (``<experiment>/model_0007.npz``) before anything
+    is written, build a normal run directory of the ``external`` defense (default
+    ``<run.out>/external-<preset>-<fingerprint>``; ``run_dir`` names it), run the attack phase and
+    return its :class:`Results`. ``partial``: audit the models present when some are missing and
+    the design stays balanced enough (a ``note`` says how many); ``name``: a label for the models;
+    ``overrides``: ``attack.*`` settings and ``run.out``. The run directory appears only complete
+    (built in a temp folder beside it, attacked, then renamed); importing the same outputs again
+    re-runs its attack phase."""
+    import shutil
+
+    from harness.run.external import check_import, publish, write_import
+    from harness.run.runstore import RunDir
+
+    emit = _emitter(progress)
+    emit("status", "checking the plan and every output file")
+    job = check_import(Path(plan), Path(outputs), partial=partial, name=name, overrides=dict(overrides or {}),
+                       run_dir=Path(run_dir) if run_dir is not None else None)
+    for line in job.notes:
+        emit("note", line)
+    path = job.path
+    assert path is not None
+    if RunDir(path).exists():  # check_import found these very outputs imported there (same fingerprint)
+        emit("info", f"{path} already holds these outputs (run fingerprint {job.fingerprint[:12]}): re-running its "
+                     "attack phase")
+        with _locked(path, wait, emit):
+            if note := RunDir(path).recover():
+                emit("repaired", note)
+            return _attack_phase(path, None, emit, job.cfg)
+    parent = path.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.import-", dir=parent))
+    try:
+        emit("status", "writing the run directory")
+        write_import(job, tmp)
+        with _locked(tmp, False, emit):
+            _attack_phase(tmp, None, emit, job.cfg)
+        publish(tmp, path)  # onto a missing or empty folder: the run appears complete or not at all
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    emit("info", f"Run directory: {path} (fingerprint {job.fingerprint[:12]}; trained outside the harness)")
+    return Results.load(path)

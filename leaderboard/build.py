@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
+from harness.audit.report import trained_outside
 from harness.core import jsonio
 from harness.core.registry import is_file_reference
 from harness.run.runstore import RunDir, atomic_write_bytes
@@ -51,6 +52,8 @@ def display_name(results: dict[str, Any]) -> str:
     (``defense_name``; its class name in a results.json from before that key), else the name it was
     run by (a built-in's or an installed package's)."""
     spec = str(results.get("defense", ""))
+    if trained_outside(results):  # harness import: the label it was imported under (--name)
+        return strip_paths(str((results.get("external") or {}).get("name") or "external models"))
     if not is_file_reference(spec):
         return strip_paths(spec)
     declared = results.get("defense_name")
@@ -61,9 +64,13 @@ def display_name(results: dict[str, Any]) -> str:
 
 def provenance(results: dict[str, Any]) -> str:
     """Where the defense's code comes from: ``plugin`` (a user's file, ``path/file.py:Class``),
-    ``built-in`` (this harness's own) or ``package`` (an installed package's entry point)."""
+    ``built-in`` (this harness's own), ``package`` (an installed package's entry point) or ``trained
+    outside`` (models trained outside the harness, ``harness import``: their attacks are re-run, never
+    their training)."""
     from harness.plugins import kind
 
+    if trained_outside(results):
+        return "trained outside"
     spec = str(results.get("defense", ""))
     if is_file_reference(spec):
         return "plugin"
@@ -115,6 +122,7 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         "defense": display_name(results),  # never a path of the machine that ran it
         "provenance": provenance(results),
         "spec": strip_paths(str(results["defense"])),  # what it was run as: a name or file.py:Class
+        "trained outside": trained_outside(results),
         "dataset": results["dataset"],
         "preset": results["preset"],
         "models": results["num_models"],  # S: the models of each level (a run trains S per level)

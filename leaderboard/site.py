@@ -92,6 +92,12 @@ FLAG_NOTE = ("the headline test (Hansen's SPA, family-wise error 5% over every v
              "level the row then ranks by the strongest figure.")
 
 
+#: what the site says of an entry whose models were trained outside the harness (harness import)
+OUTSIDE = ("trained outside the harness (harness plan, the submitter's own training code, harness import): the "
+           "training cannot be re-run, so a submission is checked by re-running its attacks on the submitted "
+           "outputs, which must give every submitted number again")
+
+
 def entry_id(results: dict[str, Any]) -> str:
     """A stable, safe folder name: defense + preset + 12 characters of the run fingerprint (any other
     character becomes '-'; an over-long name is cut and keeps a hash of the full one)."""
@@ -207,13 +213,14 @@ def _tags(r: dict[str, Any]) -> str:
     """The provenance tag of a row, then its submission status (a submitted entry is trained elsewhere)."""
     where = {"plugin": "a user's defense file (plugin), shown by the name it declares",
              "built-in": "a defense built into privacy-harness",
-             "package": "a defense from an installed package (entry point)"}[r["provenance"]]
+             "package": "a defense from an installed package (entry point)",
+             "trained outside": OUTSIDE}[r["provenance"]]
     tags = f'<span class="tag" title="{_q(where)}">{escape(r["provenance"])}</span>'
     if r["verified"]:
         tags += ' <span class="badge">verified</span>'
     elif r["source_kind"] == "submission":
-        tags += ('<span class="tag" title="trained outside and submitted; its numbers were re-computed from its '
-                 'signals, but its models have not been re-trained by the board">submitted</span>')
+        tags += ('<span class="tag" title="trained by the submitter and submitted; its numbers were re-computed '
+                 'from its signals, but its models have not been re-trained by the board">submitted</span>')
     return tags
 
 
@@ -292,8 +299,9 @@ LEGEND = (
     ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same dataset and preset): "
                "✓ the defense's figure is lower, ✗ it is not; n/a: no DP-SGD entries bracket its accuracy."),
     ("ε", "DP epsilon (delta 1e-5); label: label-DP, a guarantee for the labels only."),
-    ("tags", "built-in, plugin (a user's file, shown by its declared name) or package; submitted: trained "
-             "outside, numbers re-computed from its signals; verified: re-trained by the board with an unseen seed."),
+    ("tags", "built-in, plugin (a user's file, shown by its declared name), package, or trained outside (models "
+             "trained by the submitter's own code from a harness plan: attacks re-run, never the training); "
+             "submitted: numbers re-computed from its signals; verified: re-trained by the board with an unseen seed."),
 )
 
 
@@ -532,6 +540,14 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "source": meta.get("source", "run"),
         "verified": ("yes, " + str(meta.get("verified_by"))) if meta.get("verified") else "no",
     }
+    if results.get("provenance") == "external":
+        ext = results.get("external") or {}
+        prov["trained"] = OUTSIDE
+        prov["plan fingerprint"] = ext.get("plan_fingerprint")
+        prov["outputs (SHA-256)"] = ext.get("outputs_sha256")
+        prov["models"] = (f"{results['num_models']} per level, {results['num_models'] * levels} trained outside the "
+                          "harness" + (f" ({ext['models_planned']} planned)" if ext.get("models_planned") not in
+                                       (None, results["num_models"]) else ""))
     prov_rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="wrap">'
                         f'{escape(str(v) if v is not None else "-")}</td></tr>' for k, v in prov.items())
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in results.get("notes", []))

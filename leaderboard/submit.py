@@ -561,12 +561,15 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
     from leaderboard.site import add_results, rebuild
 
     results, digest = verify_bundle(bundle, trust_plugin)
+    meta = {"source": "submission", "verified": False, "verified_by": None,
+            "submitted": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "bundle_sha256": digest}
+    if results.get("provenance") == "external":  # models trained outside the harness: nothing to re-train
+        meta["trained_outside"] = True
+        meta["checked"] = "attacks re-run on the submitted outputs (the training cannot be re-run)"
     with tempfile.TemporaryDirectory() as tmp:
         f = Path(tmp) / "results.json"
         f.write_text(jsonio.dumps(results, indent=2))
-        eid = add_results(site, f, {"source": "submission", "verified": False, "verified_by": None,
-                                    "submitted": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-                                    "bundle_sha256": digest})
+        eid = add_results(site, f, meta)
     rebuild(site)
     return eid
 
@@ -613,6 +616,11 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     d = site / "entries" / entry
     if not entry or Path(entry).name != entry or not (d / "results.json").is_file():
         raise SubmissionError(f"no entry {entry!r} in {site / 'entries'}")
+    mine = _read_json(d / "results.json", "the entry's")
+    if mine.get("provenance") == "external":
+        raise SubmissionError(f"{entry}'s models were trained outside the harness: their training cannot be re-run "
+                              "with an unseen seed; `leaderboard add` verified it by re-running its attacks on the "
+                              "submitted outputs, which is all a board can check")
     f = rerun / "results.json" if rerun.is_dir() else rerun
     if not f.is_file():
         raise SubmissionError(f"{f} does not exist: finish the re-run first")

@@ -19,7 +19,8 @@ from harness.core.data import load_digits
 import defenses
 from harness.run.runner import make_defense
 
-DEFENSES = sorted(defenses.KIND.builtins)
+# every built-in that trains here (``external`` stands for models trained outside the harness)
+DEFENSES = sorted(d for d in defenses.KIND.builtins if not defenses.resolve(d).trained_outside)
 # a value different from every preset's for each recipe field (quick preset, digits)
 ALTERNATIVES = {"model": "cnn-gn", "width": 24, "epochs": 3, "batch_size": 30, "lr": 0.031, "momentum": 0.5,
                 "weight_decay": 0.02, "schedule": "constant", "milestones": [0.2], "gamma": 0.5, "warmup_epochs": 2}

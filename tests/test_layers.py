@@ -4,7 +4,7 @@ and the core names no plugin module even as a string (an ``importlib`` import th
 
 Bottom to top (docs/architecture.md, Layers):
 
-    harness.core                     config types, data, design, metrics, signal types, errors
+    harness.core, harness.views      config types, data, design, metrics, signal types, errors; the query views
     harness.bounds | plugins         bounds; defenses/, attacks/, canaries/ (each only on core)
     harness.plugins, .configure      the plugins by name; a config from a preset, a defense, overrides
     harness.run                      run store, lock, runner, executors, signals computation
@@ -26,7 +26,7 @@ PACKAGES = ("harness", "defenses", "attacks", "canaries", "leaderboard")
 
 #: (layer, its rank, the module prefixes it holds); siblings share a rank and may not import each other
 LAYERS = [
-    ("core", 0, ("harness.core",)),
+    ("core", 0, ("harness.core", "harness.views")),
     ("bounds", 1, ("harness.bounds",)),
     ("defenses", 1, ("defenses",)),
     ("attacks", 1, ("attacks",)),

@@ -448,6 +448,9 @@ def evaluate_run(
         "recipe_fields": _recipe_fields(defense),
         "config": cfg.model_dump(mode="json"),
     }
+    if manifest.get("provenance") == "external":  # imported outputs of models trained elsewhere (harness import)
+        results["provenance"] = "external"
+        results["external"] = manifest.get("external", {})
     curves: dict[str, dict] = {}
     by_experiment: dict[str, dict[str, Any]] = {}
     sample_candidates: list[Candidate] = []

@@ -222,14 +222,32 @@ def _eps(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def trained_outside(results: dict[str, Any]) -> bool:
+    """Whether the run's models were trained outside the harness (``harness import``)."""
+    return results.get("provenance") == "external"
+
+
+def defense_label(results: dict[str, Any]) -> str:
+    """The defense as the reports and the leaderboard name it: for models trained outside the
+    harness, their label (``harness import --name``) and that they were."""
+    if trained_outside(results):
+        name = str((results.get("external") or {}).get("name") or "external models")
+        return f"{name} (trained outside the harness)"
+    return str(results["defense"])
+
+
 def print_report(results: dict[str, Any], console: Console | None = None, *, details: bool = False) -> None:
     """The side-by-side table of the levels, then the primary variant of each attack (every variant
     with ``details``)."""
     console = console or Console()
     targets = _targets(results)
+    ext = results.get("external") or {}
+    planned = (f" (of {ext['models_planned']} planned: --partial)"
+               if trained_outside(results) and ext.get("models_planned", results["num_models"]) != results["num_models"]
+               else "")
     title = (
-        f"{results['defense']} on {results['dataset']} ({results['preset']}): "
-        f"{results['num_models']} models, {results['audit_size']} audit samples, seed {results['seed']}"
+        f"{defense_label(results)} on {results['dataset']} ({results['preset']}): "
+        f"{results['num_models']} models{planned}, {results['audit_size']} audit samples, seed {results['seed']}"
     )
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
@@ -342,6 +360,14 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     comp = [r["compute"] for _, r in experiments(results)]
     devices = sorted({d for c in comp for d in c["devices"]})
     train_s = sum(c["train_seconds_total"] for c in comp)
+    if trained_outside(results):
+        ext = results.get("external") or {}
+        console.print(
+            f"Compute: {results['num_models'] * len(comp)} models trained outside the harness (plan "
+            f"{str(ext.get('plan_fingerprint'))[:12]}, outputs {str(ext.get('outputs_sha256'))[:12]}); "
+            + (f"{train_s:.0f} s of training reported by their outputs; " if train_s else "")
+            + (f"attacks {tm['attack_seconds']:.1f} s" if "attack_seconds" in tm else ""), highlight=False)
+        return
     console.print(
         f"Compute: {results['num_models'] * len(comp)} models, {train_s:.0f} s of training "
         f"(summed over models) on {', '.join(devices)}"

@@ -4,6 +4,7 @@
     harness attack RUN_DIR                                                            re-run attacks, no training
     harness report RUN_DIR [--html]                                                   re-print / re-export
     harness compare RUN_A RUN_B                                                       two runs side by side
+    harness plan PLAN; harness import PLAN --outputs DIR                              models trained elsewhere
     harness submit RUN_DIR -o entry.tar.gz; harness leaderboard build|add|verify     the leaderboard
     harness bound sgm|dpsgd|thudi; harness audit-one-run DEFENSE; harness list
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness.cli import attack, audit_one_run, compare, evaluate, plugins, report, submit  # noqa: F401 (register)
+from harness.cli import attack, audit_one_run, compare, evaluate, external, plugins, report, submit  # noqa: F401 (register)
 from harness.cli.app import app
 from harness.cli.bound import bound_app
 from harness.cli.leaderboard import leaderboard_app

@@ -69,8 +69,12 @@ def add(
             eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
     except SubmissionError as e:
         fail(f"refused: {e}")
-    console.print(f"accepted: {eid} -> {site / 'entries' / eid} (unverified until `harness leaderboard verify`)",
-                  highlight=False)
+    import json
+
+    outside = json.loads((site / "entries" / eid / "entry.json").read_text()).get("trained_outside", False)
+    why = ("its attacks re-run on the submitted outputs; trained outside the harness, so there is no training to "
+           "re-run" if outside else "unverified until `harness leaderboard verify`")
+    console.print(f"accepted: {eid} -> {site / 'entries' / eid} ({why})", highlight=False)
 
 
 @leaderboard_app.command()

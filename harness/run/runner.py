@@ -279,6 +279,10 @@ def plan_run(cfg: ExperimentConfig, run_dir: Path | None = None) -> RunPlan:
     if run_dir is None and out.exists() and not out.is_dir():
         raise ConfigError(f"run.out (--out) {out} is a file; it must be the folder that holds run directories")
     defense = make_defense(cfg)
+    if defense.trained_outside:  # imported (harness import), never trained here
+        from defenses.external import NOT_HERE
+
+        raise ConfigError(NOT_HERE)
     check_declared_attacks(defense, cfg.defense)
     check_defense_config(defense, cfg)
     neighbours = any(resolve("canaries", c).provides_neighbours
