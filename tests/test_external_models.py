@@ -330,8 +330,8 @@ def test_pytorch_example_end_to_end(plan_dir, builtin_run, tmp_path):
     assert res.exit_code == 0 and "no training to re-run" in res.output, res.output
     (entry,) = (site / "entries").iterdir()
     assert json.loads((entry / "entry.json").read_text())["trained_outside"] is True
-    assert "torch-mlp (trained outside the harness)" in (site / "leaderboard.md").read_text()
-    assert "attacks re-run" in (site / "index.html").read_text()
+    assert "| torch-mlp | trained outside |" in (site / "leaderboard.md").read_text()
+    assert ">trained outside</span>" in (site / "index.html").read_text()  # the row's provenance tag
     assert "the training cannot be re-run" in (entry / "index.html").read_text()
     err = _one_error(runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", str(run),
                                          "--site", str(site)]))
