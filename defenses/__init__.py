@@ -27,6 +27,10 @@ KIND = PluginKind("defenses", "defense", {
     "agibi-high": "defenses.labeldp:AGIBIHigh",
     "agibi-medium": "defenses.labeldp:AGIBIMedium",
     "agibi-low": "defenses.labeldp:AGIBILow",
+    "pate-fm": "defenses.pate:PATEFM",
+    "pate-fm-high": "defenses.pate:PATEFMHigh",
+    "pate-fm-medium": "defenses.pate:PATEFMMedium",
+    "pate-fm-low": "defenses.pate:PATEFMLow",
 }, Defense)
 resolve = KIND.resolve
 
