@@ -153,7 +153,7 @@ class PATEFM(Defense):
     adaptive_attacks = ("lira",)
     train_fields = frozenset({"model", "width"})
     recipe_note = ("PATE-FM trains its teachers and student with FixMatch on its own schedule (defense_params: "
-                   "teacher_steps, student_steps, batch_size, lr, ...); it reads only train.model and train.width")
+                   "teacher_steps, student_steps, batch_size, lr, ...)")
     param_defaults: ClassVar[dict[str, Any]] = {
         "num_teachers": 200, "sigma1": 160.0, "sigma2": 20.0, "threshold": 100.0, "queries": 500,
         "query_pool": 10000, "delta": 1e-5, "teacher_width": None,
