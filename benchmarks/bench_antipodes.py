@@ -1,7 +1,7 @@
 """The antipodes of label-DP side by side: PATE-FM and ALIBI at comparable accuracy, each audited
 with the label-flip memorization game (Malek et al., NeurIPS 2021, Table 2's comparison).
 
-    python benchmarks/bench_antipodes.py [--pairs pate-fm-high:8,pate-fm-medium:1.5,pate-fm-low:1]
+    python benchmarks/bench_antipodes.py [--pairs pate-fm-high:6,pate-fm-medium:1.3,pate-fm-low:0.7]
                                          [--preset quick] [--canaries 200] [--seed 0]
                                          [--out runs/bench-antipodes] [--evaluate]
 
@@ -60,7 +60,7 @@ def evaluate(defense: str, args: argparse.Namespace, *extra: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--pairs", default="pate-fm-high:8,pate-fm-medium:1.5,pate-fm-low:1",
+    ap.add_argument("--pairs", default="pate-fm-high:6,pate-fm-medium:1.3,pate-fm-low:0.7",
                     help="PATE-FM level:ALIBI label epsilon, comma-separated")
     ap.add_argument("--preset", default="quick")
     ap.add_argument("--canaries", type=int, default=200)
