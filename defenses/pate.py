@@ -1,6 +1,6 @@
 """PATE-FM: PATE with FixMatch teachers and student, the label-DP antipode of ALIBI (Malek, Mironov,
 Prasad, Shilov, Tramer, "Antipodes of Label Differential Privacy: PATE and ALIBI", NeurIPS 2021,
-section 3 and Table 3; aggregation and accounting from Papernot et al., "Scalable Private Learning
+its Table 3; aggregation and accounting from Papernot et al., "Scalable Private Learning
 with PATE", ICLR 2018; facts in ``../shared/reference/labeldp-notes.md`` and docs/defenses.md).
 
 Label-DP protects the labels only; the images are public. So the **unlabeled pool** is the
@@ -40,10 +40,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import numpy as np
-import torch
 from torch import nn
 
-from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier, is_int, is_number
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier, is_int
 from defenses.fixmatch import FixMatchRecipe, train_fixmatch
 from defenses.pate_accounting import account
 from defenses.training import init_network
@@ -281,13 +280,24 @@ class PATEFM(Defense):
             "queries_answered": int(len(answers.labels)),
             "ensemble_accuracy": float((answers.labels == train.y[answered_idx]).mean()),
             "vote_accuracy": float((votes.argmax(axis=1) == true_q).mean()),
-            "teacher_accuracy_mean": float(np.mean([
-                (TorchClassifier(t, train.mean, train.std, ctx.device).query(train.x[order]).argmax(1) == true_q).mean()
-                for t in teachers])),
+            "teacher_accuracy_mean": _outside_accuracy(teachers, train, order, owner, ctx.device),
         }
         served = TorchClassifier(student, train.mean, train.std, ctx.device, record=record)
         return PATEFMFit(owner=owner, teachers=teachers, query_order=order, votes=votes, answers=answers,
                          student=served)
+
+
+def _outside_accuracy(teachers: list[nn.Module], train: LabeledImages, order: np.ndarray, owner: np.ndarray,
+                      device: str) -> float | None:
+    """Mean over teachers of each one's accuracy on the query-pool images outside its own partition
+    (against the private labels: a diagnostic), or None when no teacher has such images (one teacher)."""
+    accs = []
+    for k, t in enumerate(teachers):
+        idx = order[owner[order] != k]
+        if len(idx):
+            pred = TorchClassifier(t, train.mean, train.std, device).query(train.x[idx]).argmax(1)
+            accs.append(float((pred == train.y[idx]).mean()))
+    return float(np.mean(accs)) if accs else None
 
 
 # Three utility levels: the seed's CIFAR-10 rows of Table 3 (ensemble / student accuracy 90.8 / 93.7%,

@@ -1,6 +1,6 @@
 """Privacy accounting of Confident-GNMax (Papernot, Song, Mironov, Raghunathan, Talwar, Erlingsson,
-"Scalable Private Learning with PATE", ICLR 2018; section 4 and appendices A-B), as PATE-FM uses it
-(Malek et al., "Antipodes of Label Differential Privacy: PATE and ALIBI", NeurIPS 2021).
+"Scalable Private Learning with PATE", ICLR 2018: Algorithm 1, Theorem 6, Propositions 7, 8 and 10),
+as PATE-FM uses it (Malek et al., "Antipodes of Label Differential Privacy: PATE and ALIBI", NeurIPS 2021).
 
 Neighbouring datasets differ in one example's label (label-DP). The example sits in one teacher's
 partition, so at most that teacher's vote moves: on every query the vote histogram n(x) changes
@@ -10,8 +10,8 @@ max_j n_j(x) by at most 1.
 One query of Confident-GNMax (the paper's Algorithm 1):
 
 1. **selection**: answer only if ``max_j n_j(x) + N(0, sigma1^2) >= T``. A Gaussian mechanism on a
-   statistic of sensitivity 1: Renyi DP ``alpha / (2 sigma1^2)`` at every order alpha (Mironov 2017,
-   Proposition 7: ``alpha Delta^2 / (2 sigma^2)``);
+   statistic of sensitivity 1: Renyi DP ``alpha / (2 sigma1^2)`` at every order alpha (the Gaussian
+   mechanism's ``alpha Delta^2 / (2 sigma^2)``, Mironov, "Renyi Differential Privacy", 2017);
 2. **release** (answered queries only): ``argmax_j (n_j(x) + N(0, sigma2^2))``, post-processing of the
    Gaussian mechanism on the histogram, sensitivity sqrt(2): ``alpha / sigma2^2`` (Papernot et al.
    2018, Proposition 8).
@@ -26,7 +26,7 @@ bound of Proposition 7 on q = Pr[GNMax does not return the plurality] and the or
 Proposition 10 (GNMax); the same theorem for the threshold step with q = min(Pr[answered],
 Pr[not answered]) and noise sqrt(2) sigma1. It depends on the private votes: it is a statement about
 this dataset, not a guarantee that may be published as it is. The paper releases it through smooth
-sensitivity (its section 4.3), which this module does not implement.
+sensitivity (their ``smooth_sensitivity.py``), which this module does not implement.
 
 **(eps, delta)** (:func:`epsilon_from_rdp`): ``min over alpha of rdp(alpha) + log((alpha - 1) / alpha)
 - (log delta + log alpha) / (alpha - 1)`` (Balle et al. 2020, Proposition 12; Canonne, Kamath and

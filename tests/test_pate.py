@@ -196,7 +196,7 @@ def test_strong_augmentation_stays_in_range_changes_images_and_follows_its_gener
 def test_fixmatch_group_trains_each_network_on_its_own_labels(digits):
     x, y = digits.x_train[:200], digits.y_train[:200]
     nets = [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)) for _ in range(2)]
-    out = train_fixmatch(nets, [x, x], [y, (y + 1) % 10], digits.x_train, recipe=FixMatchRecipe(steps=150, batch_size=32,
+    out = train_fixmatch(nets, [x, x], [y, (y + 1) % 10], digits.x_train, recipe=FixMatchRecipe(steps=60, batch_size=32,
                          mu=1, lr=0.1), augment=digits.augment, mean=digits.mean, std=digits.std, seed=0, device="cpu")
     with torch.no_grad():
         z = [net(((torch.from_numpy(x).float() / 255 - digits.mean[0]) / digits.std[0])).argmax(1).numpy() for net in out]
