@@ -11,6 +11,7 @@ KIND = PluginKind("attacks", "attack", {
     "lira": "attacks.lira:LiRA",
     "lira-offline": "attacks.lira:LiRAOffline",
     "lira-raw": "attacks.lira:LiRARaw",
+    "lira-averaged": "attacks.lira:LiRAAveraged",
     "rmia": "attacks.rmia:RMIA",
     "label-only": "attacks.label_only:LabelOnly",
     "threshold": "attacks.threshold:GlobalThreshold",

@@ -250,3 +250,19 @@ class LiRANeighbourStudent(LiRA):
                    "(near-duplicates canaries)")
     needs = frozenset({"neighbour_logits"})
     signal = "neighbour_logits"
+
+
+class LiRAAveraged(LiRA):
+    """LiRA on the mean of R answers per query view (``logits_averaged``: the mean log-probabilities
+    of ``audit.repeat_queries`` answers), the standard attack on a model that serves fresh randomness
+    per query: the mean answer's noise shrinks as 1/sqrt(R), and the logit-scaled confidence of the
+    mean log-probabilities is that of the model behind the noise, up to it. Added to the headline
+    attacks automatically where the random-serving check finds a model that answers the same image
+    differently twice (docs/protocol.md, Random serving). For a deterministic model the average is
+    its one answer, so the scores equal ``lira``'s. Variants and primary as :class:`LiRA`."""
+
+    name = "lira-averaged"
+    description = ("LiRA on the mean log-probabilities of audit.repeat_queries answers per query view "
+                   "(randomized serving)")
+    needs = frozenset({"logits_averaged"})
+    signal = "logits_averaged"

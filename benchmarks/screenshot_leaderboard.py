@@ -1,18 +1,22 @@
 """Build the leaderboard site from run directories, open every page in headless Chromium, screenshot the index.
 
-    python benchmarks/screenshot_leaderboard.py RUNS... [--out site] [--png docs/leaderboard.png]
+    python benchmarks/screenshot_leaderboard.py RUNS... [--out site] [--png docs/leaderboard-{width}.png]
+        [--widths 1280,1920]
     python benchmarks/screenshot_leaderboard.py --evaluate all [--preset quick] [--runs-root runs/leaderboard]
-        [--data-dir PATH] [--workers 2] [--out site] [--png docs/leaderboard.png] [--chromium /usr/bin/chromium]
+        [--data-dir PATH] [--workers 2] [--out site] [--png docs/leaderboard-{width}.png] [--chromium /usr/bin/chromium]
 
 With ``--evaluate all`` (or a comma-separated list of defenses) it first runs ``harness evaluate
 DEFENSE --preset PRESET`` for every built-in defense (``harness list``; finished runs resume at no
 cost), timing each, and builds the site from those runs plus any RUNS given.
 
-Needs the ``browser`` extra (``pip install -e ".[browser]"``) and a Chromium binary (Debian's
-``chromium``). Prints the number of entries, the table rows and plots Chromium rendered on the
-index, and for every entry page its plots and console errors; any console error or network
-request fails the run, as does an index without one row per run or without its privacy-utility
-figure, or an entry page without its ROC figure.
+The index is opened in a window of each width (``--widths``) and screenshot in full to ``--png``
+with ``{width}`` replaced. Needs the ``browser`` extra (``pip install -e ".[browser]"``) and a
+Chromium binary (Debian's ``chromium``). Prints the number of entries, the table rows and plots
+Chromium rendered on the index, its page width, the most lines a cell of each column wraps to,
+and for every entry page its plots and console errors; any console error or network request fails
+the run, as does an index without one row per run or without its privacy-utility figure, one
+wider than its window, a cell wrapped to more than two lines, overlapping figure labels
+(leaderboard.browser.layout_problems), or an entry page without its ROC figure.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from pathlib import Path
 from harness_cli import evaluate_into
 
 from harness.plugins import available
-from leaderboard.browser import render
+from leaderboard.browser import layout_problems, render
 from leaderboard.site import build_site
 
 
@@ -47,7 +51,8 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("site"))
-    ap.add_argument("--png", type=Path, default=Path("docs/leaderboard.png"))
+    ap.add_argument("--png", default="docs/leaderboard-{width}.png", help="'{width}' is replaced by each width")
+    ap.add_argument("--widths", default="1280,1920", help="window widths in px, comma-separated")
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     args = ap.parse_args()
     if not args.chromium:
@@ -64,19 +69,28 @@ def main() -> None:
     for path, why in skipped:
         print(f"skipped {path}: {why}")
     failures: list[str] = []
-    report = render(args.chromium, args.out / "index.html", args.png)
-    print(f"{len(runs)} runs, {len(rows)} entries; index: Chromium shows {report.table_rows} table rows and "
-          f"{report.svg_boxes} plots; console errors: {report.console_errors or 'none'}; screenshot: {args.png}")
-    if report.table_rows != len(runs) or len(rows) != len(runs):
-        failures.append(f"index shows {report.table_rows} rows for {len(runs)} runs")
-    if report.svg_boxes < 1:
-        failures.append("index shows no privacy-utility figure")
-    failures += [f"index: {e}" for e in report.console_errors]
+    for width in [int(w) for w in args.widths.split(",")]:
+        png = Path(args.png.replace("{width}", str(width)))
+        report = render(args.chromium, args.out / "index.html", png, width=width)
+        print(f"{len(runs)} runs, {len(rows)} entries; index at {width} px: Chromium shows {report.table_rows} table "
+              f"rows and {report.svg_boxes} plots, page {report.scroll_width:.0f} px wide in a "
+              f"{report.viewport_width:.0f} px window, lines per cell at most {report.column_lines}, "
+              f"{len(report.plot_labels)} figure labels; console errors: {report.console_errors or 'none'}; "
+              f"screenshot: {png}")
+        if report.table_rows != len(runs) or len(rows) != len(runs):
+            failures.append(f"index shows {report.table_rows} rows for {len(runs)} runs")
+        if report.svg_boxes < 1:
+            failures.append("index shows no privacy-utility figure")
+        failures += [f"index at {width} px: {e}" for e in report.console_errors + layout_problems(report)]
+    narrowest = min(int(w) for w in args.widths.split(","))
     for entry in sorted((args.out / "entries").glob("*/index.html")):
-        er = render(args.chromium, entry, None)
-        print(f"  entry {entry.parent.name}: {er.svg_boxes} plots; console errors: {er.console_errors or 'none'}")
+        er = render(args.chromium, entry, None, width=narrowest)
+        print(f"  entry {entry.parent.name}: {er.svg_boxes} plots, {er.scroll_width:.0f} px wide at {narrowest} px; "
+              f"console errors: {er.console_errors or 'none'}")
         if er.svg_boxes < 1:
             failures.append(f"entry {entry.parent.name} shows no ROC figure")
+        if er.scroll_width > er.viewport_width:
+            failures.append(f"entry {entry.parent.name} is {er.scroll_width:.0f} px wide at {narrowest} px")
         failures += [f"entry {entry.parent.name}: {e}" for e in er.console_errors]
     if failures:
         sys.exit("FAILED: " + "; ".join(failures))

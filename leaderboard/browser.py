@@ -12,6 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1
+
+
 @dataclass
 class PageReport:
     console_errors: list[str] = field(default_factory=list)
@@ -19,19 +22,49 @@ class PageReport:
     table_rows: int = 0
     svg_boxes: int = 0
     svg_sizes: list[tuple[float, float]] = field(default_factory=list)
-    #: after one click on the "test acc" header, the column's values in row order (ascending if sorting works)
+    #: after one click on the first table's test-accuracy header, the column's values in row order
+    #: (ascending if sorting works)
     sorted_column: list[float] = field(default_factory=list)
+    #: the page's width (document.documentElement.scrollWidth) and the window's: wider means a horizontal scrollbar
+    scroll_width: float = 0.0
+    viewport_width: float = 0.0
+    #: index table column (its data-col) -> the most lines any of its cells wraps to
+    column_lines: dict[str, int] = field(default_factory=dict)
+    #: the privacy-utility figure as Chromium lays it out: its viewBox, the boxes of its title, labels,
+    #: markers and every text (in viewBox units, transforms applied)
+    plot_viewbox: Box | None = None
+    plot_title: Box | None = None
+    plot_labels: list[tuple[str, Box]] = field(default_factory=list)
+    plot_markers: list[Box] = field(default_factory=list)
+    plot_texts: list[tuple[str, Box]] = field(default_factory=list)
 
 
-def render(chromium: str, page_file: Path, screenshot: Path | None, width: int = 1500) -> PageReport:
-    """Load ``page_file`` in headless ``chromium``; return what a reader would see and every error."""
+_LINES = """els => { const out = {}; for (const td of els) { const col = td.dataset.col; const range = document.createRange();
+range.selectNodeContents(td); const rects = [...range.getClientRects()].filter(r => r.width > 0 && r.height > 0)
+.sort((a, b) => a.top - b.top); let lines = 0, bottom = -Infinity; for (const r of rects) { if (r.top >= bottom - 2)
+{ lines += 1; bottom = r.bottom; } else { bottom = Math.max(bottom, r.bottom); } } out[col] = Math.max(out[col] || 0,
+lines); } return out; }"""
+
+_PLOT = """svg => { const vb = svg.viewBox.baseVal, s = svg.getBoundingClientRect(), k = vb.width / s.width;
+const box = e => { const b = e.getBoundingClientRect(); return [vb.x + (b.left - s.left) * k, vb.y + (b.top - s.top) * k,
+vb.x + (b.right - s.left) * k, vb.y + (b.bottom - s.top) * k]; }; const title = svg.querySelector('text.title');
+return { viewbox: [vb.x, vb.y, vb.x + vb.width, vb.y + vb.height], title: title ? box(title) : null,
+labels: [...svg.querySelectorAll('text.label')].map(t => [t.textContent, box(t)]),
+markers: [...svg.querySelectorAll('.point, g.legend')].map(box),
+texts: [...svg.querySelectorAll('text')].map(t => [t.textContent, box(t)]) }; }"""
+
+
+def render(chromium: str, page_file: Path, screenshot: Path | None, width: int = 1500,
+           height: int = 1000) -> PageReport:
+    """Load ``page_file`` in headless ``chromium`` in a ``width`` x ``height`` window; return what a
+    reader would see and every error (the full page goes to ``screenshot`` when given)."""
     from playwright.sync_api import sync_playwright
 
     report = PageReport()
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": width, "height": 1000})
+            page = browser.new_page(viewport={"width": width, "height": height})
             page.on("console", lambda m: report.console_errors.append(m.text) if m.type == "error" else None)
             page.on("pageerror", lambda e: report.console_errors.append(str(e)))
 
@@ -49,14 +82,49 @@ def render(chromium: str, page_file: Path, screenshot: Path | None, width: int =
                 "svg", "els => els.map(e => { const b = e.getBoundingClientRect(); return [b.width, b.height]; })")
             report.svg_sizes = [(float(w), float(h)) for w, h in sizes]
             report.svg_boxes = sum(w > 0 and h > 0 for w, h in report.svg_sizes)
-            if report.table_rows:  # a click on the test-accuracy header sorts the rows by it
-                page.locator("table.sortable th", has_text="test acc").click()
-                col = page.eval_on_selector_all("table.sortable th", "ths => ths.findIndex(t => t.textContent === 'test acc')")
-                report.sorted_column = [float(v) for v in page.eval_on_selector_all(
-                    "table.sortable tbody tr", f"rows => rows.map(r => r.cells[{int(col)}].dataset.sort)")]
-            if screenshot is not None:
+            report.scroll_width = float(page.evaluate("document.documentElement.scrollWidth"))
+            report.viewport_width = float(page.evaluate("window.innerWidth"))
+            report.column_lines = {str(k): int(v) for k, v in
+                                   page.eval_on_selector_all("table.sortable tbody td[data-col]", _LINES).items()}
+            if page.locator("svg.privacy-utility").count():
+                plot = page.eval_on_selector("svg.privacy-utility", _PLOT)
+                report.plot_viewbox = tuple(plot["viewbox"])
+                report.plot_title = tuple(plot["title"]) if plot["title"] else None
+                report.plot_labels = [(t, tuple(b)) for t, b in plot["labels"]]
+                report.plot_markers = [tuple(b) for b in plot["markers"]]
+                report.plot_texts = [(t, tuple(b)) for t, b in plot["texts"]]
+            if screenshot is not None:  # before any click: the rows in rank order
                 page.screenshot(path=str(screenshot), full_page=True)
+            if report.table_rows:  # a click on the first table's test-accuracy header sorts its rows by it
+                page.locator("table.sortable").first.locator('th[data-col="test acc"]').click()
+                report.sorted_column = [float(v) for v in page.eval_on_selector(
+                    "table.sortable", """t => [...t.querySelectorAll('tbody td[data-col="test acc"]')]
+                    .map(c => c.dataset.sort)""")]
         finally:
             browser.close()
     report.console_errors += [f"blocked network request: {u}" for u in report.blocked_requests]
     return report
+
+
+def overlaps(a: Box, b: Box) -> bool:
+    """Whether two boxes share any area (touching edges do not count)."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def layout_problems(report: PageReport, max_lines: int = 2) -> list[str]:
+    """What a reader of the index would trip over, from :func:`render`'s measurements: a page wider
+    than the window (a horizontal scrollbar), a table cell wrapped to more than ``max_lines`` lines,
+    figure labels that overlap each other or cover a marker, text outside the figure."""
+    out = []
+    if report.scroll_width > report.viewport_width:
+        out.append(f"the page is {report.scroll_width:.0f} px wide in a {report.viewport_width:.0f} px window")
+    out += [f"a {col!r} cell wraps to {n} lines" for col, n in report.column_lines.items() if n > max_lines]
+    labels = report.plot_labels
+    for i, (ta, a) in enumerate(labels):
+        out += [f"figure labels {ta!r} and {tb!r} overlap" for tb, b in labels[i + 1:] if overlaps(a, b)]
+        out += [f"figure label {ta!r} covers a marker or the legend" for m in report.plot_markers if overlaps(a, m)]
+    if report.plot_viewbox is not None:
+        vx0, vy0, vx1, vy1 = report.plot_viewbox
+        out += [f"figure text {t!r} leaves the figure" for t, (x0, y0, x1, y1) in report.plot_texts
+                if x0 < vx0 or y0 < vy0 or x1 > vx1 or y1 > vy1]
+    return out

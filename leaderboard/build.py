@@ -9,19 +9,65 @@ DP-SGD frontier) is :mod:`leaderboard.site`, which reads its rows from here.
 from __future__ import annotations
 
 import html
+import re
 from pathlib import Path
 from typing import Any
 
 from harness.audit.attack_phase import run_label_privacy, run_privacy
 from harness.core import jsonio
+from harness.core.registry import is_file_reference
 from harness.run.runstore import RunDir, atomic_write_bytes
 
-COLUMNS = ("defense", "dataset", "preset", "models", "audit", "test acc", "population TPR",
+COLUMNS = ("defense", "provenance", "dataset", "preset", "models", "audit", "test acc", "population TPR",
            "strongest population TPR", "sample TPR", "strongest sample TPR", "canary", "sample attack",
            "strongest population attack", "strongest sample attack", "DP ε", "label ε", "empirical ε ≥",
            "nominal ε ≥")
 #: the strongest-figure columns and the row key of their level's "beats the headline" flag (⚠)
 FLAGGED = {"strongest population TPR": "population beats headline", "strongest sample TPR": "sample beats headline"}
+
+#: the folders of an absolute path (POSIX, home-relative or Windows) that starts a string or follows a
+#: space, quote or bracket: ``/home/me/defs/mine.py:Mine`` keeps ``mine.py:Mine``
+_ABS_DIRS = re.compile(r"(?<![\w.:/\\~-])(?:~|[A-Za-z]:)?[/\\](?:[^\s/\\:'\"<>|]+[/\\])+")
+
+
+def strip_paths(text: str) -> str:
+    """``text`` with the folders of every absolute path cut off (each path keeps its last part): a
+    results.json names the plugin file, output folder and data folder of the machine that ran it,
+    which a public page must not show."""
+    return _ABS_DIRS.sub("", text)
+
+
+def public_results(obj: Any) -> Any:
+    """A copy of a results.json object (any JSON value) with :func:`strip_paths` applied to every string."""
+    if isinstance(obj, dict):
+        return {k: public_results(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [public_results(v) for v in obj]
+    return strip_paths(obj) if isinstance(obj, str) else obj
+
+
+def display_name(results: dict[str, Any]) -> str:
+    """The defense's name as the board shows it, never a path: a file plugin's declared ``name``
+    (``defense_name``; its class name in a results.json from before that key), else the name it was
+    run by (a built-in's or an installed package's)."""
+    spec = str(results.get("defense", ""))
+    if not is_file_reference(spec):
+        return strip_paths(spec)
+    declared = results.get("defense_name")
+    if isinstance(declared, str) and declared.strip():
+        return strip_paths(" ".join(declared.split()))
+    return spec.rpartition(":")[2]
+
+
+def provenance(results: dict[str, Any]) -> str:
+    """Where the defense's code comes from: ``plugin`` (a user's file, ``path/file.py:Class``),
+    ``built-in`` (this harness's own) or ``package`` (an installed package's entry point)."""
+    from harness.plugins import kind
+
+    spec = str(results.get("defense", ""))
+    if is_file_reference(spec):
+        return "plugin"
+    return "built-in" if spec in kind("defenses").builtins else "package"
 
 
 def rank_value(headline: Any, strongest: Any, flagged: bool) -> Any:
@@ -52,7 +98,7 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
 
     def attack(level: str, which: str) -> str:
         fig = results.get(level, {}).get(which)
-        return f"{fig['name']} ({fig['variant']})" if fig else ""
+        return strip_paths(f"{fig['name']} ({fig['variant']})") if fig else ""
 
     def beats(level: str) -> bool:
         """Whether the run's headline test found a variant that beats the level's headline."""
@@ -66,7 +112,9 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
 
     acc_level = "sample" if "sample" in results else "population"
     return {
-        "defense": results["defense"],
+        "defense": display_name(results),  # never a path of the machine that ran it
+        "provenance": provenance(results),
+        "spec": strip_paths(str(results["defense"])),  # what it was run as: a name or file.py:Class
         "dataset": results["dataset"],
         "preset": results["preset"],
         "models": results["num_models"],  # S: the models of each level (a run trains S per level)

@@ -2,18 +2,24 @@
 
 Layout of a site folder (everything is regenerated from ``entries/`` by :func:`rebuild`):
 
-- ``entries/<entry_id>/results.json``: an entry's results (a run's, or a verified submission's);
+- ``entries/<entry_id>/results.json``: an entry's results (a run's, or a verified submission's),
+  as published: every absolute path of the machine that ran it cut to its last part
+  (leaderboard.build.public_results);
 - ``entries/<entry_id>/entry.json`` (optional): ``source`` ("run" or "submission"), ``verified``,
   ``verified_by``, ``submitted`` (see leaderboard/submit.py);
-- ``index.html``: one row per entry (sortable by any column, in the page itself), the
-  privacy-utility figure with the DP-SGD frontier (Aerni et al., Figure 7), and per entry the
-  utility-matched DP-SGD baseline: the DP-SGD sample-level TPR linearly interpolated at the entry's
-  accuracy between the two DP-SGD entries of the same dataset and preset that bracket it;
-- ``entries/<entry_id>/index.html``: the log-log ROC curves (population and every sample-level
-  canary, every attack variant), the per-attack table, the config and the provenance,
-  with a link to the entry's results.json;
-- ``leaderboard.md``: the index table as Markdown.
+- ``index.html``: per dataset/preset, one compact ranked table (short column names with tooltips,
+  a legend below, a ⚠ mark and one footnote for a headline the headline test finds beaten;
+  sortable by any column, in the page itself) and the privacy-utility figure with the DP-SGD
+  frontier (Aerni et al., Figure 7); per entry the utility-matched DP-SGD baseline: the DP-SGD
+  ranking figure linearly interpolated at the entry's accuracy between the two DP-SGD entries of
+  the same dataset and preset that bracket it;
+- ``entries/<entry_id>/index.html``: a summary (what the index leaves out: epsilons, models,
+  compute, full attack names), the warnings, the log-log ROC curves (population and every
+  sample-level canary, every attack variant), the per-attack table, the config and the
+  provenance, with a link to the entry's results.json;
+- ``leaderboard.md``: every index column and more, as Markdown.
 
+A defense is shown by its name (a file plugin's declared ``name``), never by a path.
 Pages load nothing from the network; every string from a results file is escaped.
 """
 
@@ -28,16 +34,29 @@ from typing import Any
 
 from harness.core import jsonio
 from harness.run.runstore import atomic_write_bytes
-from leaderboard.build import FLAGGED, rank_order, read_json_object, read_results, to_markdown
-from leaderboard.plots import privacy_utility_svg, roc_svg
+from harness.core.registry import is_file_reference
+from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
+                               strip_paths, to_markdown)
+from leaderboard.plots import Point, privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
-td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;vertical-align:top}th{background:#f3f3f3;cursor:pointer}
+td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;vertical-align:top}th{background:#f3f3f3}
+table.sortable th{cursor:pointer}
 td.name,th.name{text-align:left;max-width:260px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .beats{color:#1a7f37}.loses{color:#b42318}.badge{background:#1a7f37;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}
 td.wrap{text-align:left;max-width:640px;word-break:break-all}
 pre{background:#f7f7f7;padding:8px;overflow:auto;max-height:420px}.muted{color:#666;font-size:13px}
-.plots{display:flex;flex-wrap:wrap;gap:16px}"""
+.plots{display:flex;flex-wrap:wrap;gap:16px}
+table.board{font-size:14px}.board td,.board th{padding:3px 7px;white-space:nowrap}.board th{vertical-align:bottom}
+table.board th[title]{text-decoration:underline dotted #999;text-underline-offset:3px}
+table.board .defense,table.board .text{text-align:left}table.board a.dname{display:inline-block;max-width:190px;overflow:hidden;
+text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
+table.board tbody tr:nth-child(even){background:#fafafa}
+.ci{color:#666;font-size:11px}.tag{color:#555;border:1px solid #bbb;border-radius:3px;padding:0 3px;font-size:11px;
+margin-left:5px}a.flag{color:#b42318;text-decoration:none;margin-left:2px}
+.legend{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:13px;max-width:1180px;margin:4px 0}
+.legend dt{font-weight:600}.legend dd{margin:0}.foot{font-size:13px;max-width:1180px}
+table.summary th{text-align:left;white-space:nowrap}figure{margin:16px 0}figcaption{font-size:13px;color:#444;max-width:760px}"""
 
 SORT_JS = """document.querySelectorAll('table.sortable').forEach(function(t){
 t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
@@ -46,23 +65,37 @@ rows.sort(function(a,b){var x=a.cells[i].dataset.sort,y=b.cells[i].dataset.sort;
 var c=(isNaN(nx)||isNaN(ny))?String(x).localeCompare(String(y)):nx-ny;return asc?c:-c;});
 rows.forEach(function(r){body.appendChild(r);});});});});"""
 
-COLUMNS = ("defense", "setting", "test acc", "population TPR", "strongest population TPR", "sample TPR",
-           "strongest sample TPR", "ratio", "canary", "attack", "DP-SGD at same acc", "DP ε", "empirical ε ≥", "models",
-           "device-hours", "verified")
-#: the TPR columns of the index: column -> (the row key of its CI, the row key of its attack or None);
-#: a strongest figure's "beats the headline" flag is the row key leaderboard.build.FLAGGED names
-TPR_COLUMNS = {
-    "population TPR": ("population CI", None),
-    "strongest population TPR": ("strongest population CI", "strongest population attack"),
-    "sample TPR": ("sample CI", None),
-    "strongest sample TPR": ("strongest sample CI", "strongest sample attack"),
-}
+#: the index's columns: (key, short header, its tooltip); one table per dataset/preset
+INDEX_COLUMNS = (
+    ("rank", "#", "rank by the ranking figure: the sample-level headline, or the larger of headline and strongest "
+     "where the headline test finds the headline beaten (lower is more private)"),
+    ("defense", "defense", "the name the defense declares, and where its code comes from"),
+    ("test acc", "acc", "test accuracy of the defended models (mean over the victim models)"),
+    ("sample TPR", "sample TPR", "sample level (the defense's canaries): TPR at 0.1% FPR of the headline attack, "
+     "with its 95% bootstrap CI over victim models"),
+    ("strongest sample TPR", "strongest", "sample level: the best of every attack and variant that ran, cross-fitted "
+     "over victim models, with its CI; hover for the attack"),
+    ("population TPR", "pop. TPR", "population level (the audit samples as they are): TPR at 0.1% FPR of the "
+     "headline attack, with its CI"),
+    ("ratio", "ratio", "sample- over population-level headline TPR, with its bootstrap CI"),
+    ("canary", "canary", "the canaries of the sample-level headline"),
+    ("attack", "attack", "the headline attack; hover for its variant"),
+    ("DP-SGD at same acc", "DP-SGD", "DP-SGD's ranking figure interpolated at this entry's accuracy (same setting); "
+     "✓ the entry's ranking figure is lower, ✗ it is not"),
+    ("DP ε", "ε", "the DP epsilon of DP-trained models (delta 1e-5); label: a label-DP epsilon, which covers "
+     "the labels only"),
+)
+COLUMNS = tuple(key for key, _, _ in INDEX_COLUMNS)
+#: the footnote of the ⚠ mark
+FLAG_NOTE = ("the headline test (Hansen's SPA, family-wise error 5% over every variant, FPR and level) finds an "
+             "attack variant that beats this level's headline, so the headline understates the leak; at the sample "
+             "level the row then ranks by the strongest figure.")
 
 
 def entry_id(results: dict[str, Any]) -> str:
     """A stable, safe folder name: defense + preset + 12 characters of the run fingerprint (any other
     character becomes '-'; an over-long name is cut and keeps a hash of the full one)."""
-    name = f"{results.get('defense', '')}-{results.get('preset', '')}".lower()
+    name = f"{strip_paths(str(results.get('defense', '')))}-{results.get('preset', '')}".lower()
     slug = re.sub(r"[^a-z0-9_]+", "-", name).strip("-")[:60] or "entry"
     tag = hashlib.sha256(name.encode()).hexdigest()[:6]
     return f"{slug}-{tag}-{str(results.get('fingerprint', ''))[:12]}"
@@ -94,7 +127,21 @@ def _compute(results: dict[str, Any]) -> tuple[int, float | None, list[str]]:
 
 
 def is_dpsgd(results: dict[str, Any]) -> bool:
-    return str(results.get("defense", "")).startswith("dpsgd")
+    """A built-in DP-SGD entry (a plugin file named dpsgd... is not one of the baselines)."""
+    spec = str(results.get("defense", ""))
+    return spec.startswith("dpsgd") and not is_file_reference(spec)
+
+
+def upper_bound(results: dict[str, Any]) -> tuple[float, float]:
+    """(FPR, TPR) of the sample-level headline at the lowest FPR above the headline FPR that its
+    design resolves: an upper bound on the TPR at the headline FPR (a ROC curve never falls), for an
+    entry whose headline FPR is unresolved; (1, 1) where no reported FPR above it is resolved."""
+    level = results.get("sample") or results.get("population") or {}
+    fig = level.get("best") or {}
+    k = float(results.get("headline_fpr", 0.001))
+    above = sorted((float(f), t) for f, t in (fig.get("tpr_at_fpr") or {}).items()
+                   if float(f) > k and fig.get("resolved", {}).get(f, True) and isinstance(t, (int, float)))
+    return (above[0][0], float(above[0][1])) if above else (1.0, 1.0)
 
 
 def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> float | None:
@@ -113,6 +160,7 @@ def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], ei
     """The index row of an entry: its leaderboard.build row ``base`` plus CIs, compute and status."""
     k = repr(float(results.get("headline_fpr", 0.001)))
     levels, hours, devices = _compute(results)
+    head = (results.get("sample") or results.get("population") or {}).get("best") or {}
     return {
         **base,
         "id": eid,
@@ -122,11 +170,14 @@ def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], ei
         "sample CI": _ci(results["sample"], k) if "sample" in results else None,
         "strongest sample CI": _ci(results["sample"], k, "strongest") if "sample" in results else None,
         "ratio": _ratio(results),
-        "attack": base["sample attack"],
+        "attack": str(head.get("name", "")),  # the short code; "sample attack" adds the variant
+        "attack variant": str(head.get("variant", "")),
+        "bound": upper_bound(results),
         "levels": levels,  # base["models"] is S, the models of each level
         "device-hours": hours,
         "devices": devices,
         "verified": bool(meta.get("verified")),
+        "verified_by": meta.get("verified_by"),
         "source_kind": meta.get("source", "run"),
         "is_dpsgd": is_dpsgd(results),
     }
@@ -136,60 +187,153 @@ def _pct(v: Any) -> str:
     return f"{100 * v:.1f}%" if isinstance(v, float) else escape(str(v) if v is not None else "-")
 
 
-def _cell(col: str, r: dict[str, Any]) -> tuple[str, str]:
-    """(display HTML, sort key) of one index cell; every string escaped."""
+def _q(text: Any) -> str:
+    return escape(str(text), quote=True)
+
+
+def _flag(tip: str) -> str:
+    """The ⚠ mark of a headline the headline test finds beaten, linked to its footnote."""
+    return f'<a class="flag" href="#fn-flag" title="{_q(tip)}">&#9888;</a>'
+
+
+def _figure(v: Any, ci: tuple[float, float] | None) -> str:
+    """A TPR with its CI (small, after it); "unresolved" and missing figures as text."""
+    if not isinstance(v, float):
+        return _pct(v)
+    return _pct(v) + (f' <span class="ci">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci else "")
+
+
+def _tags(r: dict[str, Any]) -> str:
+    """The provenance tag of a row, then its submission status (a submitted entry is trained elsewhere)."""
+    where = {"plugin": "a user's defense file (plugin), shown by the name it declares",
+             "built-in": "a defense built into privacy-harness",
+             "package": "a defense from an installed package (entry point)"}[r["provenance"]]
+    tags = f'<span class="tag" title="{_q(where)}">{escape(r["provenance"])}</span>'
+    if r["verified"]:
+        tags += ' <span class="badge">verified</span>'
+    elif r["source_kind"] == "submission":
+        tags += ('<span class="tag" title="trained outside and submitted; its numbers were re-computed from its '
+                 'signals, but its models have not been re-trained by the board">submitted</span>')
+    return tags
+
+
+def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
+    """(display HTML, sort key, tooltip) of one index cell; every string escaped."""
     v = r.get(col)
+    if col == "rank":
+        n = r.get("rank")
+        return (str(n) if n else "-"), str(n or 10**6), ""
     if col == "defense":
         name = str(r["defense"])
-        return (f'<a href="entries/{escape(r["id"], quote=True)}/index.html" title="{escape(name, quote=True)}">'
-                f'{escape(name)}</a>', name)
-    if col in TPR_COLUMNS:
-        ci_key, attack_key = TPR_COLUMNS[col]
-        flag_key = FLAGGED.get(col)
-        ci = r[ci_key]
-        txt = _pct(v) + (f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and isinstance(v, float) else "")
-        if attack_key is not None and isinstance(v, float):
-            txt += f' <span class="muted">{escape(r[attack_key])}</span>'
-            if flag_key is not None and r.get(flag_key):
-                txt += (' <span class="loses" title="the headline test (Hansen\'s SPA, family-wise over every variant, '
-                        'FPR and level) finds a variant that beats the headline: the headline understates the leak">'
-                        '&#9888; above the headline</span>')
-        return txt, f"{v:.6f}" if isinstance(v, float) else "9"
+        return (f'<a class="dname" href="entries/{_q(r["id"])}/index.html" title="{_q(name)}">{escape(name)}</a>'
+                + _tags(r)), name, ""
+    if col in ("sample TPR", "population TPR"):
+        level = col.split()[0]
+        html = _figure(v, r[f"{level} CI"])
+        tip = ""
+        if v == "unresolved" and level == "sample":
+            fpr, tpr = r["bound"]
+            tip = f"unresolved at 0.1% FPR; at most {100 * tpr:.1f}% (its TPR at {100 * fpr:g}% FPR)"
+        if r.get(f"{level} beats headline"):
+            strong = r.get(f"strongest {level} TPR")
+            html += _flag(f"beaten: the strongest figure, {_pct(strong)} ({r[f'strongest {level} attack']}), "
+                          "beats this headline (footnote ⚠)")
+        return html, (f"{v:.6f}" if isinstance(v, float) else "9"), tip
+    if col == "strongest sample TPR":
+        html = _figure(v, r["strongest sample CI"])
+        if r.get("sample beats headline"):
+            html += _flag("beats the headline (footnote ⚠)")
+        tip = r.get("strongest sample attack", "")
+        if v == "unresolved":
+            tip = (f"{tip}: unresolved at 0.1% FPR, too few non-member guesses (a cross-fitted figure is measured on "
+                   "half of the victim models)")
+        return html, (f"{v:.6f}" if isinstance(v, float) else "9"), tip
     if col == "test acc":
-        return _pct(v), f"{v:.6f}" if isinstance(v, float) else "-1"
+        return _pct(v), (f"{v:.6f}" if isinstance(v, float) else "-1"), ""
     if col == "ratio":  # shown only with its bootstrap CI
         if v is None:
-            return "-", "-1"
+            return "-", "-1", "no bootstrap CI for the ratio in this results.json"
         value, (lo, hi) = v
         up = "∞" if hi == float("inf") else f"{hi:.1f}"
-        return f'{value:.1f}x <span class="muted">[{lo:.1f}, {up}]</span>', f"{value:.6f}"
+        return f'{value:.1f}x <span class="ci">[{lo:.1f}, {up}]</span>', f"{value:.6f}", ""
+    if col == "attack":
+        return escape(str(v) or "-"), str(v), r.get("sample attack") or r.get("attack", "")
     if col == "DP-SGD at same acc":
         b = r.get("baseline")
         if r["is_dpsgd"]:
-            return "(DP-SGD)", "-1"
+            return '<span class="muted">DP-SGD</span>', "-1", "a DP-SGD entry: one of the baseline's points"
         if b is None:
-            return "no baseline", "-1"
+            return '<span class="muted">n/a</span>', "-1", "no two DP-SGD entries of this setting bracket its accuracy"
         beats = isinstance(r["rank TPR"], float) and r["rank TPR"] < b
-        cls, word = ("beats", "beats it") if beats else ("loses", "does not beat it")
-        return f'{100 * b:.1f}% <span class="{cls}">{word}</span>', f"{b:.6f}"
+        mark = ('<span class="beats">&#10003;</span>' if beats else '<span class="loses">&#10007;</span>')
+        tip = (f"DP-SGD at the same accuracy: {100 * b:.1f}%; this entry's ranking figure, {_pct(r['rank TPR'])}, "
+               + ("is lower: it beats DP-SGD" if beats else "is not lower: it does not beat DP-SGD"))
+        return f"{100 * b:.1f}% {mark}", f"{b:.6f}", tip
     if col == "DP ε" and not isinstance(v, float) and isinstance(r.get("label ε"), float):
         # label-DP (ALIBI / AGIBI): a guarantee for the labels only, never shown as an example-level epsilon
-        return (f'label {r["label ε"]:.3g} <span class="muted">(labels only)</span>', f'{r["label ε"]:.6f}')
-    if col in ("DP ε", "empirical ε ≥"):
-        return (f"{v:.3g}" if isinstance(v, float) else "-"), f"{v:.6f}" if isinstance(v, float) else "-1"
-    if col == "device-hours":
-        dev = ", ".join(r["devices"])
-        return (f'{v:.3f} <span class="muted">{escape(dev)}</span>' if v is not None else "-"), f"{v or 0:.6f}"
-    if col == "models":  # S per level; the device-hours cover all S x levels models
-        n = int(r["levels"])
-        times = f' <span class="muted">&#215; {n} levels</span>' if n > 1 else ""
-        return f"{int(v)}{times}", str(int(v))
-    if col == "verified":
-        return ('<span class="badge">verified</span>' if v else escape(r["source_kind"])), "1" if v else "0"
-    return escape(str(v) if v not in (None, "") else "-"), str(v or "")
+        return (f'label {r["label ε"]:.3g}', f'{r["label ε"]:.6f}',
+                "label-DP (labels only): this epsilon covers the labels, not the presence of an image")
+    if col == "DP ε":
+        return (f"{v:.3g}" if isinstance(v, float) else "-"), (f"{v:.6f}" if isinstance(v, float) else "-1"), ""
+    return escape(str(v) if v not in (None, "") else "-"), str(v or ""), ""
+
+
+LEGEND = (
+    ("#", "rank by the ranking figure: the sample-level headline, or the larger of headline and strongest where the "
+          "headline test finds the headline beaten; lower is more private."),
+    ("sample TPR", "TPR at 0.1% FPR on the defense's canaries (built to mimic the most vulnerable samples) of the "
+                   "headline attack, the best of the defense's adaptive attacks declared before any result; "
+                   "[95% bootstrap CI over victim models]."),
+    ("strongest", "the best of every attack and variant that ran at the sample level, cross-fitted over victim "
+                  "models (chosen on one half, measured on the other); hover for the attack."),
+    ("pop. TPR", "the headline at the population level: the audit samples as they are."),
+    ("ratio", "sample- over population-level headline, with its bootstrap CI."),
+    ("canary, attack", "the canaries and attack of the sample-level headline; hover for the variant."),
+    ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same dataset and preset): "
+               "✓ the defense's figure is lower, ✗ it is not; n/a: no DP-SGD entries bracket its accuracy."),
+    ("ε", "DP epsilon (delta 1e-5); label: label-DP, a guarantee for the labels only."),
+    ("tags", "built-in, plugin (a user's file, shown by its declared name) or package; submitted: trained "
+             "outside, numbers re-computed from its signals; verified: re-trained by the board with an unseen seed."),
+)
+
+
+def _cls(key: str) -> str:
+    return "defense" if key == "defense" else "text" if key in ("canary", "attack") else "num"
+
+
+def _board(rows: list[dict[str, Any]]) -> str:
+    """One setting's ranked table (sortable by any column, in the page itself)."""
+    head = "".join(f'<th class="{_cls(key)}" data-col="{_q(key)}" title="{_q(tip)}">{escape(label)}</th>'
+                   for key, label, tip in INDEX_COLUMNS)
+    body = []
+    for r in rows:
+        cells = []
+        for key, _, _ in INDEX_COLUMNS:
+            html, sort, tip = _cell(key, r)
+            title = f' title="{_q(tip)}"' if tip else ""
+            cells.append(f'<td class="{_cls(key)}" data-col="{_q(key)}" data-sort="{_q(sort)}"{title}>{html}</td>')
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f'<table class="sortable board"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _figure_of(setting: str, rows: list[dict[str, Any]], frontier: list[tuple[float, float]]) -> str:
+    """One setting's privacy-utility figure: every entry with a ranking figure, an unresolved one at
+    its upper bound (:func:`upper_bound`)."""
+    points = []
+    for r in rows:
+        if isinstance(r["rank TPR"], float):
+            points.append(Point(str(r["defense"]), r["test acc"], r["rank TPR"], r["is_dpsgd"]))
+        elif r["rank TPR"] == "unresolved":
+            points.append(Point(str(r["defense"]), r["test acc"], r["bound"][1], r["is_dpsgd"], bound=True))
+    return privacy_utility_svg(points, {setting: frontier} if frontier else {}, f"Privacy vs utility: {setting}",
+                               bound_note="unresolved (upper bound)")
 
 
 def index_html(rows: list[dict[str, Any]]) -> str:
+    """The index: per dataset/preset (a "setting"; RobustBench keeps one board per threat model), a
+    ranked table with short column names (tooltips, and a legend below the tables) and the
+    privacy-utility figure. Details (ε bounds, compute, full attack names, warnings) are on each
+    entry's page."""
     frontiers: dict[str, list[tuple[float, float]]] = {}
     for r in rows:  # every comparison uses the ranking figure (leaderboard.build.rank_value)
         if r["is_dpsgd"] and isinstance(r["rank TPR"], float):
@@ -198,35 +342,30 @@ def index_html(rows: list[dict[str, Any]]) -> str:
         r["baseline"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
                          if not r["is_dpsgd"] else None)
     settings = sorted({r["setting"] for r in rows})
-    one = len(settings) == 1  # then the title names the setting and the labels only the defenses
-    points = [(str(r["defense"]) if one else f"{r['defense']} ({r['setting']})", r["test acc"], r["rank TPR"],
-               r["is_dpsgd"]) for r in rows if isinstance(r["rank TPR"], float)]
-    figure = privacy_utility_svg(points, frontiers, f"Privacy vs utility{', ' + settings[0] if one else ''} "
-                                 "(sample-level TPR at 0.1% FPR: the headline, or the strongest attack where the "
-                                 "headline test finds the headline beaten; lower is more private)")
-    head = "".join(f'<th class="{"name" if c == "defense" else ""}">{escape(c)}</th>' for c in COLUMNS)
-    body = []
-    for r in rows:
-        cells = []
-        for c in COLUMNS:
-            html, key = _cell(c, r)
-            cells.append(f'<td class="{"name" if c == "defense" else ""}" data-sort="{escape(key, quote=True)}">{html}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+    by_setting = {s: sorted((r for r in rows if r["setting"] == s), key=rank_order) for s in settings}
+    for group in by_setting.values():  # ranks count within a setting
+        for n, r in enumerate((r for r in group if isinstance(r["rank TPR"], float)), 1):
+            r["rank"] = n
+    one = len(settings) == 1
+    boards = "".join(("" if one else f'<h2 id="{_q(re.sub(r"[^a-z0-9]+", "-", s.lower()))}">{escape(s)}</h2>')
+                     + _board(group) for s, group in by_setting.items())
+    figures = "".join(_figure_of(s, group, frontiers.get(s, [])) for s, group in by_setting.items())
+    legend = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in LEGEND)
+    flagged = any(r.get("sample beats headline") or r.get("population beats headline") for r in rows)
+    where = f" ({escape(settings[0])})" if one else ""
     return _page("privacy-harness leaderboard", f"""<h1>privacy-harness leaderboard</h1>
-<p>TPR at 0.1% FPR of each entry's headline attack (the best primary variant of the defense's adaptive attacks,
-declared before any result) at the population level (audit samples as they are) and the sample level (the defense's
-canaries, built to mimic the most vulnerable samples), with 95% bootstrap CIs over victim models. <b>Strongest</b>
-(at each level): the best of every attack and variant that ran, cross-fitted over victim models (chosen on one half
-of them, measured on the other) so that the choice among many variants does not inflate it; &#9888; where the headline
-test (Hansen's SPA, family-wise error 5% over every variant, FPR and level) finds a variant that beats that level's
-headline. Rows rank by the sample-level headline, or by the larger of headline and strongest where the test finds the
-headline beaten; lower is more private. <b>Models</b>: S, the victim models of each level (the device-hours cover all of them).
-<b>Ratio</b>: sample- over population-level headline, with its bootstrap CI. <b>DP-SGD at same acc</b>: the DP-SGD
-baselines' sample-level ranking figure interpolated at the entry's accuracy (same dataset and
-preset); a defense is only interesting if it beats it. Empirical ε ≥: one-run lower bound of the headline variant.
+<p>How often the strongest adapted membership-inference attack finds each defense's most vulnerable samples{where}:
+TPR at 0.1% FPR, lower is more private. Column definitions are below the table; each defense links to its
+details (ROC curves, every attack, ε bounds, compute, provenance).</p>
+{boards}
+<dl class="legend">{legend}</dl>
+<p class="foot" id="fn-flag">&#9888; {escape(FLAG_NOTE)}{'' if flagged else ' (no entry is flagged.)'}
 Click a column header to sort.</p>
-<table class="sortable" id="board"><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>
-<div class="plots">{figure}</div>
+<figure><div class="plots">{figures}</div><figcaption>Test accuracy against the ranking figure (sample-level TPR at
+0.1% FPR: the headline, or the strongest attack where the headline test finds the headline beaten; lower is more
+private), the DP-SGD entries joined as the frontier (the paper's Figure 7). An entry whose figure is unresolved at
+0.1% FPR (too few non-member guesses) is drawn as &#9661; at its TPR at the lowest FPR its design resolves, an upper
+bound.</figcaption></figure>
 <p class="muted">{len(rows)} entries. Built by privacy-harness from results.json files; every number links to its
 entry's page and results.json.</p>""", script=True)
 
@@ -297,6 +436,55 @@ def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
             f'<th class="name">variant</th><th>access</th><th>chosen among</th>{head}</tr>{"".join(rows)}</table>{note}')
 
 
+def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
+    """What the index leaves out: the defense as it was run, its privacy bounds, the full headline
+    attacks, compute and status."""
+    from leaderboard.build import _entry
+
+    row = _entry(results, Path("results.json"))
+    levels, hours, devices = _compute(results)
+    eps = (f"{row['DP ε']:.3g}" if isinstance(row["DP ε"], float) else
+           f"label {row['label ε']:.3g} (a label-DP guarantee: the labels only)" if isinstance(row["label ε"], float)
+           else "-")
+
+    def num(v: Any) -> str:
+        return f"{v:.3g}" if isinstance(v, float) else "-"
+
+    def head(level: str) -> str | None:
+        if level not in results:
+            return None
+        b = results[level]["best"]
+        canary = results[level].get("canary", "none")
+        return f"{b['name']} ({b['variant']}), {b.get('access', 'black-box')}; canary: {canary}"
+
+    def strong(level: str) -> str | None:
+        fig = (results.get(level) or {}).get("strongest")
+        if fig is None:
+            return None
+        v = row[f"strongest {level} TPR"]
+        flag = "; beats the headline (headline test)" if fig.get("beats_headline") else ""
+        return f"{_pct(v)} at 0.1% FPR: {fig['name']} ({fig['variant']}){flag}"
+
+    items = {
+        "defense": f"{display_name(results)} ({provenance(results)}; run as {strip_paths(str(results['defense']))})",
+        "setting": f"{results['dataset']}/{results['preset']}",
+        "test accuracy": _pct(row["test acc"]),
+        "headline attack, sample level": head("sample"),
+        "headline attack, population level": head("population"),
+        "strongest, sample level": strong("sample"),
+        "strongest, population level": strong("population"),
+        "DP ε (δ = 1e-5)": eps,
+        "empirical ε ≥ (one-run, headline variant)": num(row["empirical ε ≥"]),
+        "empirical ε ≥ (nominal, pooled guesses)": num(row["nominal ε ≥"]),
+        "models": f"{results['num_models']} per level" + (f" × {levels} levels" if levels > 1 else ""),
+        "device-hours": (f"{hours:.3f} ({', '.join(devices)})" if hours is not None else None),
+        "entry": ("verified: " + str(meta.get("verified_by"))) if meta.get("verified") else
+                 ("submitted, not verified" if meta.get("source") == "submission" else "a run added by the board"),
+    }
+    return '<table class="summary">' + "".join(f'<tr><th>{escape(k)}</th><td class="wrap">{escape(v)}</td></tr>'
+                                              for k, v in items.items() if v is not None) + "</table>"
+
+
 def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     out = [("population", results["population"])] if "population" in results else []
     by = results.get("sample_by_canary") or ({results["sample"]["canary"]: results["sample"]} if "sample" in results else {})
@@ -305,7 +493,10 @@ def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str = "results.json",
                index_href: str | None = "../../index.html") -> str:
-    """One entry's page: ROC figures, per-attack table, config and provenance."""
+    """One entry's page: a summary of its figures, ROC figures, per-attack table, config and
+    provenance; every absolute path of the machine that ran it is cut to its last part
+    (leaderboard.build.public_results)."""
+    results = public_results(results)
     targets = [k for k in next(iter(_experiments(results)))[1]["attacks"][0]["tpr_at_fpr"]]
     figures, tables = [], []
     for name, level in _experiments(results):
@@ -346,11 +537,12 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
     notes = "".join(f"<li>{escape(str(n))}</li>" for n in results.get("notes", []))
     notes += "".join(f'<li class="loses"><b>warning:</b> {escape(str(w))}</li>' for w in results.get("warnings", []))
     back = f'<p><a href="{escape(index_href, quote=True)}">← leaderboard</a></p>' if index_href else ""
-    title = f"{results['defense']} ({results['dataset']}/{results['preset']})"
+    title = f"{display_name(results)} ({results['dataset']}/{results['preset']})"
     return _page(f"privacy-harness: {title}", f"""{back}<h1 class="name" title="{escape(title, quote=True)}"
 style="max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{escape(title)}</h1>
 <p><a href="{escape(results_href, quote=True)}" download>download results.json</a></p>
 {f'<ul>{notes}</ul>' if notes else ''}
+<h2>Summary</h2>{_summary_table(results, meta)}
 <h2>Headline and strongest attack</h2><p class="muted">headline: the best primary variant of the defense's
 adaptive attacks (declared before any result); strongest: the best of every attack and variant that ran on the
 served outputs; a best of several is cross-fitted over victim models (chosen on one half, measured on the other;
@@ -389,13 +581,19 @@ def _entries(site: Path) -> list[tuple[str, Path]]:
 
 
 def _valid_json(data: bytes, results: dict[str, Any]) -> bytes:
-    """``data`` (a results.json's bytes) if it is valid JSON; else ``results`` re-written as valid JSON
-    (a file of an earlier version holds bare ``Infinity`` / ``NaN`` tokens: harness.core.jsonio)."""
+    """What the site publishes of a results.json: ``data`` (its bytes) if it is valid JSON without an
+    absolute path of the machine that ran it; else ``results`` re-written as valid JSON (a file of
+    an earlier version holds bare ``Infinity`` / ``NaN`` tokens: harness.core.jsonio) with every
+    such path cut to its last part (leaderboard.build.public_results: the plugin file, run.out,
+    data.path). Verification compares the same public form (leaderboard/submit.py)."""
+    public = public_results(results)
     try:
         jsonio.strict_loads(data)
-        return data
+        if public == results:
+            return data
     except ValueError:
-        return (jsonio.dumps(results, indent=2) + "\n").encode()
+        pass
+    return (jsonio.dumps(public, indent=2) + "\n").encode()
 
 
 def rebuild(site: Path, skipped: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:

@@ -529,6 +529,8 @@ def verify_bundle(bundle: Path, trust_plugin: bool = False) -> tuple[dict[str, A
             raise SubmissionError(f"re-running the attacks failed ({_one_line(e, root)})") from None
         recomputed["defense"] = defense  # the plugin's path as submitted, not the temporary copy's
         recomputed["config"]["defense"] = defense
+        if "defense_name" not in results:  # a results.json from before the key: nothing to compare
+            recomputed.pop("defense_name", None)
     try:
         problem = compare_numbers(results, recomputed)
     except (KeyError, TypeError, AttributeError) as e:
@@ -614,7 +616,12 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     f = rerun / "results.json" if rerun.is_dir() else rerun
     if not f.is_file():
         raise SubmissionError(f"{f} does not exist: finish the re-run first")
-    mine, theirs = _read_json(d / "results.json", "the entry's"), _read_json(f, "the re-run's")
+    from leaderboard.build import public_results
+
+    # the site publishes results.json with every absolute path cut to its last part (leaderboard.site):
+    # the re-run is compared in the same form, so a plugin re-run from another folder still matches
+    mine, theirs = (public_results(_read_json(d / "results.json", "the entry's")),
+                    public_results(_read_json(f, "the re-run's")))
     for key in ("defense", "preset", "dataset", "num_models", "audit_size", "headline_fpr"):
         if mine.get(key) != theirs.get(key):
             raise SubmissionError(f"the re-run's {key} is {theirs.get(key)!r}, the entry's {mine.get(key)!r}")

@@ -127,6 +127,8 @@ def test_the_tutorial_defense_can_be_submitted(tutorial_run, tmp_path):
     added = CliRunner().invoke(app, ["leaderboard", "add", str(bundle), "--site", str(tmp_path / "site"),
                                      "--trust-plugin"])
     assert added.exit_code == 0 and "accepted" in added.output, added.output
+    page = (tmp_path / "site" / "index.html").read_text()  # as the page says: the declared name, no path
+    assert ">soft-targets-masking</a>" in page and ">plugin</span>" in page and str(folder) not in page
 
 
 def test_every_local_link_in_the_readme_and_docs_exists():

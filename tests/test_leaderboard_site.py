@@ -7,6 +7,7 @@ import copy
 import errno
 import io
 import json
+import math
 import os
 import re
 import shutil
@@ -78,19 +79,27 @@ def test_matched_baseline_interpolates_between_bracketing_dpsgd_points():
 def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
     page = (site / "index.html").read_text()
     assert page.count("<tr>") == 1 + 6  # header + one row per entry
-    assert 'class="sortable"' in page and "data-sort=" in page and "addEventListener('click'" in page
+    assert 'class="sortable board"' in page and "data-sort=" in page and "addEventListener('click'" in page
     assert 'class="frontier"' in page and page.count('class="point') == 6
     # hamp at 92% sits between dpsgd-medium (90%, 1%) and dpsgd-high (94%, 8%): 4.5%, and 2% beats it
-    hamp_row = next(r for r in page.split("<tr>") if ">hamp<" in r)
-    assert "4.5%" in hamp_row and "beats it" in hamp_row
-    relax_row = next(r for r in page.split("<tr>") if ">relaxloss<" in r)
-    assert "no baseline" in relax_row  # 97% is above every DP-SGD entry
+    cells = _index_cells(page, "hamp")
+    html, key, tip = cells["DP-SGD at same acc"]
+    assert html.startswith("4.5% ") and "&#10003;" in html and key == "0.045000" and "it beats DP-SGD" in tip
+    html, key, tip = _index_cells(page, "relaxloss")["DP-SGD at same acc"]
+    assert "n/a" in html and "bracket" in tip  # 97% is above every DP-SGD entry
+    html, _, tip = _index_cells(page, "undefended")["DP-SGD at same acc"]  # 90% at 95%: above every DP-SGD entry
+    assert "n/a" in html
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
     md = (site / "leaderboard.md").read_text()
     assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == 7
-    label_row = next(r for r in page.split("<tr>") if ">relaxloss<" in r)  # carries a label-DP record
-    assert "label 8 " in label_row and "(labels only)" in label_row
+    html, key, tip = _index_cells(page, "relaxloss")["DP ε"]  # carries a label-DP record
+    assert html == "label 8" and key == "8.000000" and "(labels only)" in tip
     assert page.count("(labels only)") == 1  # only the entry with a label-DP record
+    # ranks follow the ranking figure (sample TPR 1, 2, 5, 8, 50, 90%); every header is short, with a tooltip
+    assert [_index_cells(page, d)["rank"][0] for d in ("dpsgd-medium", "hamp", "relaxloss", "dpsgd-high",
+                                                        "undefended")] == ["1", "2", "3", "4", "6"]
+    heads = re.findall(r'<th class="[^"]*" data-col="([^"]*)" title="([^"]+)">([^<]*)</th>', page)
+    assert [h[0] for h in heads] == list(COLUMNS) and all(len(h[2]) <= 10 for h in heads)
 
 
 def test_hostile_names_render_as_text_everywhere(site):
@@ -129,8 +138,25 @@ def test_entry_page_has_roc_figures_tables_provenance_and_its_results(site, resu
         assert key in page
     assert results["data_fingerprint"] and results["data_fingerprint"] in page
     assert 'href="results.json" download' in page
-    # the downloadable copy is the submitted file, byte for byte
-    assert (d / "results.json").read_bytes() == (site.parent / "in" / "run0" / "results.json").read_bytes()
+    # the downloadable copy is the submitted file with the one absolute path it holds (the output
+    # folder of the machine that ran it) cut to its last part
+    original = json.loads((site.parent / "in" / "run0" / "results.json").read_text())
+    published = json.loads((d / "results.json").read_text())
+    assert Path(original["config"]["run"]["out"]).is_absolute()
+    assert published["config"]["run"]["out"] == Path(original["config"]["run"]["out"]).name
+    original["config"]["run"]["out"] = published["config"]["run"]["out"]
+    assert published == original
+
+
+def test_a_results_json_without_an_absolute_path_is_published_byte_for_byte(results, tmp_path):
+    r = _variant(results, "hamp", 0.9, 0.1, f"{5:064x}")
+    r["config"]["run"]["out"] = "runs"
+    src = tmp_path / "in" / "results.json"
+    src.parent.mkdir()
+    src.write_text(json.dumps(r))
+    assert runner.invoke(app, ["leaderboard", "build", str(src), "--out", str(tmp_path / "site")]).exit_code == 0
+    (copy,) = (tmp_path / "site" / "entries").glob("*/results.json")
+    assert copy.read_bytes() == src.read_bytes()
 
 
 def test_unresolved_tpr_is_shown_as_text(results, tmp_path):
@@ -197,48 +223,251 @@ def _chromium() -> str | None:
     return None
 
 
-def test_site_renders_in_headless_chromium_without_errors(site):
+def _browser() -> str:
     browser = _chromium()
     if browser is None:
         pytest.skip("no Chromium binary found (install Debian's `chromium`, or set PLAYWRIGHT_CHROMIUM or "
                     "CHROMIUM to one)")
     pytest.importorskip("playwright", reason="the browser extra is not installed (pip install -e '.[browser]')")
-    from leaderboard.browser import render
+    return browser
+
+
+def test_site_renders_in_headless_chromium_without_errors(site):
+    browser = _browser()
+    from leaderboard.browser import layout_problems, render
 
     shot = site / "index.png"
     report = render(browser, site / "index.html", shot)
     assert report.console_errors == [], report.console_errors
     assert report.table_rows == 6 and report.svg_boxes >= 1 and all(w > 100 and h > 100 for w, h in report.svg_sizes)
     assert shot.stat().st_size > 10_000
-    # the rows start in order of sample TPR (accuracies 90, 92, 97, 94, 93.5, 95%): one click sorts them
+    # the rows start in rank order (accuracies 90, 92, 97, 94, 93.5, 95%): one click sorts them
     assert report.sorted_column == sorted(report.sorted_column) and len(report.sorted_column) == 6
+    assert report.sorted_column != [0.9, 0.92, 0.97, 0.94, 0.935, 0.95]
     page = next(site.glob("entries/*/index.html"))
     entry = render(browser, page, None)
     assert entry.console_errors == [] and entry.svg_boxes >= 2
 
 
-def test_privacy_utility_labels_merge_identical_points_and_never_overlap():
-    from leaderboard.plots import _place_labels
+@pytest.mark.parametrize("width", [1280, 1920])
+def test_the_index_reads_without_scrolling_sideways_wrapped_cells_or_overlapping_labels(site, width):
+    """issue 36: at 1280 px the table needed horizontal scrolling, the attack column wrapped to 4
+    lines and the figure's labels overlapped; measured here in Chromium's own layout."""
+    browser = _browser()
+    from leaderboard.browser import layout_problems, render
 
-    points = [("alibi", 0.9, 0.3, False), ("alibi-high", 0.9, 0.3, False), ("dfkd", 0.901, 0.31, False),
-              ("selena", 0.902, 0.29, False), ("hamp", 0.5, 0.01, False)]
-    xy = [(100.0, 50.0), (100.0, 50.0), (101.0, 52.0), (102.0, 49.0), (10.0, 300.0)]
-    placed = _place_labels(points, xy)
-    assert placed[1] is None and placed[0] is not None and placed[0][2] == "alibi, alibi-high"
-    boxes = [(x, x + 5.6 * min(len(t), 32), y) for x, y, t in filter(None, placed)]
-    assert len(boxes) == 4
-    for i, (a0, a1, ay) in enumerate(boxes):
-        for b0, b1, by in boxes[i + 1:]:
-            assert not (a0 < b1 and b0 < a1 and abs(ay - by) < 11), (boxes, i)
-    assert placed[4] == (17.0, 294.0, "hamp")  # a lone label sits just above and right of its point
+    report = render(browser, site / "index.html", None, width=width)
+    assert report.viewport_width == width and 0 < report.scroll_width <= width
+    assert set(report.column_lines) == set(COLUMNS)
+    assert report.column_lines["attack"] == 1 and report.column_lines["defense"] == 1, report.column_lines
+    assert max(report.column_lines.values()) <= 2, report.column_lines
+    assert len(report.plot_labels) == 6 and report.plot_title is not None
+    assert layout_problems(report) == []  # labels disjoint, none on a marker, every text inside the figure
 
 
-def _index_cells(page: str, defense: str) -> dict[str, tuple[str, str]]:
-    """The index row of ``defense``: column -> (its cell's HTML, its sort key)."""
-    row = next(r for r in page.split("<tr>") if f">{defense}<" in r)
-    cells = re.findall(r'<td class="[^"]*" data-sort="([^"]*)">(.*?)</td>', row)
-    assert len(cells) == len(COLUMNS), row
-    return {c: (html, key) for c, (key, html) in zip(COLUMNS, cells)}
+def test_layout_problems_finds_what_it_looks_for():
+    from leaderboard.browser import PageReport, layout_problems
+
+    bad = PageReport(scroll_width=1400, viewport_width=1280, column_lines={"attack": 4, "acc": 1},
+                     plot_viewbox=(0, 0, 760, 440), plot_labels=[("a", (10, 10, 50, 22)), ("b", (40, 15, 80, 27))],
+                     plot_markers=[(75, 20, 85, 30)], plot_texts=[("title", (-5, 2, 700, 18))])
+    problems = layout_problems(bad)
+    assert len(problems) == 5, problems
+    assert any("1400 px wide" in p for p in problems) and any("'attack' cell wraps to 4" in p for p in problems)
+    assert any("'a' and 'b' overlap" in p for p in problems) and any("'b' covers" in p for p in problems)
+    assert any("'title' leaves the figure" in p for p in problems)
+
+
+PLUGINS = """
+from defenses.base import Defense, ServedModel
+import numpy as np
+
+
+class Oracle(ServedModel):
+    def __init__(self, table, k):
+        self.table, self.k = table, k
+
+    def query(self, x):
+        out = np.zeros((len(x), self.k), np.float32)
+        for i, img in enumerate(x):
+            out[i, self.table.get(img.tobytes(), 0)] = 10.0
+        return out
+
+
+class Memorize(Defense):
+    name, description = "memorize", "a lookup table"
+
+    def fit(self, train, ctx):
+        return Oracle({img.tobytes(): int(y) for img, y in zip(train.x, train.y)}, train.num_classes)
+
+
+class Twin(Memorize):
+    name = "memorize-twin"
+"""
+
+
+def test_file_plugins_show_their_declared_names_and_no_path_of_the_machine(tmp_path):
+    """issue 36: a file plugin was shown by the absolute path of the user's file (and two plugins of
+    one file looked alike); the page now shows the name each declares, and no file of the site holds
+    a path of the machine that ran it (results.json included: run.out, the plugin file)."""
+    src = tmp_path / "home" / "someone" / "my-defenses.py"
+    src.parent.mkdir(parents=True)
+    src.write_text(PLUGINS)
+    out = tmp_path / "home" / "someone" / "runs"
+    for cls in ("Memorize", "Twin"):
+        res = runner.invoke(app, ["evaluate", f"{src}:{cls}", "--out", str(out), "--models", "6", "--audit-size", "20",
+                                  "--set", "attack.bootstrap=10", "--workers", "1"])
+        assert res.exit_code == 0, res.output
+    runs = sorted(out.iterdir())
+    assert {json.loads((r / "results.json").read_text())["defense_name"] for r in runs} == {"memorize", "memorize-twin"}
+    assert all(str(src) in (r / "results.json").read_text() for r in runs)  # the run itself records the path
+    site = tmp_path / "site"
+    res = runner.invoke(app, ["leaderboard", "build", str(out), "--out", str(site)])
+    assert res.exit_code == 0, res.output
+    page = (site / "index.html").read_text()
+    for name in ("memorize", "memorize-twin"):
+        html, _, _ = _index_cells(page, name)["defense"]
+        assert f">{name}</a>" in html and ">plugin</span>" in html
+    files = [f for f in site.rglob("*") if f.is_file()]
+    assert len(files) == 2 + 2 * 2  # index.html, leaderboard.md; each entry's page and results.json
+    for f in files + [p for p in site.rglob("*")]:
+        text = f.read_text() if f.is_file() else ""
+        for secret in (str(tmp_path), "/home/someone", "someone"):
+            assert secret not in text and secret not in str(f.relative_to(site)), (f, secret)
+    published = json.loads(next(site.glob("entries/*/results.json")).read_text())
+    assert published["defense"] in ("my-defenses.py:Memorize", "my-defenses.py:Twin")
+    assert published["config"]["run"]["out"] == "runs"  # the output folder keeps its last part only
+    md = (site / "leaderboard.md").read_text()
+    assert "| memorize | plugin |" in md and "| memorize-twin | plugin |" in md
+
+
+def test_strip_paths_cuts_absolute_paths_and_nothing_else():
+    from leaderboard.build import display_name, strip_paths
+
+    assert strip_paths("/home/me/defs/mine.py:Mine") == "mine.py:Mine"
+    assert strip_paths("C:\\Users\\me\\mine.py:Mine") == "mine.py:Mine"
+    assert strip_paths("~/work/mine.py:Mine") == "mine.py:Mine"
+    assert strip_paths("source /srv/data/ood.pt changed (see /tmp/x/y)") == "source ood.pt changed (see y)"
+    for keep in ("mine.py:Mine", "digits/quick", "1/1000 guesses", "https://example.org/a/b", "lira (online-aug9)",
+                 "runs/bench/hamp"):
+        assert strip_paths(keep) == keep
+    assert display_name({"defense": "/a/b/c.py:Cls"}) == "Cls"  # no declared name recorded: the class
+    assert display_name({"defense": "/a/b/c.py:Cls", "defense_name": "mine"}) == "mine"
+    assert display_name({"defense": "hamp", "defense_name": "undefended"}) == "hamp"  # a built-in: its own name
+
+
+def _disjoint(boxes: list) -> bool:
+    return not any(a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+                   for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_crowded_labels_never_overlap_each_other_a_point_or_the_legend():
+    from leaderboard.plots import place_labels, text_width
+
+    rng = __import__("random").Random(3)
+    xy = [(300 + rng.uniform(-40, 40), 200 + rng.uniform(-30, 30)) for _ in range(40)]  # 40 points in 80 x 60 px
+    texts = [f"defense-{i}" + "x" * (i % 7) for i in range(40)]
+    area, legend = (60, 30, 700, 400), (600, 330, 700, 400)
+    placed = place_labels(texts, xy, area, [legend])
+    boxes = [lab.box for lab in placed if lab is not None]
+    assert len(boxes) >= 20  # most of them find a spot ...
+    assert _disjoint(boxes + [legend])  # ... and none overlaps another or the legend
+    for lab in filter(None, placed):
+        assert area[0] <= lab.box[0] and lab.box[2] <= area[2] and area[1] <= lab.box[1] and lab.box[3] <= area[3]
+        assert lab.box[2] - lab.box[0] == pytest.approx(text_width(lab.text, 10))
+        assert not any(lab.box[0] < x + 6 and x - 6 < lab.box[2] and lab.box[1] < y + 6 and y - 6 < lab.box[3]
+                       for x, y in xy)  # covers no point
+    frontier = [(200.0, 350.0, 420.0, 120.0)]  # a line through the crowd: no label crosses it
+    placed = place_labels(texts, xy, area, [legend], lines=frontier)
+    boxes = [lab.box for lab in placed if lab is not None]
+    assert len(boxes) >= 15 and _disjoint(boxes + [legend])
+    along = [(200 + 220 * t / 1000, 350 - 230 * t / 1000) for t in range(1001)]
+    assert not any(b[0] <= x <= b[2] and b[1] <= y <= b[3] for b in boxes for x, y in along)
+    lone = place_labels(["hamp"], [(100.0, 300.0)], area)[0]
+    assert lone.x == 108.0 and not lone.lead  # a lone label sits right of its point, centred on it
+
+
+def test_the_privacy_utility_figure_keys_labels_that_do_not_fit_and_fits_its_title():
+    from leaderboard.plots import Point, privacy_utility_svg, text_width
+
+    points = [Point(f"defense-number-{i}", 0.9 + 0.0004 * i, 0.3 + 0.001 * (i % 3), False) for i in range(30)]
+    points += [Point("alibi", 0.8, 0.05, False), Point("alibi-high", 0.8, 0.05, False)]  # the same spot: one label
+    title = "Privacy vs utility: " + "a very long setting name " * 10
+    svg = privacy_utility_svg(points, {}, title)
+    labels = re.findall(r'<text class="label" x="([\d.]+)" y="([\d.]+)" font-size="10">([^<]*)</text>', svg)
+    keys = re.findall(r'<text class="key"[^>]*>([^<]*)<title>([^<]*)</title>', svg)
+    assert ("alibi, alibi-high" in [t for _, _, t in labels]) and svg.count("alibi-high") == 2  # label + tooltip
+    numbered = [t for _, _, t in labels if t.isdigit()]
+    assert numbered  # crowded: some names became numbers, each explained in the key below the figure
+    key = {}
+    for _, full in keys:
+        head, _, rest = full.partition(": ")
+        key[head] = rest
+    assert set(numbered) <= set(key)
+    named = [n for _, _, t in labels if not t.isdigit() for n in t.split(", ")]
+    named += [rest if head.isdigit() else head for head, rest in key.items()]
+    assert sorted(named) == sorted({p.label for p in points})  # every entry named exactly once
+    (shown,) = re.findall(r'<text class="title"[^>]*>([^<]*)</text>', svg)
+    width = int(re.search(r'viewBox="0 0 (\d+) ', svg).group(1))
+    assert shown.endswith("…") and text_width(shown, 13) <= width - 16  # cut to the figure, whole in <title>
+    assert f"<title>{title}</title>" in svg
+
+
+def test_an_unresolved_entry_is_drawn_at_its_upper_bound_with_its_own_marker(results, tmp_path):
+    r = _variant(results, "coarse", 0.93, 0.0, f"{9:064x}")
+    r["sample"]["best"]["resolved"]["0.001"] = False
+    r["sample"]["best"]["tpr_at_fpr"]["0.01"], r["sample"]["best"]["resolved"]["0.01"] = 0.25, True
+    r["sample"]["strongest"]["beats_headline"] = False
+    ok = _variant(results, "fine", 0.95, 0.1, f"{8:064x}")
+    for x in (r, ok):
+        d = tmp_path / "entries" / entry_id(x)
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps(x))
+    rows = rebuild(tmp_path)
+    assert [x["defense"] for x in rows] == ["fine", "coarse"]  # no figure: ranked last
+    page = (tmp_path / "index.html").read_text()
+    html, _, tip = _index_cells(page, "coarse")["sample TPR"]
+    assert html == "unresolved" and "at most 25.0% (its TPR at 1% FPR)" in tip
+    assert _index_cells(page, "coarse")["rank"][0] == "-"
+    (bound,) = re.findall(r'<path class="point bound" d="M[\d.]+,([\d.]+) ', page)
+    assert page.count('class="point') == 2 and "unresolved (upper bound)" in page
+    assert "coarse: accuracy 93.0%, TPR at most 25.0% (unresolved at 0.1% FPR)" in page
+    # drawn at 25% on the log axis from 0.1% (bottom, y = 398) to 100% (top, y = 30)
+    assert float(bound) + 5 == pytest.approx(398 - (398 - 30) * (math.log10(0.25) + 3) / 3, abs=0.2)
+    r["sample"]["best"]["resolved"]["0.01"] = False  # nothing above 0.1% resolved: the trivial bound, 100%
+    (next(tmp_path.glob("entries/coarse-*/results.json"))).write_text(json.dumps(r))
+    rebuild(tmp_path)
+    assert "TPR at most 100.0% (unresolved" in (tmp_path / "index.html").read_text()
+
+
+def test_each_setting_has_its_own_ranked_table_and_figure(results, tmp_path):
+    for i, (name, preset, tpr) in enumerate([("a", "quick", 0.3), ("b", "quick", 0.1), ("c", "other", 0.2),
+                                             ("d", "other", 0.4)]):
+        r = _variant(results, name, 0.9, tpr, f"{i:064x}")
+        r["preset"] = preset
+        d = tmp_path / "entries" / entry_id(r)
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps(r))
+    rebuild(tmp_path)
+    page = (tmp_path / "index.html").read_text()
+    assert page.count('<table class="sortable board">') == 2 and page.count('class="plot privacy-utility"') == 2
+    assert page.index(">digits/other</h2>") < page.index(">c</a>") < page.index(">d</a>") < \
+        page.index(">digits/quick</h2>") < page.index(">b</a>") < page.index(">a</a>")
+    assert [_index_cells(page, n)["rank"][0] for n in "cdba"] == ["1", "2", "1", "2"]  # ranks count per setting
+    assert "Privacy vs utility: digits/other" in page and "Privacy vs utility: digits/quick" in page
+
+
+def test_index_rows_each_have_an_upper_bound_only_where_unresolved(site):
+    page = (site / "index.html").read_text()
+    assert 'class="point bound"' not in page and "unresolved (upper bound)" not in page
+
+
+def _index_cells(page: str, defense: str) -> dict[str, tuple[str, str, str]]:
+    """The index row of ``defense``: column -> (its cell's HTML, its sort key, its tooltip)."""
+    row = next(r for r in page.split("<tr>") if f">{defense}</a>" in r)
+    cells = re.findall(r'<td class="[^"]*" data-col="([^"]*)" data-sort="([^"]*)"(?: title="([^"]*)")?>(.*?)</td>', row)
+    assert [c[0] for c in cells] == list(COLUMNS), row
+    return {col: (html, key, tip) for col, key, tip, html in cells}
 
 
 def _md_rows(md: str) -> list[dict[str, str]]:
@@ -248,7 +477,8 @@ def _md_rows(md: str) -> list[dict[str, str]]:
     return [dict(zip(head, (c.strip() for c in ln.strip("|").split(" | ")))) for ln in lines[1:]]
 
 
-def test_population_strongest_figure_is_shown_beside_the_population_headline(results, tmp_path):
+def test_a_beaten_headline_gets_a_mark_and_one_footnote_and_the_strongest_figures_stay_in_the_entry_page(
+        results, tmp_path):
     r = _variant(results, "popleak", 0.9, 0.2, f"{7:064x}")
     for lv, tpr, beats in (("population", 0.777, True), ("sample", 0.333, False)):
         r[lv]["strongest"]["tpr_at_fpr"]["0.001"], r[lv]["strongest"]["resolved"]["0.001"] = tpr, True
@@ -257,27 +487,31 @@ def test_population_strongest_figure_is_shown_beside_the_population_headline(res
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps(r))
     rebuild(tmp_path)
-    assert COLUMNS.index("strongest population TPR") == COLUMNS.index("population TPR") + 1
-    cells = _index_cells((tmp_path / "index.html").read_text(), "popleak")
-    html, key = cells["strongest population TPR"]
+    page = (tmp_path / "index.html").read_text()
+    cells = _index_cells(page, "popleak")
     name = f'{r["population"]["strongest"]["name"]} ({r["population"]["strongest"]["variant"]})'
-    assert html.startswith("77.7%") and key == "0.777000" and name in html
-    assert "above the headline" in html  # the population level's own flag
-    assert "33.3%" in cells["strongest sample TPR"][0] and "above the headline" not in cells["strongest sample TPR"][0]
+    html, _, _ = cells["population TPR"]  # the population headline carries the population level's mark
+    assert 'class="flag" href="#fn-flag"' in html and "77.7%" in html and name in html
+    html, key, tip = cells["strongest sample TPR"]  # the sample level is not flagged: no mark
+    assert html.startswith("33.3%") and key == "0.333000" and "flag" not in html
+    assert page.count('id="fn-flag"') == 1 and page.count("finds an attack variant that beats") == 1
+    assert "above the headline" not in page  # the mark and its footnote, no repeated warning text
     (row,) = _md_rows((tmp_path / "leaderboard.md").read_text())
     assert row["strongest population TPR"] == "77.7% ⚠" and row["strongest sample TPR"] == "33.3%"
     assert row["strongest population attack"] == name
     assert MD_COLUMNS.index("strongest population TPR") == MD_COLUMNS.index("population TPR") + 1
+    entry = (d / "index.html").read_text()
+    assert f"77.7% at 0.1% FPR: {name}; beats the headline (headline test)" in entry
 
 
-def test_models_column_is_the_per_level_count_of_the_report(site, results):
+def test_models_compute_and_epsilons_are_on_the_entry_page_and_in_the_markdown(site, results):
     assert results["num_models"] == 6 and "population" in results and "sample" in results  # 2 levels of 6
     rows = _md_rows((site / "leaderboard.md").read_text())
     assert len(rows) == 6 and {r["models"] for r in rows} == {"6"}
-    html, key = _index_cells((site / "index.html").read_text(), "hamp")["models"]
-    assert key == "6" and html.startswith("6 ") and "2 levels" in html
+    assert "models" not in COLUMNS and "device-hours" not in COLUMNS  # the index leaves them to the entry page
     page = next(site.glob("entries/*/index.html")).read_text()
-    assert "6 per level, 12 trained" in page
+    assert "6 per level, 12 trained" in page and "6 per level × 2 levels" in page
+    assert "device-hours" in page and "empirical ε ≥ (one-run, headline variant)" in page
 
 
 class _FillingFile:

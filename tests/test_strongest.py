@@ -172,7 +172,11 @@ def test_leaderboard_ranks_by_the_headline_unless_the_test_finds_it_beaten(thres
     assert res.exit_code == 0, res.output
     page = (tmp_path / "site" / "index.html").read_text()
     assert page.index(">honest<") < page.index(">declares-weak<")
-    assert "strongest sample TPR" in page and "above the headline" in page and "headline test" in page
+    assert 'data-col="strongest sample TPR"' in page and "headline test" in page
+    strongest = [(row.split("</a>")[0].rsplit(">", 1)[1], cell) for row in page.split("<tr>")[2:]
+                 for cell in row.split("<td") if 'data-col="strongest sample TPR"' in cell]
+    flagged = [name for name, cell in strongest if 'class="flag" href="#fn-flag"' in cell]  # the mark, one footnote
+    assert len(strongest) == 3 and flagged == ["declares-weak"] and page.count('id="fn-flag"') == 1
     md = (tmp_path / "site" / "leaderboard.md").read_text()
     assert "| strongest sample TPR |" in md.splitlines()[0] and "50.0%" in md
 

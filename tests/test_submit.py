@@ -348,6 +348,15 @@ def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeyp
     assert res.exit_code == 0, res.output
     (entry,) = (tmp_path / "site" / "entries").iterdir()
     assert json.loads((entry / "results.json").read_text())["defense"] == "memo.py:MemorizeDefense"
+    # the maintainer re-runs the bundled source from a folder of their own: the absolute path differs,
+    # the published form (file name and class) is the same, so the re-run verifies the entry
+    rerun = json.loads((run_dir / "results.json").read_text())
+    rerun["seed"] = rerun["config"]["seed"] = 987
+    rerun["defense"] = rerun["config"]["defense"] = f"{tmp_path / 'maintainer' / 'memo.py'}:MemorizeDefense"
+    (tmp_path / "rerun.json").write_text(json.dumps(rerun))
+    res = runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", "rerun.json", "--site", "site"])
+    assert res.exit_code == 0, res.output
+    assert str(tmp_path) not in "".join(f.read_text() for f in (tmp_path / "site").rglob("*") if f.is_file())
     (tmp_path / "memo.py").write_text(PLUGIN + "\n# changed\n")
     line = _refusal(runner.invoke(app, ["submit", str(run_dir), "-o", "again.tar.gz"]), "error:")
     assert "changed since the run trained with it" in line

@@ -30,6 +30,51 @@ LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every mo
                    "added automatically and counts for the headline")
 
 
+#: the note of a run whose random-serving check found random answers (:func:`serving_notes`)
+RANDOM_SERVING_NOTE = ("the served outputs are random ({random} of {checked} models answered the same images "
+                       "differently when asked twice): the lira-averaged attack (LiRA on the mean of R = {r} answers "
+                       "per query view, audit.repeat_queries) was added automatically and counts for the headline")
+RANDOM_UNAVERAGED_NOTE = ("the served outputs are random ({random} of {checked} models answered the same images "
+                          "differently when asked twice), but audit.repeat_queries=1: no averaged answers were saved, so "
+                          "the headline reads single noisy answers and may understate the leak; train with "
+                          "--set audit.repeat_queries=8 (or more) for the lira-averaged attack")
+DETERMINISTIC_NOTE = ("every model answered the same images identically when asked twice (deterministic serving): "
+                      "no repeated queries were needed (audit.repeat_queries={r}), and lira-averaged, where it ran, "
+                      "reads each model's one answer")
+
+
+def serving_record(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """A level's ``serving`` record in results.json from its models' records (``serving`` in each
+    signals file's metadata, :func:`harness.run.signals.check_serving`): how many models were
+    checked (0 for a run trained before the check) and found random, the largest difference between
+    two answers to the same image, and R of the averaged answers saved (1: none)."""
+    recs = [m["serving"] for m in metas if isinstance(m.get("serving"), dict)]
+    flagged = [r for r in recs if r.get("random")]
+    return {"checked_models": len(recs), "random_models": len(flagged),
+            "max_abs_difference": max((float(r["max_abs_difference"]) for r in recs), default=None),
+            "repeat_queries": max((int(r.get("repeat_queries", 1)) for r in flagged), default=1)}
+
+
+def serving_notes(levels: dict[str, dict[str, Any]], repeat_queries: int, averaging_asked: bool
+                  ) -> tuple[bool | None, list[str]]:
+    """(whether serving is random, the notes to record) from each level's :func:`serving_record`:
+    None where no model was checked (trained before the check). With random serving the averaging
+    attack is declared when R > 1, and said not to be otherwise; with deterministic serving, a
+    note where the user asked for the averaging (R other than the default, or ``lira-averaged``)."""
+    from harness.core.config import DEFAULT_REPEAT_QUERIES
+
+    checked = sum(r["checked_models"] for r in levels.values())
+    flagged = sum(r["random_models"] for r in levels.values())
+    if not checked:
+        return None, []
+    if flagged:
+        text = RANDOM_SERVING_NOTE if repeat_queries > 1 else RANDOM_UNAVERAGED_NOTE
+        return True, [text.format(random=flagged, checked=checked, r=repeat_queries)]
+    if repeat_queries != DEFAULT_REPEAT_QUERIES or averaging_asked:
+        return False, [DETERMINISTIC_NOTE.format(r=repeat_queries)]
+    return False, []
+
+
 def is_one_hot(logits: np.ndarray) -> bool:
     """Every row over the last axis is a one-hot vector: entries exactly 0 or 1, exactly one 1.
     Applied to a level's stacked served outputs (S, C, A, K): labels only in every model."""
@@ -45,30 +90,50 @@ class LevelSignals:
 def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals:
     """Stack every model's signals (the signals all models hold) in their stored dtype; refuse if any
     model of the level is unfinished. Each model's file is read into a preallocated (S, ...) array
-    and dropped, so the peak memory is the stacked signals plus one model's, not twice the stack."""
+    and dropped, so the peak memory is the stacked signals plus one model's, not twice the stack.
+    A signal of repeated queries (``Signal.averages``: ``logits_averaged``) that a model whose
+    serving the check found deterministic did not save is the log-softmax of the signal it averages
+    (R equal answers); a model without that record (trained before the check) leaves it out."""
+    from harness.run.signals import BUILTIN_SIGNALS, log_probabilities
+
     signals: dict[str, np.ndarray] = {}
+    lacking: dict[str, list[int]] = {}  # signal -> models without it
     metas: list[dict[str, Any]] = []
     missing: list[int] = []
+    seen = 0
     for s in range(num_models):
         m = run.read_signals(level, s)
         if m is None:
             missing.append(s)
             continue
-        if not metas:
-            signals = {n: np.empty((num_models, *a.shape), a.dtype) for n, a in sorted(m.arrays.items())}
-        for n in [n for n in signals if n not in m.arrays]:  # a signal some model lacks is not attackable
-            del signals[n]
-        for n, out in signals.items():
-            if m.arrays[n].shape != out.shape[1:]:
+        for n, a in sorted(m.arrays.items()):
+            if n not in signals and n not in lacking:  # first seen here: the models before lack it
+                signals[n] = np.empty((num_models, *a.shape), a.dtype)
+                if seen:
+                    lacking[n] = [i for i in range(s) if i not in missing]
+        for n in signals:
+            if n not in m.arrays:
+                lacking.setdefault(n, []).append(s)
+                continue
+            if m.arrays[n].shape != signals[n].shape[1:]:
                 raise RunDirError(f"{level} level: model {s}'s {n!r} signal has shape {m.arrays[n].shape}, the "
-                                  f"level's first model's {out.shape[1:]}; the run directory mixes runs")
-            out[s] = m.arrays[n]
+                                  f"level's first model's {signals[n].shape[1:]}; the run directory mixes runs")
+            signals[n][s] = m.arrays[n]
         metas.append(m.meta)
+        seen += 1
     if missing:
         raise RunDirError(
             f"{level} level: {len(missing)} of {num_models} models have no finished signals "
             f"(e.g. model {missing[0]}); re-run `harness evaluate` with the same arguments to finish training"
         )
+    for n, models in lacking.items():
+        base = BUILTIN_SIGNALS[n].averages if n in BUILTIN_SIGNALS else None
+        deterministic = all((metas[i].get("serving") or {}).get("random") is False for i in models)
+        if base is not None and base in signals and base not in lacking and deterministic:
+            for i in models:  # the mean of R equal answers
+                signals[n][i] = log_probabilities(signals[base][i]).astype(signals[n].dtype)
+        else:  # a signal some model lacks is not attackable
+            del signals[n]
     return LevelSignals(signals=signals, metas=metas)
 
 
@@ -326,6 +391,7 @@ def evaluate_level(
         "strongest": strongest_figure(strongest_pool(candidates, others, excluded), cfg, excluded, select_at),
         "privacy": _privacy_json(ls.metas),
         "label_privacy": _label_privacy_json(ls.metas),
+        "serving": serving_record(ls.metas),
         "compute": {
             "train_seconds_total": float(sum(m["train_seconds"] for m in ls.metas)),
             "query_seconds_total": float(sum(m["query_seconds"] for m in ls.metas)),
@@ -379,6 +445,8 @@ def evaluate_run(
     t0 = time.perf_counter()
     results: dict[str, Any] = {
         "defense": cfg.defense,
+        # the name the defense's class declares (a file plugin's ``name``, not its path)
+        "defense_name": str(getattr(type(defense), "name", "") or ""),
         "preset": cfg.preset,
         "dataset": cfg.data.name,
         "num_models": cfg.audit.models,
@@ -409,6 +477,23 @@ def evaluate_run(
             attacks = [*attacks, *load_attacks(["label-only"])]
         headline_attacks.append("label-only")
         results["notes"] = [*results.get("notes", []), LABEL_ONLY_NOTE]
+    # the random-serving check of every model (cheap: the metadata of the levels not loaded yet)
+    served = {lv: serving_record(first.metas if lv == levels[0] else
+                                 [m for i in range(cfg.audit.models) if (m := run.read_signals_meta(lv, i)) is not None])
+              for lv in levels} if first is not None else {}
+    is_random, serving_lines = serving_notes(served, cfg.audit.repeat_queries,
+                                             "lira-averaged" in [a.name for a in attacks])
+    averaging = is_random is True and cfg.audit.repeat_queries > 1
+    if averaging and "lira-averaged" not in headline_attacks:
+        # a model that answers the same image differently each time is attacked with the mean of R
+        # answers, whatever the defense declared (as label-only for labels)
+        if "lira-averaged" not in [a.name for a in attacks]:
+            attacks = [*attacks, *load_attacks(["lira-averaged"])]
+        headline_attacks.append("lira-averaged")
+    if serving_lines:
+        results["notes"] = [*results.get("notes", []), *serving_lines]
+    results["serving"] = {"random": is_random, "repeat_queries": cfg.audit.repeat_queries,
+                          "averaging_attack": "lira-averaged" if averaging else None}
     weights = victim_weights(cfg, cfg.audit.models)  # one set of draws and folds for every variant of both levels
     # the FPR cross-fitted choices are made at: per level, from its fewest non-member guesses (the
     # sample level's over all of its canary experiments, whose candidates are chosen among together)

@@ -53,6 +53,10 @@ class DataConfig(_Strict):
         "ones (harness/core/data.py, load_npz)")
 
 
+#: ``audit.repeat_queries``' default: answers averaged per query view where serving is random
+DEFAULT_REPEAT_QUERIES = 8
+
+
 class AuditConfig(_Strict):
     """Audit design of paper section 5.2: C audit samples, each a member of exactly S/2 models."""
 
@@ -74,6 +78,13 @@ class AuditConfig(_Strict):
         default="float32",
         description="storage of each model's saved signals: float16 halves the disk and the attack phase's memory "
         "(relative rounding 2^-11; docs/protocol.md, Signals)",
+    )
+
+    repeat_queries: int = Field(
+        default=DEFAULT_REPEAT_QUERIES, ge=1,
+        description="R: where a model's serving is random (the same images answered differently when asked twice), "
+        "each query view of the audit samples is asked R times and the mean log-probabilities saved as "
+        "logits_averaged, which lira-averaged reads; 1 = never (docs/protocol.md, Random serving)",
     )
 
     @field_validator("canary_params", mode="before")
@@ -244,6 +255,8 @@ class ExperimentConfig(_Strict):
             d["data"].pop("scale")
         if d["audit"]["signal_dtype"] == "float32":  # the default keeps the fingerprints runs had before the field
             d["audit"].pop("signal_dtype")
+        if d["audit"]["repeat_queries"] == DEFAULT_REPEAT_QUERIES:  # the same for the default R
+            d["audit"].pop("repeat_queries")
         return d
 
     def with_absolute_paths(self, plumbing: tuple[str, ...] | frozenset[str] = ()) -> "ExperimentConfig":

@@ -36,7 +36,11 @@ class Signal:
     """A named per-model signal. ``requires``: the served model's capability it needs
     (``"features"``, ``"raw_query"`` or None); ``images``: computed on the ``"audit"`` samples, the
     ``"population"`` samples or the canaries' ``"neighbours"`` (near-duplicates); ``access``: what an
-    adversary needs to read it."""
+    adversary needs to read it. ``averages``: for a signal of repeated queries, the signal whose
+    answers it averages (``logits_averaged`` averages ``logits``): computed only for a model whose
+    serving is random, as the mean log-probabilities of ``audit.repeat_queries`` answers of ``fn``;
+    for a model whose serving is deterministic it is that signal's log-softmax (R equal answers),
+    which the attack phase computes instead of storing it."""
 
     name: str
     description: str
@@ -44,3 +48,4 @@ class Signal:
     requires: str | None = None
     images: str = "audit"
     access: str = "black-box"
+    averages: str | None = None

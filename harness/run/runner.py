@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import platform
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,6 +61,25 @@ def configure_determinism(device: str, deterministic: bool) -> None:
     torch.use_deterministic_algorithms(deterministic)
     torch.backends.cudnn.benchmark = not deterministic
     torch.backends.cudnn.deterministic = deterministic
+
+
+def global_rng_seed(seed: int) -> int:
+    """The seed of the global RNGs while model ``seed`` trains: derived from it, so that the global
+    stream is not the one ``init_network`` draws the initialization from (``torch.manual_seed(seed)``)."""
+    return int(np.random.SeedSequence([seed, 0x6106A1]).generate_state(1)[0])
+
+
+def seed_global_rngs(seed: int) -> None:
+    """Seed torch's global RNG (every device), numpy's legacy global RNG and Python's ``random`` from
+    a model's seed (:func:`global_rng_seed`), right before the defense's ``fit``: a plugin that draws
+    from global state (``torch.randn``, an ``nn.Linear`` built outside ``init_network``,
+    ``np.random.rand``) trains the same model whatever ran before it in the process, on every run and
+    resume, with any number of workers. The built-in defenses draw from their own seeded generators
+    and are unaffected."""
+    g = global_rng_seed(seed)
+    torch.manual_seed(g)
+    np.random.seed(g)
+    random.seed(g)
 
 
 def make_defense(cfg: ExperimentConfig) -> Defense:
@@ -372,16 +392,25 @@ def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dic
 
 def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense, x: np.ndarray, spec: AugmentSpec,
                     population_x: np.ndarray | None = None, neighbour_x: np.ndarray | None = None
-                    ) -> dict[str, np.ndarray]:
-    """The signals one model saves: every signal the run's attacks need (:mod:`harness.run.signals`),
-    on the audit samples ``x``, for population signals on ``population_x``, and for neighbour
-    signals on the canaries' near-duplicates ``neighbour_x``."""
-    from harness.run.signals import compute_signals, signal_seed, stored
+                    ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(signals, serving record) of one model. First the random-serving check
+    (:func:`harness.run.signals.check_serving`: the first audit images asked twice); then every
+    signal the run's attacks need (:mod:`harness.run.signals`), on the audit samples ``x``, for
+    population signals on ``population_x``, and for neighbour signals on the canaries'
+    near-duplicates ``neighbour_x``; where serving is random and ``audit.repeat_queries`` R > 1,
+    also every signal of repeated queries (``logits_averaged``: R answers per query view). A
+    deterministic model is asked nothing more than the check's few images."""
+    from harness.run.signals import check_serving, compute_signals, signal_seed, stored
 
     names, table = run_signals(cfg, defense)
+    serving = check_serving(served, x)
+    repeats = cfg.audit.repeat_queries if serving["random"] else 1
+    if repeats > 1:
+        names = sorted({*names, *(n for n, sig in table.items() if sig.averages in names)})
+    serving["repeat_queries"] = repeats  # R of the saved averages; 1: none saved
     pop = population_x if population_x is not None else x[:0]
-    return stored(compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x),
-                  cfg.audit.signal_dtype)
+    signals = compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x, repeats)
+    return stored(signals, cfg.audit.signal_dtype), serving
 
 
 @dataclass(frozen=True)
@@ -437,7 +466,9 @@ class _JobSetup:
             f"{self.level} models {indices[0]}-{indices[-1]}"
 
     def fit(self, fit: Callable[[], Any], indices: Sequence[int]) -> Any:
-        """Run the defense's ``fit`` (or ``fit_group``) with its errors reported as the plugin's."""
+        """Run the defense's ``fit`` (or ``fit_group``) with its errors reported as the plugin's, the
+        global RNGs seeded first from the seed of the first model of ``indices`` (:func:`seed_global_rngs`)."""
+        seed_global_rngs(self.seed(indices[0]))
         try:
             return fit()
         except (ConfigError, KeyboardInterrupt):
@@ -457,8 +488,8 @@ class _JobSetup:
         checked = plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
         t1 = time.perf_counter()
         try:
-            signals = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,
-                                      data.x_test[ld.population_indices], ld.canaries.neighbour_x)
+            signals, serving = collect_signals(checked, cfg, defense, ld.canaries.x, data.augment,
+                                               data.x_test[ld.population_indices], ld.canaries.neighbour_x)
             checked.during = "test accuracy on the test set"
             test_pred = checked.query(data.x_test).argmax(axis=1)
         except (ConfigError, KeyboardInterrupt):
@@ -487,6 +518,7 @@ class _JobSetup:
             "torch_threads": torch.get_num_threads(),
             "host": platform.node(),
             "defense_info": served.info(),
+            "serving": serving,
             "model_saved": False,
         }
         if cfg.run.save_models:  # before the signals: a finished model then always has its saved state

@@ -571,6 +571,23 @@ class RunDir:
             return None
         return ModelSignals(index=index, arrays=arrays, meta=meta)
 
+    def read_signals_meta(self, level: str, index: int) -> dict[str, Any] | None:
+        """The metadata of the model's finished signals file, without reading its arrays; None where
+        :meth:`read_signals` would find no finished file of this design, or cannot read it (that
+        method reports the damage)."""
+        path = self.signals_path(level, index)
+        if not path.is_file():
+            return None
+        try:
+            with np.load(path) as z:
+                meta = json.loads(str(z["meta"]))
+        except Exception:
+            return None
+        if not isinstance(meta, dict) or meta.get("level_fingerprint") != self.level_fingerprint(level) \
+                or meta.get("model_index") != index:
+            return None
+        return meta
+
     def quarantine_damaged(self, level: str, num_models: int) -> list[tuple[DamagedFileError, Path]]:
         """Move every unreadable signals file of ``level`` aside (``.damaged``), so that its model
         counts as unfinished and is retrained; return (what was wrong, new path) per file."""

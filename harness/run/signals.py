@@ -24,7 +24,11 @@ Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index
   cosine similarity ``log((1 + s) / (1 - s))`` of the encoder features of two SSL-augmented copies
   of the view (white-box, needs ``features``; the paper's ``backbone`` score, protocol notes 3.5);
 - ``contrastive_logits`` (N, A, R): the same on the served logits (black-box; the paper's
-  ``similarity`` score).
+  ``similarity`` score);
+- ``logits_averaged`` (N, A, K): for a model whose serving is random (:func:`check_serving`), the
+  mean of the log-probabilities of ``audit.repeat_queries`` answers per query view of the audit
+  samples (``lira-averaged`` reads it); a deterministic model saves none (its average is the
+  log-softmax of ``logits``, which the attack phase takes instead).
 
 Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Signal`). A signal
 value holding a NaN is refused when computed (:func:`compute_signals`, one line naming it): no
@@ -33,7 +37,7 @@ attack scores NaN, and a saved file holding one reads as damaged.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -123,6 +127,47 @@ def _logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) ->
     return query_augmented(served.query, x, spec)
 
 
+#: how many audit samples (the first ones: a fixed choice) every trained model is asked twice
+SERVING_PROBE = 8
+#: answers that differ by more than this (on log-probabilities, relative and absolute) are random
+SERVING_TOLERANCE = 1e-4
+
+
+def log_probabilities(z: np.ndarray) -> np.ndarray:
+    """Row-wise log-softmax over the last axis, in float64: what an answer's softmax means, whatever
+    constant a served model adds per row."""
+    z = np.asarray(z, dtype=np.float64)
+    m = z.max(axis=-1, keepdims=True)
+    return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
+
+
+def check_serving(served: ServedModel, x: np.ndarray) -> dict[str, Any]:
+    """Ask the served model the same :data:`SERVING_PROBE` images (the first of ``x``, unaugmented)
+    twice and compare the two answers as log-probabilities (a constant added per row is not a
+    difference). ``random``: they differ beyond :data:`SERVING_TOLERANCE` (``np.allclose``, relative
+    and absolute): the model serves fresh randomness per query, so one answer per image understates
+    what R answers reveal. Returns the per-model record saved with the signals (``serving``)."""
+    probe = x[:SERVING_PROBE]
+    if isinstance(served, CheckedServed):
+        served.during = f"the random-serving check (the first {len(probe)} audit images, asked twice)"
+    first, second = (log_probabilities(served.query(probe)) for _ in range(2))
+    diff = float(np.abs(first - second).max()) if first.size else 0.0
+    random = not np.allclose(first, second, rtol=SERVING_TOLERANCE, atol=SERVING_TOLERANCE)
+    return {"random": bool(random), "probe_images": int(len(probe)), "max_abs_difference": diff}
+
+
+def averaged_answers(answer: Callable[[], np.ndarray], repeats: int) -> np.ndarray:
+    """The mean log-probabilities (float32) of ``repeats`` calls of ``answer`` (each a fresh answer
+    of a random served model, (..., K) scores): the standard estimate of the model behind the noise
+    (docs/protocol.md, Random serving)."""
+    total: np.ndarray | None = None
+    for _ in range(repeats):
+        lp = log_probabilities(answer())
+        total = lp if total is None else total + lp
+    assert total is not None
+    return (total / repeats).astype(np.float32)
+
+
 def _raw_logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) -> np.ndarray | None:
     if served.raw_query(x[:1]) is None:
         return None
@@ -171,6 +216,8 @@ BUILTIN_SIGNALS: dict[str, Signal] = {
                _contrastive_logits),
         Signal("ssl_view_logits", "served outputs on the first of each pair of SSL views (the paper's SSL "
                "confidence baseline)", _ssl_view_logits),
+        Signal("logits_averaged", "mean served log-probabilities of audit.repeat_queries answers per query view "
+               "(random serving only)", _logits, averages="logits"),
     )
 }
 
@@ -245,21 +292,26 @@ def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str,
 
 def compute_signals(names: list[str], table: dict[str, Signal], served: ServedModel, audit_x: np.ndarray,
                     population_x: np.ndarray, spec: AugmentSpec, seed: int,
-                    neighbour_x: np.ndarray | None = None) -> dict[str, np.ndarray]:
+                    neighbour_x: np.ndarray | None = None, repeats: int = 1) -> dict[str, np.ndarray]:
     """Compute the named signals for one trained model: on the audit samples, the population
     samples or the canaries' neighbours (``Signal.images``); a signal whose images a level does not
-    have (no population samples, canaries without neighbours) is not computed."""
+    have (no population samples, canaries without neighbours) is not computed. A signal of repeated
+    queries (``Signal.averages``) is the mean of ``repeats`` answers (:func:`averaged_answers`), and
+    is not computed with ``repeats`` < 2 (a deterministic model, or ``audit.repeat_queries=1``)."""
     out: dict[str, np.ndarray] = {}
     images = {"audit": audit_x, "population": population_x,
               "neighbours": neighbour_x if neighbour_x is not None else audit_x[:0]}
     for n in names:
         sig = table[n]
         x = images[sig.images]
-        if sig.images != "audit" and not len(x):
+        if (sig.images != "audit" and not len(x)) or (sig.averages is not None and repeats < 2):
             continue
         if isinstance(served, CheckedServed):  # its messages name the signal
             served.during = f"signal {n!r} on the {sig.images} samples"
-        value = sig.fn(served, x, spec, seed)
+        if sig.averages is not None:
+            value = averaged_answers(lambda: sig.fn(served, x, spec, seed), repeats)
+        else:
+            value = sig.fn(served, x, spec, seed)
         if value is None:
             raise RuntimeError(f"signal {n!r} needs the served model's {sig.requires}, which the defense declares "
                                f"(Defense.provides) but its served model returned None")

@@ -1,0 +1,217 @@
+"""Randomized serving and global RNG state (issue 36, defect 2): a served model that answers the same
+image differently on every query is detected and attacked with averaged repeated queries; a plugin
+that draws from the global RNGs trains the same models on every run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from harness.audit.attack_phase import DETERMINISTIC_NOTE, RANDOM_SERVING_NOTE, RANDOM_UNAVERAGED_NOTE
+from harness.cli import app
+from harness.run.signals import SERVING_PROBE, check_serving
+
+runner = CliRunner()
+
+PLUGINS = Path(__file__).resolve().parents[1] / "benchmarks" / "serving_plugins.py"
+TINY = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
+        "attack.bootstrap=20", "--workers", "1", "--level", "population"]
+
+
+def _evaluate(out: Path, cls: str, *args: str) -> tuple[Path, str]:
+    res = runner.invoke(app, ["evaluate", f"{PLUGINS}:{cls}", "--out", str(out), *args], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    (run_dir,) = out.iterdir()
+    return run_dir, res.output
+
+
+def _signals(run_dir: Path, level: str, index: int) -> dict[str, np.ndarray]:
+    with np.load(run_dir / level / "signals" / f"model_{index:04d}.npz") as z:
+        return {k: z[k] for k in z.files if k != "meta"}
+
+
+def test_a_plugin_that_trains_from_the_global_torch_rng_gives_the_same_models_twice(tmp_path):
+    """GlobalRNGInit initializes its network from torch's global RNG: the same run evaluated twice in
+    one process (two directories, the same fingerprint) trains the same models, because the harness
+    seeds the global RNGs from each model's seed right before fit; and two models of a run differ."""
+    a, _ = _evaluate(tmp_path / "a", "GlobalRNGInit", *TINY)
+    b, _ = _evaluate(tmp_path / "b", "GlobalRNGInit", *TINY)
+    assert a.name == b.name  # the same fingerprint
+    for s in range(6):
+        sa, sb = _signals(a, "population", s), _signals(b, "population", s)
+        assert sa.keys() == sb.keys()
+        for k in sa:
+            np.testing.assert_array_equal(sa[k], sb[k], err_msg=f"model {s}, signal {k}")
+    assert not np.array_equal(_signals(a, "population", 0)["logits"], _signals(a, "population", 1)["logits"])
+
+
+def _meta(run_dir: Path, level: str, index: int) -> dict:
+    with np.load(run_dir / level / "signals" / f"model_{index:04d}.npz") as z:
+        return json.loads(str(z["meta"]))
+
+
+def _primary(results: dict, level: str, attack: str) -> dict:
+    return next(e for e in results[level]["attacks"] if e["name"] == attack and e["primary"])
+
+
+class _Counting:
+    """A served model that counts the images it is asked about."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.images = inner, 0
+
+    def query(self, x):
+        self.images += len(x)
+        return self.inner.query(x)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def _mlp_served(seed: int = 0):
+    from defenses.base import TorchClassifier
+
+    torch.manual_seed(seed)
+    net = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10))
+    return TorchClassifier(net, (0.5,), (0.25,), "cpu")
+
+
+def test_the_check_flags_fresh_noise_per_query_and_nothing_deterministic():
+    """Two answers to the same images: fresh noise differs; a network, seeded noise per image (the
+    same image, the same answer) and a random constant per row (the same probabilities) do not."""
+    import sys
+
+    sys.path.insert(0, str(PLUGINS.parent))
+    from headline_plugins import RandomServed
+    from serving_plugins import NoisyAnswers
+
+    x = np.random.default_rng(0).integers(0, 256, (20, 1, 8, 8), dtype=np.uint8)
+    net = _mlp_served()
+
+    class Shifted:  # logits plus a fresh constant per row: softmax unchanged, not random serving
+        rng = np.random.default_rng(1)
+
+        def query(self, x):
+            return net.query(x) + self.rng.normal(0, 5, (len(x), 1)).astype(np.float32)
+
+    for served in (net, RandomServed(3, 10), Shifted()):
+        rec = check_serving(served, x)
+        assert rec["random"] is False and rec["probe_images"] == SERVING_PROBE and rec["max_abs_difference"] < 1e-5
+    rec = check_serving(NoisyAnswers(net, 3.0, seed=0), x)
+    assert rec["random"] is True and rec["max_abs_difference"] > 1.0
+    assert check_serving(NoisyAnswers(net, 1e-2, seed=0), x)["random"] is True  # small noise too
+
+
+def test_deterministic_serving_costs_only_the_check_and_random_serving_r_answers_per_view():
+    """collect_signals asks a deterministic model 2 x SERVING_PROBE images beyond its signals and
+    saves no average; a random one R more answers per audit image and query view, averaged."""
+    import sys
+
+    from harness.defense_config import build_config
+    from harness.core.data import AugmentSpec
+    from harness.run.runner import collect_signals, make_defense
+
+    sys.path.insert(0, str(PLUGINS.parent))
+    from serving_plugins import NoisyAnswers
+
+    cfg = build_config("quick", {"audit.repeat_queries": 5, "attack.names": ["lira", "rmia"]})
+    defense = make_defense(cfg)
+    spec = AugmentSpec(flip=False, shift=1)
+    views = len(spec.query_offsets())
+    x = np.random.default_rng(0).integers(0, 256, (30, 1, 8, 8), dtype=np.uint8)
+    pop = x[:12]
+    plain = _Counting(_mlp_served())
+    signals, serving = collect_signals(plain, cfg, defense, x, spec, pop)
+    assert serving == {"random": False, "probe_images": SERVING_PROBE, "max_abs_difference": 0.0, "repeat_queries": 1}
+    assert set(signals) == {"logits", "population_logits"}
+    assert plain.images == 2 * SERVING_PROBE + (len(x) + len(pop)) * views
+    noisy = _Counting(NoisyAnswers(_mlp_served(), 3.0, seed=0))
+    signals, serving = collect_signals(noisy, cfg, defense, x, spec, pop)
+    assert serving["random"] is True and serving["repeat_queries"] == 5
+    assert set(signals) == {"logits", "population_logits", "logits_averaged"}
+    assert signals["logits_averaged"].shape == signals["logits"].shape == (len(x), views, 10)
+    assert noisy.images == 2 * SERVING_PROBE + (len(x) + len(pop)) * views + 5 * len(x) * views
+    # the mean of 5 answers is nearer the network's log-probabilities than one answer is
+    from harness.run.signals import log_probabilities, query_augmented
+
+    truth = log_probabilities(query_augmented(_mlp_served().query, x, spec))
+    one = log_probabilities(signals["logits"])
+    err_one = np.abs((one - one.mean(-1, keepdims=True)) - (truth - truth.mean(-1, keepdims=True))).mean()
+    avg = signals["logits_averaged"].astype(np.float64)
+    err_avg = np.abs((avg - avg.mean(-1, keepdims=True)) - (truth - truth.mean(-1, keepdims=True))).mean()
+    assert err_avg < 0.6 * err_one
+
+
+@pytest.mark.slow
+def test_noisy_serving_is_detected_and_the_averaging_attack_recovers_the_leak(tmp_path):
+    """NoisyServing (sigma 3 on the logits of every answer), 16 models, sample level: every model is
+    flagged, each saves R = 8 averaged answers per view, the note is recorded and printed, and
+    lira-averaged, declared automatically, finds far more canaries than LiRA on single answers."""
+    run_dir, output = _evaluate(tmp_path / "runs", "NoisyServing", "--models", "16", "--epochs", "10", "--level",
+                                "sample", "--set", "attack.bootstrap=200", "--set", "attack.fprs=[0.01]",
+                                "--workers", "1")
+    r = json.loads((run_dir / "results.json").read_text())
+    assert r["serving"] == {"random": True, "repeat_queries": 8, "averaging_attack": "lira-averaged"}
+    rec = r["sample"]["serving"]
+    assert rec["checked_models"] == rec["random_models"] == 16 and rec["repeat_queries"] == 8
+    assert rec["max_abs_difference"] > 1.0
+    note = RANDOM_SERVING_NOTE.format(random=16, checked=16, r=8)
+    assert note in r["notes"] and "lira-averaged attack (LiRA on the mean of R = 8 answers" in " ".join(output.split())
+    assert "lira-averaged" in r["sample"]["headline_attacks"] and r["sample"]["best"]["name"] == "lira-averaged"
+    for s in (0, 15):
+        meta, sig = _meta(run_dir, "sample-mislabeled", s), _signals(run_dir, "sample-mislabeled", s)
+        assert meta["serving"]["random"] is True and meta["serving"]["repeat_queries"] == 8
+        assert sig["logits_averaged"].shape == sig["logits"].shape
+    plain, averaged = _primary(r, "sample", "lira"), _primary(r, "sample", "lira-averaged")
+    assert plain["variant"] == averaged["variant"]  # the same LiRA, on single or averaged answers
+    assert averaged["tpr_at_fpr"]["0.01"] >= max(0.15, 3 * plain["tpr_at_fpr"]["0.01"])
+    assert averaged["auc"] >= plain["auc"] + 0.1
+
+
+def test_random_serving_with_r_1_says_the_averaging_did_not_run(tmp_path):
+    """audit.repeat_queries=1: the check still flags the noise, nothing is averaged, lira-averaged is
+    not declared, and a note says the headline reads single noisy answers."""
+    run_dir, output = _evaluate(tmp_path / "runs", "NoisyServing", *TINY, "--set", "audit.repeat_queries=1")
+    r = json.loads((run_dir / "results.json").read_text())
+    assert r["serving"] == {"random": True, "repeat_queries": 1, "averaging_attack": None}
+    assert r["notes"] == [RANDOM_UNAVERAGED_NOTE.format(random=6, checked=6, r=1)]
+    assert "lira-averaged" not in r["population"]["headline_attacks"]
+    assert "logits_averaged" not in _signals(run_dir, "population", 0)
+    assert "audit.repeat_queries=1" in " ".join(output.split())
+
+
+def test_a_deterministic_defense_is_not_flagged(finished_run, run_copy):
+    """The undefended run: every model checked and found deterministic, no averaged answers saved, no
+    note, no averaging attack. Asked for explicitly afterwards, lira-averaged reads each model's one
+    answer (the scores equal lira's) and a note says serving is deterministic."""
+    r = json.loads((finished_run / "results.json").read_text())
+    assert r["serving"] == {"random": False, "repeat_queries": 8, "averaging_attack": None}
+    assert r["population"]["serving"] == {"checked_models": 6, "random_models": 0, "max_abs_difference": 0.0,
+                                          "repeat_queries": 1}
+    assert "notes" not in r and "lira-averaged" not in r["population"]["headline_attacks"]
+    for s in range(6):
+        assert _meta(finished_run, "population", s)["serving"]["random"] is False
+        assert "logits_averaged" not in _signals(finished_run, "population", s)
+    res = runner.invoke(app, ["attack", str(run_copy), "--set", "attack.names=[lira,rmia,lira-averaged]"])
+    assert res.exit_code == 0, res.output
+    r2 = json.loads((run_copy / "results.json").read_text())
+    assert r2["notes"] == [DETERMINISTIC_NOTE.format(r=8)] and r2["serving"]["averaging_attack"] is None
+    assert "lira-averaged" not in r2["population"]["headline_attacks"]
+    lira = {e["variant"]: e for e in r2["population"]["attacks"] if e["name"] == "lira"}
+    for e in (e for e in r2["population"]["attacks"] if e["name"] == "lira-averaged"):
+        assert e["auc"] == pytest.approx(lira[e["variant"]]["auc"], abs=1e-6)
+        assert e["tpr_at_fpr"] == pytest.approx(lira[e["variant"]]["tpr_at_fpr"], abs=1e-6)
+
+
+def test_r_is_fingerprinted_except_at_its_default():
+    """R changes what a random model saves, so it enters the run fingerprint; the default leaves the
+    fingerprints of runs from before the setting as they were."""
+    from harness.defense_config import build_config
+
+    assert "repeat_queries" not in build_config("quick", {}).model_determining()["audit"]
+    assert build_config("quick", {"audit.repeat_queries": 4}).model_determining()["audit"]["repeat_queries"] == 4
