@@ -28,6 +28,10 @@ KIND = PluginKind("defenses", "defense", {
     "agibi-medium": "defenses.labeldp:AGIBIMedium",
     "agibi-low": "defenses.labeldp:AGIBILow",
     "external": "defenses.external:External",
+    "pate-fm": "defenses.pate:PATEFM",
+    "pate-fm-high": "defenses.pate:PATEFMHigh",
+    "pate-fm-medium": "defenses.pate:PATEFMMedium",
+    "pate-fm-low": "defenses.pate:PATEFMLow",
 }, Defense)
 resolve = KIND.resolve
 

@@ -41,6 +41,11 @@ def _overrides(defense: str, extra: dict) -> dict:
         o["defense_params.inner"] = "dpsgd-medium"  # the wrapper must route to its inner defense's settings
     if defense.startswith("ssl-"):  # SSL batches drop the last partial one: smaller than the 120 samples
         o = {"train.batch_size": 60, "defense_params.probe_epochs": 3, **o}
+    if defense.startswith("pate-fm"):  # FixMatch on its own step schedule (no train.epochs); a few tiny steps
+        if "train.epochs" not in extra:
+            o.pop("train.epochs")
+        o = {"defense_params.teacher_steps": 3, "defense_params.student_steps": 5, "defense_params.num_teachers": 4,
+             "defense_params.queries": 20, **o}
     if defense == "dfkd":  # a few tiny rounds of synthesis and distillation
         o = {"defense_params.rounds": 3, "defense_params.warmup": 1, "defense_params.synth_batch": 24,
              "defense_params.student_batch_size": 32, **o}
@@ -85,6 +90,8 @@ def test_every_recipe_field_takes_effect_or_is_refused(defense, tiny):
     if defense.startswith("ssl-"):  # its own encoder, augmentation and per-epoch cosine schedule
         assert {f for f, o in outcomes.items() if o == "refused"} == {
             "model", "schedule", "milestones", "gamma", "warmup_epochs", "augment"}
+    elif defense.startswith("pate-fm"):  # FixMatch's own recipe: only the architecture comes from train.*
+        assert {f for f, o in outcomes.items() if o == "effect"} == {"model", "width"}
     elif defense.startswith("dpsgd") or defense == "subsample":  # DP-SGD: plain SGD, constant learning rate
         assert {f for f, o in outcomes.items() if o == "refused"} == {
             "momentum", "weight_decay", "schedule", "milestones", "gamma", "warmup_epochs"}

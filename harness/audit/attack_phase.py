@@ -207,16 +207,29 @@ def _subsample_bounds(eps: float | None, rate: float) -> dict[str, float] | None
             "equivalent_epsilon_at_half": epsilon_for_prior(eps, p1)}
 
 
+#: what a label-DP model's record contributes to ``label_privacy`` as it is (from the model with the
+#: largest label epsilon): the guarantee, and for PATE-FM its accounting and mechanism settings
+LABEL_PRIVACY_KEYS = ("label_epsilon", "label_delta", "label_mechanism", "label_noise_scale", "label_accounting",
+                      "label_epsilon_classic", "num_teachers", "sigma1", "sigma2", "threshold", "queries_requested")
+
+
 def _label_privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The label-DP guarantee the models report (defense_info with a ``label_epsilon``: ALIBI, AGIBI),
-    the weakest over models, or None. It protects the labels only: neighbouring datasets differ in
-    one label, so it bounds the label-flip game, not the presence of an image (docs/defenses.md)."""
+    """The label-DP guarantee the models report (defense_info with a ``label_epsilon``: ALIBI, AGIBI,
+    PATE-FM), the weakest over models, or None. It protects the labels only: neighbouring datasets
+    differ in one label, so it bounds the label-flip game, not the presence of an image
+    (docs/defenses.md). PATE-FM's models also give their data-dependent epsilon (the largest; not a
+    publishable guarantee), their queries asked (the most) and answered (the fewest) and the mean
+    accuracy of the labels their teachers released (``ensemble_accuracy``)."""
     infos = [m.get("defense_info") or {} for m in metas]
     if not infos or not all("label_epsilon" in i for i in infos):
         return None
     worst = max(infos, key=lambda i: i["label_epsilon"])
-    keys = ("label_epsilon", "label_delta", "label_mechanism", "label_noise_scale")
-    return {k: worst[k] for k in keys if k in worst}
+    out = {k: worst[k] for k in LABEL_PRIVACY_KEYS if k in worst}
+    for key, how in (("label_epsilon_data_dependent", max), ("queries_asked", max), ("queries_answered", min),
+                     ("ensemble_accuracy", lambda v: float(np.mean(v)))):
+        if all(key in i for i in infos):
+            out[key] = how([i[key] for i in infos])
+    return out
 
 
 def run_label_privacy(results: dict[str, Any]) -> dict[str, Any] | None:

@@ -38,7 +38,7 @@ from harness.bounds.empirical import (LABEL_FLIP_THRESHOLDS, PAPER_GAME_TAUS, WE
 from harness.run import plugin_errors
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.core.data import load_dataset
-from harness.run.runner import make_defense, resolve_device
+from harness.run.runner import check_defense_config, make_defense, resolve_device
 
 
 def two_wrong_labels(y: np.ndarray, num_classes: int, rng: np.random.Generator) -> np.ndarray:
@@ -145,6 +145,11 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
     y[idx] = trained
     train = LabeledImages(data.x_train, y, data.num_classes, data.mean, data.std, data.augment)
     defense = make_defense(cfg)
+    check_defense_config(defense, cfg)
+    try:  # the defense's own limits on the training set (PATE-FM: no more teachers than labeled examples)
+        defense.check_train_size(n)
+    except ValueError as e:
+        raise ConfigError(f"{cfg.defense}: {e}") from None
     device = resolve_device(cfg.run.device)
     seed = int(np.random.SeedSequence([cfg.seed, 0xA11B2]).generate_state(1)[0])
     t0 = time.perf_counter()

@@ -319,7 +319,14 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     label = run_label_privacy(results)
     if label:  # ALIBI / AGIBI: a guarantee on labels only, beside the empirical bounds it should cap
         d = f", δ={label['label_delta']:g}" if label.get("label_delta") else ""
-        table.add_row(f"label-DP ε{d} (labels only)", *[f"{label['label_epsilon']:.3g}" for _ in bests])
+        # each level's own record where it has one (PATE-FM's epsilon depends on the queries each model asked)
+        per_level = [results[lv].get("label_privacy") or label for lv in levels]
+        table.add_row(f"label-DP ε{d} (labels only)", *[f"{lp['label_epsilon']:.3g}" for lp in per_level])
+        if "label_epsilon_data_dependent" in label:  # PATE-FM: Papernot et al.'s Theorem 6 on the run's votes
+            table.add_row("  data-dependent label ε (not a DP guarantee)",
+                          *[f"{lp['label_epsilon_data_dependent']:.3g}" for lp in per_level])
+        if "ensemble_accuracy" in label:  # PATE-FM: the teachers' released labels against the private ones
+            table.add_row("  ensemble acc (released labels, mean)", *[_pct(lp["ensemble_accuracy"]) for lp in per_level])
     sub = (run_privacy(results) or {}).get("subsample_bounds")
     if sub:  # the subsample wrapper (Thudi et al.): positive-accuracy bound at the prior P1 / 2
         table.add_row(f"PosAcc ≤ (P1 {sub['prior']:g})",

@@ -96,4 +96,9 @@ def _print_game(res: dict[str, Any], defense: str, game: str, canaries: int, pat
         console.print(f"The {other} game on the same model: ε ≥ {res[other]['best_epsilon_lo']:.2f} "
                       f"(corrected {res[other]['best_epsilon_lo_bonferroni']:.2f}).", highlight=False)
     claim = f" Claimed label ε: {res['label_epsilon']:.3g}." if res.get("label_epsilon") is not None else ""
+    info = res.get("defense_info") or {}
+    if "label_epsilon_data_dependent" in info:  # PATE-FM: its data-dependent analysis and its teachers
+        claim += (f" Data-dependent label ε on this run's votes: {info['label_epsilon_data_dependent']:.3g} (not a DP "
+                  f"guarantee). Teacher ensemble: {100 * info['ensemble_accuracy']:.1f}% of the "
+                  f"{info['queries_answered']} released labels correct ({info['queries_asked']} queries asked).")
     console.print(f"Test accuracy {100 * res['test_accuracy']:.1f}%.{claim} Saved: {path}", highlight=False)
