@@ -540,8 +540,7 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
                           f"({parts}) x {a} views x {k} classes")
     if logits.shape[0] != q:
         raise ConfigError(f"{f}: logits have {logits.shape[0]} query rows; the plan's query set of {experiment} has "
-                          f"{q} "
-                          f"({parts}: {e['files']['query']}, in that order)")
+                          f"{q} ({parts}: {e['files']['query']}, in that order)")
     if logits.shape[1] != a:
         v = plan.meta["views"]
         raise ConfigError(f"{f}: logits have {logits.shape[1]} view(s) per query image; the plan has {a} (flip "
@@ -669,10 +668,9 @@ def _check_balance(plan: Plan, kept: list[int], listing: str) -> None:
         worst = int(np.argmin(np.minimum(n_in, n_out)))
         if min(n_in[worst], n_out[worst]) < MIN_PER_GROUP:
             raise ConfigError(f"--partial: the {len(kept)} models present in every experiment ({listing} missing) "
-                              "leave "
-                              f"the design unbalanced: audit sample {worst} of {e} is a member of {int(n_in[worst])} "
-                              f"and a non-member of {int(n_out[worst])} of them, and the leave-one-out attacks need at "
-                              f"least {MIN_PER_GROUP} of each; train the missing models")
+                              f"leave the design unbalanced: audit sample {worst} of {e} is a member of "
+                              f"{int(n_in[worst])} and a non-member of {int(n_out[worst])} of them, and the "
+                              f"leave-one-out attacks need at least {MIN_PER_GROUP} of each; train the missing models")
 
 
 def _import_config(plan: Plan, kept: list[int], digest: str, name: str, overrides: dict[str, Any]) -> ExperimentConfig:
