@@ -24,7 +24,6 @@ its own attack, ``lira-offline``.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from scipy.special import log_ndtr
 
 from attacks.base import Attack, AttackInput
 from attacks.loo import dropped_shadow
-from attacks.scores import SCORE_FUNCTIONS
+from attacks.scores import SCORE_FUNCTIONS, both_scores
 
 # Standard deviations below this are clamped (a sample whose shadows all output the same score
 # would otherwise give 0/0 likelihood ratios).
@@ -130,20 +129,90 @@ def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global
 
 
 def chunked_scores(fn: Any, logits: np.ndarray, labels: np.ndarray, chunk: int | None = None) -> np.ndarray:
-    """``fn(logits, labels)`` (S, C, A) computed over chunks of audit samples: the score functions'
-    float64 temporaries of shape (S, C, A, K) then never exist for all C at once."""
+    """``fn(logits, labels)`` (S, C, A) computed over chunks of audit samples into one preallocated
+    array: the score functions' float64 temporaries of shape (S, C, A, K) then never exist for all C
+    at once (every score is per sample and query, so the values are those of one call)."""
     num_samples = logits.shape[1]
     chunk = chunk or LIRA_CHUNK
     if num_samples <= chunk:
         return fn(logits, labels)
-    parts = [fn(logits[:, i : i + chunk], labels[i : i + chunk]) for i in range(0, num_samples, chunk)]
-    return np.concatenate(parts, axis=1)
+    out = None
+    for i in range(0, num_samples, chunk):
+        part = fn(logits[:, i : i + chunk], labels[i : i + chunk])
+        if out is None:
+            out = np.empty((part.shape[0], num_samples, *part.shape[2:]), part.dtype)
+        out[:, i : i + chunk] = part
+    return out
 
 
-def _query_sets(obs_all: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """("noaug", query 0 only) and, with more than one query, ("augA", all A queries)."""
-    num_aug = obs_all.shape[2]
-    return [("noaug", obs_all[:, :, :1])] + ([(f"aug{num_aug}", obs_all)] if num_aug > 1 else [])
+#: audit samples whose score functions are computed at once inside a chunk of :data:`LIRA_CHUNK`
+#: (their float64 temporaries are S x SCORE_CHUNK x A x K)
+SCORE_CHUNK = 128
+
+
+def _chunk_obs(logits: np.ndarray, labels: np.ndarray, sl: slice) -> dict[str, np.ndarray]:
+    """Both score functions' (S, n, A) scores of the audit samples ``sl``, computed SCORE_CHUNK
+    samples at a time from one float64 copy (:func:`attacks.scores.both_scores`)."""
+    start, stop = sl.indices(logits.shape[1])[:2]
+    shape = (logits.shape[0], stop - start, logits.shape[2])
+    out = {name: np.empty(shape) for name in SCORE_FUNCTIONS}
+    for i in range(start, stop, SCORE_CHUNK):
+        j = min(i + SCORE_CHUNK, stop)
+        for name, v in both_scores(logits[:, i:j], labels[i:j]).items():
+            out[name][:, i - start : j - start] = v
+    return out
+
+
+def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray, *, online: bool,
+                  balanced: bool = True, mode: str | None = None) -> dict[str, np.ndarray]:
+    """Every LiRA variant's scores (S, C) of logits (S, C, A, K): ``{mode}-{score}-{noaug|augA}-
+    {persample|global}``, in that order (score functions, then query sets, then variances).
+
+    Streamed over chunks of :data:`LIRA_CHUNK` audit samples into preallocated outputs, the same
+    numbers as :func:`lira_scores` on :func:`chunked_scores` of each score function: the scores of a
+    chunk exist only while it is scored (a first pass pools the global variances, a second pass
+    computes the scores again for the global variants), never as (S, C, A) float64 arrays."""
+    num_models, num_samples, num_queries = logits.shape[:3]
+    mode = mode or ("online" if online else "offline")
+    chunk = LIRA_CHUNK
+    chunks = [slice(i, i + chunk) for i in range(0, num_samples, chunk)] or [slice(0, 0)]
+    queries = [("noaug", 1)] + ([(f"aug{num_queries}", num_queries)] if num_queries > 1 else [])
+    out: dict[str, np.ndarray] = {}
+    for score_name in SCORE_FUNCTIONS:
+        for q, _ in queries:
+            for glob in (False, True):
+                out[f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"] = np.empty((num_models, num_samples))
+
+    def name(score_name: str, q: str, glob: bool) -> str:
+        return f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"
+
+    sums = {(sn, q): np.zeros((2, num_models, 1, 1)) for sn in SCORE_FUNCTIONS for q, _ in queries}
+    one_pass = len(chunks) == 1
+    kept: dict[tuple[str, str], tuple[np.ndarray, dict[str, np.ndarray]]] = {}
+    for sl in chunks:  # first pass: per-sample variants, and the pooled variances of the global ones
+        obs = _chunk_obs(logits, labels, sl)
+        for sn in SCORE_FUNCTIONS:
+            for q, nq in queries:
+                o = obs[sn][:, :, :nq]
+                st = loo_gaussian_stats(o, membership[:, sl], balanced)
+                sums[(sn, q)][0] += st["var_in"].sum(axis=(1, 2), keepdims=True)
+                sums[(sn, q)][1] += st["var_out"].sum(axis=(1, 2), keepdims=True)
+                out[name(sn, q, False)][:, sl] = _llr(o, st, st["var_in"], st["var_out"], online)
+                if one_pass:
+                    kept[(sn, q)] = (o, st)
+    pooled = {(sn, q): sums[(sn, q)] / (num_samples * nq) for sn in SCORE_FUNCTIONS for q, nq in queries}
+    if one_pass:  # the first pass's statistics are the whole level's
+        for (sn, q), (o, st) in kept.items():
+            out[name(sn, q, True)][:, chunks[0]] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
+        return out
+    for sl in chunks:  # second pass: the global variants, with the scores of each chunk computed again
+        obs = _chunk_obs(logits, labels, sl)
+        for sn in SCORE_FUNCTIONS:
+            for q, nq in queries:
+                o = obs[sn][:, :, :nq]
+                st = loo_gaussian_stats(o, membership[:, sl], balanced)
+                out[name(sn, q, True)][:, sl] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
+    return out
 
 
 def _primary(variants: list[str], mode: str, variance: str, augmented: bool) -> str:
@@ -181,15 +250,8 @@ class LiRA(Attack):
 
     def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
         logits = inp.signals[self.signal]  # (S, C, A, K)
-        mode = "online" if self.online else "offline"
-        out: dict[str, np.ndarray] = {}
-        for score_name, fn in SCORE_FUNCTIONS.items():
-            obs_all = chunked_scores(fn, logits, inp.labels)
-            for (q, obs), glob in itertools.product(_query_sets(obs_all), (False, True)):
-                variant = f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"
-                out[variant] = lira_scores(obs, inp.membership, online=self.online, global_variance=glob,
-                                           balanced=self.shadows == "balanced")
-        return out
+        return lira_variants(logits, inp.labels, inp.membership, online=self.online,
+                             balanced=self.shadows == "balanced")
 
     def primary(self, variants: list[str], inp: AttackInput) -> str:
         return _primary(variants, "online", "persample", inp.trained_with_augmentation)
