@@ -353,7 +353,7 @@ def evaluate_run(
     """
     from harness.core.version import __version__, models_version_of
     from harness.core.config import apply_overrides, validate_config
-    from harness.run.runner import make_defense
+    from harness.plugins import make_defense
 
     cfg = cfg if cfg is not None else run.load_config()
     if attack_overrides:
