@@ -183,9 +183,11 @@ class Results:
 
     def roc(self, experiment: str, attack: str, variant: str | None = None) -> tuple[np.ndarray, np.ndarray]:
         """(fpr, tpr) of an attack variant's ROC in an experiment (``population``, ``sample-<canary>``;
-        ``variant`` defaults to the attack's primary one): the full curve when the attack phase just
-        ran; else its CSV in the run directory (the same curve, without the points that lie on a
-        straight segment between their neighbours); else results.json's log-spaced grid (a coarser
+        ``variant`` defaults to the attack's primary one): the points its ROC file keeps
+        (:func:`harness.core.metrics.roc_file_curve`: the whole curve without the points that lie on a
+        straight segment between their neighbours, or, for a ROC of more than 20 000 corners, every
+        corner below 1% FPR and 100 points per decade above), from memory when the attack phase just
+        ran, else from the CSV in the run directory; else results.json's log-spaced grid (a coarser
         curve, for a results.json without its run directory)."""
         level = self.data.get(experiment) if experiment == "population" else \
             (self.data.get("sample_by_canary") or {}).get(experiment.removeprefix("sample-"))

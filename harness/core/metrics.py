@@ -85,7 +85,7 @@ def balanced_accuracy(roc: Roc) -> float:
 
 
 #: FPRs at which results.json records each attack's ROC (``roc_curve``): 0, then 10 points per
-#: decade from 1e-5 to 1 (enough for a log-log plot; the full curves are in RUN_DIR/roc/)
+#: decade from 1e-5 to 1 (enough for a log-log plot; finer curves are in RUN_DIR/roc/: roc_file_curve)
 ROC_GRID = (0.0, *(round(10 ** (k / 10), 10) for k in range(-50, 1)))
 
 
