@@ -115,12 +115,100 @@ def hinge_score(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
     return z_y - rest.max(axis=-1)
 
 
+def _pairwise_rows(rows: np.ndarray, start: int, n: int) -> np.ndarray:
+    """numpy's pairwise summation (``pairwise_sum`` in its umath loops) of ``rows[start : start + n]``,
+    element by element of the rows: below 8 terms one after the other; up to 128, eight running sums
+    combined as ((r0 + r1) + (r2 + r3)) + ((r4 + r5) + (r6 + r7)), then the remainder; above,
+    the two halves (the first a multiple of 8 long) summed alike and added."""
+    if n < 8:
+        res = np.zeros(rows.shape[1:])
+        for i in range(n):
+            res += rows[start + i]
+        return res
+    if n <= 128:
+        r = [rows[start + j].copy() for j in range(8)]
+        i = 8
+        while i < n - n % 8:
+            for j in range(8):
+                r[j] += rows[start + i + j]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]))
+        for k in range(i, n):
+            res += rows[start + k]
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_rows(rows, start, n2) + _pairwise_rows(rows, start + n2, n - n2)
+
+
+def _sum_first(rows: np.ndarray) -> np.ndarray:
+    """numpy's ``x.sum(axis=-1)`` of the contiguous array x whose last axis is ``rows``' first (x =
+    moveaxis(rows, 0, -1)), computed from the rows as whole arrays: the same values where
+    :func:`_row_sum_kind` found numpy's order for this length, else numpy itself."""
+    kind = _row_sum_kind(rows.shape[0])
+    if kind == "pairwise":
+        return _pairwise_rows(rows, 0, rows.shape[0])
+    if kind == "first-plus-pairwise":
+        return rows[0] + _pairwise_rows(rows, 1, rows.shape[0] - 1)
+    return np.ascontiguousarray(np.moveaxis(rows, 0, -1)).sum(axis=-1)
+
+
+@lru_cache(maxsize=None)
+def _row_sum_kind(k: int) -> str:
+    """How this numpy sums a contiguous last axis of length ``k``, checked on probe rows: ``pairwise``
+    (from 0, its pairwise summation of all k), ``first-plus-pairwise`` (the first term plus the
+    pairwise sum of the others) or ``numpy`` (neither: the sums are left to numpy)."""
+    x = np.random.default_rng(k).normal(size=(3, 5, 4, k)) * np.logspace(-3, 3, k)
+    want = x.sum(axis=-1)
+    rows = np.ascontiguousarray(np.moveaxis(x, -1, 0))
+    if np.array_equal(_pairwise_rows(rows, 0, k), want):
+        return "pairwise"
+    if k > 1 and np.array_equal(rows[0] + _pairwise_rows(rows, 1, k - 1), want):
+        return "first-plus-pairwise"
+    return "numpy"
+
+
 def both_scores(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
-    """:data:`SCORE_FUNCTIONS`' scores of the same logits, sharing one float64 copy:
-    ``{"logit": ..., "hinge": ...}``, each (..., C, A)."""
-    z_y, rest = _split(logits, labels)
-    hinge = z_y - rest.max(axis=-1)
-    return {"logit": z_y - logsumexp_last(rest), "hinge": hinge}
+    """:data:`SCORE_FUNCTIONS`' scores of logits (S, C, A, K), ``{"logit": ..., "hinge": ...}``, each
+    (S, C, A): the values of :func:`logit_score` and :func:`hinge_score`, from one float64 copy with
+    the classes as its first axis, so that the maxima and sums over the K classes are K-1
+    element-wise operations on whole arrays rather than numpy's reductions over rows of K (the sums
+    in numpy's own order: :func:`_sum_first`; a maximum is exact in any order). Used where the
+    SciPy log-sum-exp formula is known (:func:`_lse_kind`), else the two functions themselves."""
+    if _lse_kind() != "separated" or np.ndim(logits) != 4:
+        return {"logit": logit_score(logits, labels), "hinge": hinge_score(logits, labels)}
+    labels = np.asarray(labels)
+    k = logits.shape[-1]
+    if logits.shape[1] != len(labels):
+        raise ValueError(f"logits must be (S, C, A, K) with C = {len(labels)}, got {logits.shape}")
+    if len(labels) and (labels.min() < 0 or labels.max() >= k):
+        raise ValueError(f"labels must be class indices 0..{k - 1}")
+    z = np.array(np.moveaxis(np.asarray(logits), -1, 0), dtype=np.float64, order="C", copy=True)  # (K, S, C, A)
+    idx = np.broadcast_to(labels.astype(np.intp).reshape(1, 1, -1, 1), (1, *z.shape[1:]))
+    z_y = np.take_along_axis(z, idx, axis=0)[0] + 0.0  # + 0.0: -0.0 -> 0.0, as a sum over the row has it
+    np.put_along_axis(z, idx, -np.inf, axis=0)
+    a_max = z.max(axis=0)
+    hinge = z_y - a_max
+    # SciPy's separated log-sum-exp (_lse_separated), the classes first
+    is_max = z == a_max
+    m = is_max.sum(axis=0, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        np.subtract(np.where(is_max, -np.inf, z), a_max, out=z)
+        np.exp(z, out=z)
+    del is_max
+    s = _sum_first(z)
+    del z
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(s == 0, s, s / m)
+        s = np.where(s < -1, -s - 2, s)
+        lse = np.log1p(s) + np.log(np.abs(m)) + a_max
+    bad = ~np.isfinite(lse)
+    if bad.any():  # SciPy's direct formula where the separated one is not finite
+        rest = np.array(logits, dtype=np.float64)[bad]
+        rest[np.arange(len(rest)), np.broadcast_to(labels.reshape(1, -1, 1), bad.shape)[bad]] = -np.inf
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            lse[bad] = np.log(np.exp(rest).sum(axis=-1))
+    return {"logit": z_y - lse, "hinge": hinge}
 
 
 SCORE_FUNCTIONS = {"logit": logit_score, "hinge": hinge_score}
