@@ -37,6 +37,7 @@ scored by RMIA.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -44,7 +45,7 @@ from scipy.special import log_softmax
 
 from attacks.base import Attack, AttackInput
 from attacks.loo import dropped_shadow
-from attacks.scores import logsumexp_last
+from attacks.scores import _sum_first, logsumexp_last
 
 
 def label_log_prob(logits: np.ndarray, labels: np.ndarray, temperature: float) -> np.ndarray:
@@ -58,8 +59,9 @@ def label_log_prob(logits: np.ndarray, labels: np.ndarray, temperature: float) -
     return logsumexp_last(picked) - np.log(picked.shape[-1])
 
 
-#: samples whose tempered log-softmax is computed at once (float64 temporaries S x LOGPROB_CHUNK x K)
-LOGPROB_CHUNK = 4096
+#: samples whose tempered log-softmax is computed at once (float64 temporaries K x S x LOGPROB_CHUNK: a
+#: few MB, in the caches)
+LOGPROB_CHUNK = 1024
 
 
 def _view_log_prob(logits: np.ndarray, view: int, labels: np.ndarray, temperature: float) -> np.ndarray:
@@ -68,22 +70,25 @@ def _view_log_prob(logits: np.ndarray, view: int, labels: np.ndarray, temperatur
     view + 1], ...)`` in the form that read it through ``scipy.special.log_softmax`` and ``logsumexp``:
     SciPy's log-softmax written out (``tmp - log(sum(exp(tmp)))``, ``tmp = z - max z`` with a
     non-finite maximum replaced by 0) and read at the label, then the log-sum-exp over one view,
-    which is the value itself (``0 + 0 + v`` in SciPy's arithmetic, minus ``log 1 = 0``)."""
+    which is the value itself (``0 + 0 + v`` in SciPy's arithmetic, minus ``log 1 = 0``). The classes
+    are the first axis of the float64 copy: the maximum and the sum over them are element-wise
+    operations on whole arrays (the sum in numpy's order: :func:`attacks.scores._sum_first`)."""
     num_models, n = logits.shape[:2]
     out = np.empty((num_models, n))
     idx_all = np.asarray(labels).astype(np.int64)
     for i in range(0, n, LOGPROB_CHUNK):
         j = min(i + LOGPROB_CHUNK, n)
-        z = np.asarray(logits[:, i:j, view, :], dtype=np.float64) / temperature  # (S, n, K)
-        x_max = z.max(axis=-1, keepdims=True)
+        z = np.array(np.moveaxis(logits[:, i:j, view, :], -1, 0), dtype=np.float64, order="C")  # (K, S, n)
+        z /= temperature
+        x_max = z.max(axis=0)
         x_max[~np.isfinite(x_max)] = 0
-        tmp = z - x_max
-        del z
+        z -= x_max  # tmp = z - max
+        idx = np.broadcast_to(idx_all[i:j].reshape(1, 1, -1), (1, num_models, j - i))
+        picked = np.take_along_axis(z, idx, axis=0)[0]
         with np.errstate(divide="ignore"):
-            log_s = np.log(np.exp(tmp).sum(axis=-1, keepdims=True))
-        idx = np.broadcast_to(idx_all[i:j].reshape(1, -1, 1), (num_models, j - i, 1))
-        picked = np.take_along_axis(tmp, idx, axis=-1) - log_s  # (S, n, 1): log_softmax at the label
-        out[:, i:j] = ((picked + 0.0) - np.log(1))[..., 0]
+            log_s = np.log(_sum_first(np.exp(z)))
+        del z
+        out[:, i:j] = ((picked - log_s) + 0.0) - np.log(1)  # log_softmax at the label, then the one-view mean
     return out
 
 
@@ -177,8 +182,36 @@ def _leave_one_out_log_means(v: np.ndarray) -> np.ndarray:
         return (np.log(sums) + shifts) - log_count
 
 
+@dataclass(frozen=True)
+class _Groups:
+    """Flat indices of a membership matrix with S/2 members per column, the same for every view:
+    each group's models in index order (``take_in``, ``take_out``: into an (S, C) array, giving
+    (S/2, C)), and, for every victim and sample, the row of its group's leave-one-out means that
+    holds its references (``read_in``, ``read_out``: into an (S/2, C) array, giving (S, C))."""
+
+    take_in: np.ndarray
+    take_out: np.ndarray
+    read_in: np.ndarray
+    read_out: np.ndarray
+
+    @classmethod
+    def of(cls, membership: np.ndarray) -> "_Groups":
+        s, c = membership.shape
+        m = s // 2
+        order = np.argsort(~membership, axis=0, kind="stable")  # rows 0..m-1: the IN models in index order
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(s)[:, None], axis=0)  # each model's row in ``order``
+        cols = np.arange(c)
+        # a member victim's IN references: the IN models but itself; its OUT ones: the OUT models but
+        # the last (the dropped shadow); a non-member's the other way round
+        row_in = np.where(membership, rank, m - 1)
+        row_out = np.where(membership, m - 1, rank - m)
+        return cls(take_in=(order[:m] * c + cols).ravel(), take_out=(order[m:] * c + cols).ravel(),
+                   read_in=(row_in * c + cols).ravel(), read_out=(row_out * c + cols).ravel())
+
+
 def _group_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, gamma: float,
-                       a: float) -> dict[str, np.ndarray]:
+                       a: float, groups: _Groups | None = None) -> dict[str, np.ndarray]:
     """:func:`rmia_pass_counts` of both modes at once, ``{"online": (S, C), "offline": (S, C)}``, for
     a membership matrix with S/2 members in every column (the audit design's).
 
@@ -191,15 +224,10 @@ def _group_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarra
     bit for bit."""
     s, c = lp_x.shape
     m = s // 2
-    order = np.argsort(~membership, axis=0, kind="stable")  # rows 0..m-1: the IN models in index order
-    rank = np.empty_like(order)
-    np.put_along_axis(rank, order, np.arange(s)[:, None], axis=0)  # each model's row in ``order``
-    means_in = _leave_one_out_log_means(np.take_along_axis(lp_x, order[:m], axis=0))
-    l_in = np.take_along_axis(means_in, np.where(membership, rank, m - 1), axis=0)  # (S, C)
-    del means_in
-    means_out = _leave_one_out_log_means(np.take_along_axis(lp_x, order[m:], axis=0))
-    l_out = np.take_along_axis(means_out, np.where(membership, m - 1, rank - m), axis=0)
-    del means_out, order, rank
+    g = groups if groups is not None else _Groups.of(membership)
+    flat = np.ascontiguousarray(lp_x).ravel()
+    l_in = _leave_one_out_log_means(flat[g.take_in].reshape(m, c)).ravel()[g.read_in].reshape(s, c)
+    l_out = _leave_one_out_log_means(flat[g.take_out].reshape(m, c)).ravel()[g.read_out].reshape(s, c)
     log_gamma = np.log(gamma)
     thresholds = {"online": (lp_x - (np.logaddexp(l_in, l_out) - np.log(2.0))) - log_gamma,
                   "offline": (lp_x - _offline_map(l_out, a)) - log_gamma}
@@ -259,13 +287,14 @@ class RMIA(Attack):
         x, z = inp.signals["logits"], inp.signals["population_logits"]
         num_aug, num_z = x.shape[2], z.shape[1]
         balanced = _balanced(inp.membership)
+        groups = _Groups.of(inp.membership) if balanced else None
         first: dict[str, np.ndarray] = {}
         total: dict[str, np.ndarray] = {}
         for view in range(num_aug):  # one query view at a time: its (S, C) label log-probabilities and pass counts
             lx = _view_log_prob(x, view, inp.labels, self.temperature)
             lz = _view_log_prob(z, view, inp.population_labels, self.temperature)
             if balanced:
-                counts = _group_pass_counts(lx, inp.membership, lz, gamma=self.gamma, a=self.a)
+                counts = _group_pass_counts(lx, inp.membership, lz, gamma=self.gamma, a=self.a, groups=groups)
             else:
                 counts = {mode: _loop_pass_counts(lx, inp.membership, lz, online=mode == "online", gamma=self.gamma,
                                                   a=self.a) for mode in ("online", "offline")}
