@@ -32,8 +32,14 @@ LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every mo
 
 def is_one_hot(logits: np.ndarray) -> bool:
     """Every row over the last axis is a one-hot vector: entries exactly 0 or 1, exactly one 1.
-    Applied to a level's stacked served outputs (S, C, A, K): labels only in every model."""
-    return bool(logits.size) and bool(np.all((logits == 0) | (logits == 1))) and bool(np.all(logits.sum(-1) == 1))
+    Applied to a level's stacked served outputs (S, C, A, K): labels only in every model. Read one
+    model at a time (no boolean array of the whole stack), stopping at the first that is not."""
+    if not logits.size:
+        return False
+    for model in logits.reshape(-1, *logits.shape[-3:]) if logits.ndim >= 3 else [logits]:
+        if not (np.all((model == 0) | (model == 1)) and np.all(model.sum(-1) == 1)):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
