@@ -12,6 +12,7 @@ imports torch.
 from __future__ import annotations
 
 import gzip
+import math
 import json
 import os
 import subprocess
@@ -151,6 +152,79 @@ def test_score_functions_are_scipys_bit_for_bit(dtype):
     labels = rng.integers(0, 7, 40)
     np.testing.assert_array_equal(logit_score(x, labels), ref_logit(x, labels))
     np.testing.assert_array_equal(hinge_score(x, labels), ref_hinge(x, labels))
+
+
+@pytest.mark.parametrize("k", [2, 5, 10, 100, 200])
+def test_both_scores_with_the_classes_first_are_scipys_bit_for_bit(k):
+    from attacks.scores import _row_sum_kind, both_scores
+
+    rng = np.random.default_rng(k)
+    mem = balanced_membership(rng.uniform(size=(4, 30)))
+    for dtype in (np.float16, np.float32, np.float64):
+        x = _logits(rng, 4, 30, 3, k, mem, dtype)
+        labels = rng.integers(0, k, 30)
+        before = x.copy()
+        got = both_scores(x, labels)
+        np.testing.assert_array_equal(x, before)  # the caller's logits are not touched
+        np.testing.assert_array_equal(got["logit"], ref_logit(x, labels))
+        np.testing.assert_array_equal(got["hinge"], ref_hinge(x, labels))
+    assert _row_sum_kind(k) != "numpy"  # numpy's summation order was found: the fast form ran
+
+
+def test_descending_order_is_the_stable_argsort():
+    from harness.core.metrics import descending_order
+
+    rng = np.random.default_rng(8)
+    x = rng.normal(size=5000)
+    few_ties = x.copy()
+    few_ties[::37] = 0.25
+    for v in (x, few_ties, np.round(x * 4) / 4, np.zeros(50), np.r_[0.0, -0.0, 1.0, -0.0, 0.0, np.inf, -np.inf, 1.0],
+              np.zeros(0)):
+        np.testing.assert_array_equal(descending_order(v), np.argsort(-v, kind="stable"))
+
+
+def ref_p_value(m, r, v, eps, delta):
+    """one_run.p_value as it was: every window of the CDF."""
+    from scipy.special import betainc
+
+    from harness.bounds.one_run import _binom_cdf
+
+    if v == 0:
+        return 1.0
+    q = 1.0 / (1.0 + math.exp(-eps))
+    tail = float(betainc(v, r - v + 1, q))
+    if delta > 0:
+        cdf = np.r_[0.0, _binom_cdf(np.arange(v, dtype=np.float64), r, q)]
+        window = cdf[-1] - cdf[v - np.arange(1, v + 1)]
+        tail += 2 * m * delta * float(np.max(window / np.arange(1, v + 1)))
+    return min(tail, 1.0)
+
+
+def test_one_run_p_values_are_the_full_window_maximum_bit_for_bit():
+    from harness.bounds.one_run import p_value
+
+    rng = np.random.default_rng(9)
+    for _ in range(150):
+        m = int(rng.integers(10, 40_000))
+        r = int(rng.integers(1, m + 1))
+        v = int(rng.integers(0, r + 1))
+        eps = float(rng.choice([0.0, rng.uniform(0, 0.3), rng.uniform(0, 6)]))
+        delta = float(rng.choice([0.0, 1e-5, 1e-3]))
+        assert p_value(m, r, v, eps, delta) == ref_p_value(m, r, v, eps, delta), (m, r, v, eps, delta)
+
+
+def test_threshold_attack_in_chunks_is_one_call_bit_for_bit(monkeypatch):
+    import attacks.threshold as threshold
+
+    rng = np.random.default_rng(7)
+    mem = balanced_membership(rng.uniform(size=(6, 50)))
+    x = _logits(rng, 6, 50, 3, 5, mem)
+    labels = rng.integers(0, 5, 50)
+    monkeypatch.setattr(threshold, "CHUNK", 16)
+    got = threshold.GlobalThreshold().score(AttackInput(signals={"logits": x}, labels=labels, membership=mem))
+    assert list(got) == ["logit", "hinge"]
+    np.testing.assert_array_equal(got["logit"], ref_logit(x[:, :, :1], labels)[:, :, 0])
+    np.testing.assert_array_equal(got["hinge"], ref_hinge(x[:, :, :1], labels)[:, :, 0])
 
 
 @pytest.mark.parametrize("online", [True, False])
