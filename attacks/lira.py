@@ -145,22 +145,9 @@ def chunked_scores(fn: Any, logits: np.ndarray, labels: np.ndarray, chunk: int |
     return out
 
 
-#: audit samples whose score functions are computed at once inside a chunk of :data:`LIRA_CHUNK`
-#: (their float64 temporaries are S x SCORE_CHUNK x A x K)
+#: audit samples scored at once inside a chunk of :data:`LIRA_CHUNK`: their score functions' float64
+#: temporaries (K x S x SCORE_CHUNK x A) and their Gaussians (S x SCORE_CHUNK x A) stay a few MB
 SCORE_CHUNK = 128
-
-
-def _chunk_obs(logits: np.ndarray, labels: np.ndarray, sl: slice) -> dict[str, np.ndarray]:
-    """Both score functions' (S, n, A) scores of the audit samples ``sl``, computed SCORE_CHUNK
-    samples at a time from one float64 copy (:func:`attacks.scores.both_scores`)."""
-    start, stop = sl.indices(logits.shape[1])[:2]
-    shape = (logits.shape[0], stop - start, logits.shape[2])
-    out = {name: np.empty(shape) for name in SCORE_FUNCTIONS}
-    for i in range(start, stop, SCORE_CHUNK):
-        j = min(i + SCORE_CHUNK, stop)
-        for name, v in both_scores(logits[:, i:j], labels[i:j]).items():
-            out[name][:, i - start : j - start] = v
-    return out
 
 
 def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray, *, online: bool,
@@ -168,50 +155,56 @@ def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray
     """Every LiRA variant's scores (S, C) of logits (S, C, A, K): ``{mode}-{score}-{noaug|augA}-
     {persample|global}``, in that order (score functions, then query sets, then variances).
 
-    Streamed over chunks of :data:`LIRA_CHUNK` audit samples into preallocated outputs, the same
-    numbers as :func:`lira_scores` on :func:`chunked_scores` of each score function: the scores of a
-    chunk exist only while it is scored (a first pass pools the global variances, a second pass
-    computes the scores again for the global variants), never as (S, C, A) float64 arrays."""
+    The same numbers as :func:`lira_scores` on :func:`chunked_scores` of each score function, bit
+    for bit, streamed into preallocated outputs: every statistic is per sample, so the scores and
+    Gaussians of :data:`SCORE_CHUNK` samples are computed at a time and never exist for the whole
+    level; the global variances are pooled per chunk of :data:`LIRA_CHUNK` samples, as
+    :func:`lira_scores` pools them (a first pass), and the global variants' scores computed again in
+    a second pass (one pass where the level is one chunk)."""
     num_models, num_samples, num_queries = logits.shape[:3]
     mode = mode or ("online" if online else "offline")
-    chunk = LIRA_CHUNK
-    chunks = [slice(i, i + chunk) for i in range(0, num_samples, chunk)] or [slice(0, 0)]
+    chunk, sub = LIRA_CHUNK, SCORE_CHUNK
+    chunks = [(i, min(i + chunk, num_samples)) for i in range(0, num_samples, chunk)] or [(0, 0)]
     queries = [("noaug", 1)] + ([(f"aug{num_queries}", num_queries)] if num_queries > 1 else [])
-    out: dict[str, np.ndarray] = {}
-    for score_name in SCORE_FUNCTIONS:
-        for q, _ in queries:
-            for glob in (False, True):
-                out[f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"] = np.empty((num_models, num_samples))
+    pairs = [(sn, q, nq) for sn in SCORE_FUNCTIONS for q, nq in queries]
 
-    def name(score_name: str, q: str, glob: bool) -> str:
-        return f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"
+    def name(sn: str, q: str, glob: bool) -> str:
+        return f"{mode}-{sn}-{q}-{'global' if glob else 'persample'}"
 
-    sums = {(sn, q): np.zeros((2, num_models, 1, 1)) for sn in SCORE_FUNCTIONS for q, _ in queries}
+    out = {name(sn, q, glob): np.empty((num_models, num_samples)) for sn, q, _ in pairs for glob in (False, True)}
+
+    def pieces(start: int, stop: int):  # (i, j, per score-and-query-set: (scores, Gaussians)) per sub-chunk
+        cuts = list(range(start, stop, sub)) + [stop]
+        if len(cuts) > 2 and cuts[-1] - cuts[-2] == 1:
+            # no piece one sample wide where the chunk is wider: numpy reduces an array whose other
+            # axes all have length 1 in another order (pairwise), so the statistics would differ
+            del cuts[-2]
+        for i, j in zip(cuts[:-1], cuts[1:]):
+            obs = both_scores(logits[:, i:j], labels[i:j])
+            yield i, j, {(sn, q): (o := obs[sn][:, :, :nq], loo_gaussian_stats(o, membership[:, i:j], balanced))
+                         for sn, q, nq in pairs}
+
+    sums = {(sn, q): np.zeros((2, num_models, 1, 1)) for sn, q, _ in pairs}
     one_pass = len(chunks) == 1
-    kept: dict[tuple[str, str], tuple[np.ndarray, dict[str, np.ndarray]]] = {}
-    for sl in chunks:  # first pass: per-sample variants, and the pooled variances of the global ones
-        obs = _chunk_obs(logits, labels, sl)
-        for sn in SCORE_FUNCTIONS:
-            for q, nq in queries:
-                o = obs[sn][:, :, :nq]
-                st = loo_gaussian_stats(o, membership[:, sl], balanced)
-                sums[(sn, q)][0] += st["var_in"].sum(axis=(1, 2), keepdims=True)
-                sums[(sn, q)][1] += st["var_out"].sum(axis=(1, 2), keepdims=True)
-                out[name(sn, q, False)][:, sl] = _llr(o, st, st["var_in"], st["var_out"], online)
-                if one_pass:
-                    kept[(sn, q)] = (o, st)
-    pooled = {(sn, q): sums[(sn, q)] / (num_samples * nq) for sn in SCORE_FUNCTIONS for q, nq in queries}
-    if one_pass:  # the first pass's statistics are the whole level's
-        for (sn, q), (o, st) in kept.items():
-            out[name(sn, q, True)][:, chunks[0]] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
-        return out
-    for sl in chunks:  # second pass: the global variants, with the scores of each chunk computed again
-        obs = _chunk_obs(logits, labels, sl)
-        for sn in SCORE_FUNCTIONS:
-            for q, nq in queries:
-                o = obs[sn][:, :, :nq]
-                st = loo_gaussian_stats(o, membership[:, sl], balanced)
-                out[name(sn, q, True)][:, sl] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
+    kept = []
+    for start, stop in chunks:  # first pass: per-sample variants, and the pooled variances of the global ones
+        var = {(sn, q): np.empty((2, num_models, stop - start, nq)) for sn, q, nq in pairs}
+        for i, j, stats in pieces(start, stop):
+            for (sn, q), (o, st) in stats.items():
+                var[(sn, q)][0][:, i - start : j - start] = st["var_in"]
+                var[(sn, q)][1][:, i - start : j - start] = st["var_out"]
+                out[name(sn, q, False)][:, i:j] = _llr(o, st, st["var_in"], st["var_out"], online)
+            if one_pass:
+                kept.append((i, j, stats))
+        for key, v in var.items():  # summed over the whole chunk, as lira_scores sums its statistics
+            sums[key][0] += v[0].sum(axis=(1, 2), keepdims=True)
+            sums[key][1] += v[1].sum(axis=(1, 2), keepdims=True)
+        del var
+    pooled = {(sn, q): sums[(sn, q)] / (num_samples * nq) for sn, q, nq in pairs}
+    second = iter(kept) if one_pass else (p for start, stop in chunks for p in pieces(start, stop))
+    for i, j, stats in second:  # the global variants (with the scores computed again where there are chunks)
+        for (sn, q), (o, st) in stats.items():
+            out[name(sn, q, True)][:, i:j] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
     return out
 
 

@@ -230,18 +230,20 @@ def test_threshold_attack_in_chunks_is_one_call_bit_for_bit(monkeypatch):
 @pytest.mark.parametrize("online", [True, False])
 def test_streamed_lira_is_the_variant_by_variant_computation_bit_for_bit(monkeypatch, online):
     rng = np.random.default_rng(1)
-    s, c, a, k = 8, 61, 3, 5
-    mem = balanced_membership(rng.uniform(size=(s, c)))
-    x = _logits(rng, s, c, a, k, mem)
-    labels = rng.integers(0, k, c)
-    for chunk, sub in ((1024, 128), (16, 5)):  # one pass; several chunks (global variances pooled first)
+    s, a, k = 8, 3, 5
+    # one pass; several chunks (global variances pooled first), pieces of a chunk that would leave one
+    # sample alone (numpy sums a (S, 1, 1) array in another order), a last chunk one sample wide
+    for c, chunk, sub in ((61, 1024, 128), (61, 16, 5), (49, 16, 3), (33, 16, 5), (64, 1024, 7), (1, 1024, 128)):
+        mem = balanced_membership(rng.uniform(size=(s, c)))
+        x = _logits(rng, s, c, a, k, mem)
+        labels = rng.integers(0, k, c)
         monkeypatch.setattr(lira, "LIRA_CHUNK", chunk)
         monkeypatch.setattr(lira, "SCORE_CHUNK", sub)
         got = lira.lira_variants(x, labels, mem, online=online)
         want = ref_lira(x, labels, mem, online)
         assert list(got) == list(want)
         for v in want:
-            np.testing.assert_array_equal(got[v], want[v], err_msg=f"{v}, chunk {chunk}")
+            np.testing.assert_array_equal(got[v], want[v], err_msg=f"{v}, {c} samples, chunk {chunk}, pieces {sub}")
 
 
 @pytest.mark.parametrize("kind", ["random", "ties", "one-hot"])
