@@ -389,23 +389,26 @@ def run_signals(cfg: ExperimentConfig, defense: Defense) -> tuple[list[str], dic
 def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense, x: np.ndarray, spec: AugmentSpec,
                     population_x: np.ndarray | None = None, neighbour_x: np.ndarray | None = None
                     ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(signals, serving record) of one model. First the random-serving check
-    (:func:`harness.run.signals.check_serving`: the first audit images asked twice); then every
-    signal the run's attacks need (:mod:`harness.run.signals`), on the audit samples ``x``, for
-    population signals on ``population_x``, and for neighbour signals on the canaries'
-    near-duplicates ``neighbour_x``; where serving is random and ``audit.repeat_queries`` R > 1,
-    also every signal of repeated queries (``logits_averaged``: R answers per query view). A
-    deterministic model is asked nothing more than the check's few images."""
+    """(signals, serving record) of one model: every signal the run's attacks need
+    (:mod:`harness.run.signals`), on the audit samples ``x``, for population signals on
+    ``population_x``, and for neighbour signals on the canaries' near-duplicates ``neighbour_x``;
+    then the random-serving check (:func:`harness.run.signals.check_serving`: the first audit
+    images asked twice), and where serving is random and ``audit.repeat_queries`` R > 1 every
+    signal of repeated queries (``logits_averaged``: R answers per query view). A deterministic
+    model is asked nothing more than the check's few images."""
     from harness.run.signals import check_serving, compute_signals, signal_seed, stored
 
     names, table = run_signals(cfg, defense)
+    pop = population_x if population_x is not None else x[:0]
+    single = [n for n in names if table[n].averages is None]
+    signals = compute_signals(single, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x)
     serving = check_serving(served, x)
     repeats = cfg.audit.repeat_queries if serving["random"] else 1
-    if repeats > 1:
-        names = sorted({*names, *(n for n, sig in table.items() if sig.averages in names)})
     serving["repeat_queries"] = repeats  # R of the saved averages; 1: none saved
-    pop = population_x if population_x is not None else x[:0]
-    signals = compute_signals(names, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x, repeats)
+    if repeats > 1:
+        averaged = sorted(n for n, sig in table.items() if sig.averages in single)
+        signals.update(compute_signals(averaged, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x,
+                                       repeats))
     return stored(signals, cfg.audit.signal_dtype), serving
 
 
