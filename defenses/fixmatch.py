@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -45,39 +44,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from defenses.fixmatch_recipe import FixMatchRecipe  # torch-free: a defense checks its recipe when named
 from harness.core.augment import random_augment
 from harness.core.data import AugmentSpec
-
-
-@dataclass(frozen=True)
-class FixMatchRecipe:
-    """FixMatch's hyperparameters (Sohn et al.'s CIFAR-10 values as defaults: batch 64, mu 7, lr 0.03,
-    Nesterov momentum 0.9, weight decay 5e-4, tau 0.95, lambda_u 1, 2 RandAugment operations,
-    Cutout up to half the side)."""
-
-    steps: int
-    batch_size: int = 64
-    mu: int = 7
-    lr: float = 0.03
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    confidence: float = 0.95
-    lambda_u: float = 1.0
-    strong_ops: int = 2
-    cutout: float = 0.5
-
-    def __post_init__(self) -> None:
-        for name in ("steps", "batch_size", "mu", "strong_ops"):
-            v = getattr(self, name)
-            if not isinstance(v, int) or v < (0 if name == "strong_ops" else 1):
-                raise ValueError(f"FixMatch {name} must be a {'non-negative' if name == 'strong_ops' else 'positive'} "
-                                 f"integer, got {v!r}")
-        if not self.lr > 0 or not 0 <= self.momentum < 1 or self.weight_decay < 0 or self.lambda_u < 0:
-            raise ValueError("FixMatch needs lr > 0, 0 <= momentum < 1, weight_decay >= 0 and lambda_u >= 0")
-        if not 0 < self.confidence <= 1:
-            raise ValueError(f"FixMatch confidence (tau) must be in (0, 1], got {self.confidence}")
-        if not 0 <= self.cutout <= 1:
-            raise ValueError(f"FixMatch cutout must be in [0, 1] (a fraction of the image side), got {self.cutout}")
 
 
 # --- strong augmentation ---------------------------------------------------------------------------

@@ -37,15 +37,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
-from torch import nn
-
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier, is_int
-from defenses.fixmatch import FixMatchRecipe, train_fixmatch
 from defenses.pate_accounting import account
-from defenses.training import init_network
+
+if TYPE_CHECKING:  # torch and FixMatch load when a model trains, not when the defense is named
+    from torch import nn
+
+    from defenses.fixmatch_recipe import FixMatchRecipe
 
 # Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag, ...])).
 _PARTITION, _TEACHER_INIT, _TEACHER_TRAIN, _QUERIES, _NOISE, _STUDENT_INIT, _STUDENT_TRAIN = range(7)
@@ -122,6 +123,8 @@ def train_student(net: nn.Module, query_x: np.ndarray, released: np.ndarray, poo
     """The student: FixMatch on the answered query images ``query_x`` with their released labels and
     the unlabeled pool. ``train`` gives only the normalization and augmentation (its labels are not
     read)."""
+    from defenses.fixmatch import train_fixmatch
+
     return train_fixmatch([net], [query_x], [released], pool_x, recipe=recipe, augment=train.augment,
                           mean=train.mean, std=train.std, seed=seed, device=device, progress=progress)[0]
 
@@ -192,6 +195,8 @@ class PATEFM(Defense):
         return self._recipe(int(self.params["student_steps"]))
 
     def _recipe(self, steps: int) -> FixMatchRecipe:
+        from defenses.fixmatch_recipe import FixMatchRecipe
+
         p = self.params
         try:
             return FixMatchRecipe(steps=steps, batch_size=int(p["batch_size"]), mu=int(p["mu"]), lr=float(p["lr"]),
@@ -216,6 +221,9 @@ class PATEFM(Defense):
     def fit_all(self, train: LabeledImages, ctx: FitContext) -> PATEFMFit:
         """Partition, teachers, Confident-GNMax, student, accounting (module doc); deterministic from
         ``ctx.seed``. Progress: one fraction over the teachers' and the student's FixMatch steps."""
+        from defenses.fixmatch import train_fixmatch
+        from defenses.training import init_network
+
         p = self.params
         n, k_classes = len(train), train.num_classes
         self.check_train_size(n)
