@@ -12,6 +12,7 @@ from scipy.stats import norm
 
 import defenses.pate as pate
 from defenses.base import FitContext, LabeledImages
+from defenses import fixmatch
 from defenses.fixmatch import FixMatchRecipe, strong_augment, train_fixmatch
 from defenses.pate_accounting import (RDP_ORDERS, account, data_dependent_rdp, data_independent_rdp, epsilon_from_rdp,
                                       epsilon_from_rdp_classic, log_q_gnmax, rdp_theorem6)
@@ -94,7 +95,7 @@ def test_teachers_see_only_their_own_partition_and_the_student_only_the_answers(
         calls.append((len(nets), [x.copy() for x in labeled_x], [y.copy() for y in labeled_y], unlabeled_x))
         return train_fixmatch(nets, labeled_x, labeled_y, unlabeled_x, **kw)
 
-    monkeypatch.setattr(pate, "train_fixmatch", spy)
+    monkeypatch.setattr(fixmatch, "train_fixmatch", spy)  # pate imports it from there when it trains
     train = _train(digits)
     fit = pate.PATEFM(**TINY).fit_all(train, _ctx())
     (n_t, tx, ty, tu), (n_s, sx, sy, su) = calls
@@ -195,6 +196,7 @@ def test_strong_augmentation_stays_in_range_changes_images_and_follows_its_gener
 
 def test_fixmatch_group_trains_each_network_on_its_own_labels(digits):
     x, y = digits.x_train[:200], digits.y_train[:200]
+    torch.manual_seed(0)  # the networks' initialization: the same test every run
     nets = [torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 10)) for _ in range(2)]
     out = train_fixmatch(nets, [x, x], [y, (y + 1) % 10], digits.x_train, recipe=FixMatchRecipe(steps=60, batch_size=32,
                          mu=1, lr=0.1), augment=digits.augment, mean=digits.mean, std=digits.std, seed=0, device="cpu")
