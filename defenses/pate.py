@@ -185,7 +185,10 @@ class PATEFM(Defense):
             raise ValueError(f"teacher_width must be null (the preset's train.width) or a positive integer, got {tw!r}")
         if not 0 < p["delta"] < 1:
             raise ValueError(f"delta must be in (0, 1), got {p['delta']!r}")
-        self.teacher_recipe()  # FixMatch's own checks (steps, batch size, tau, ...)
+        for key in ("teacher_steps", "student_steps"):  # named here: the recipe knows them only as "steps"
+            if p[key] < 1:
+                raise ValueError(f"{key} must be a positive integer (FixMatch steps), got {p[key]!r}")
+        self.teacher_recipe()  # FixMatch's own checks (batch size, mu, tau, ...)
         self.student_recipe()
 
     def teacher_recipe(self) -> FixMatchRecipe:
@@ -197,14 +200,11 @@ class PATEFM(Defense):
     def _recipe(self, steps: int) -> FixMatchRecipe:
         from defenses.fixmatch_recipe import FixMatchRecipe
 
-        p = self.params
-        try:
-            return FixMatchRecipe(steps=steps, batch_size=int(p["batch_size"]), mu=int(p["mu"]), lr=float(p["lr"]),
-                                  momentum=float(p["momentum"]), weight_decay=float(p["weight_decay"]),
-                                  confidence=float(p["confidence"]), lambda_u=float(p["lambda_u"]),
-                                  cutout=float(p["cutout"]))
-        except ValueError as e:
-            raise ValueError(f"defense_params: {e}") from None
+        p = self.params  # its ValueError names the parameter; the caller adds "defense_params: "
+        return FixMatchRecipe(steps=steps, batch_size=int(p["batch_size"]), mu=int(p["mu"]), lr=float(p["lr"]),
+                              momentum=float(p["momentum"]), weight_decay=float(p["weight_decay"]),
+                              confidence=float(p["confidence"]), lambda_u=float(p["lambda_u"]),
+                              cutout=float(p["cutout"]))
 
     def check_train_size(self, smallest: int) -> None:
         t, q = int(self.params["num_teachers"]), int(self.params["queries"])

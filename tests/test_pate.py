@@ -229,6 +229,8 @@ def test_label_flip_game_stays_below_the_claimed_epsilon_on_the_quick_preset(tmp
     ("defense_params.threshold=-1", "threshold must be >= 0"),
     ("defense_params.queries=0", "queries (answered queries) must be >= 1"),
     ("defense_params.num_teachers=5000", "num_teachers (5000) is larger than the labeled training set"),
+    ("defense_params.confidence=1.5", "error: defense_params: FixMatch confidence (tau) must be in (0, 1]"),
+    ("defense_params.student_steps=0", "student_steps must be a positive integer"),
 ])
 @pytest.mark.parametrize("command", ["evaluate", "audit-one-run"])
 def test_bad_input_is_one_error_line_before_training(tmp_path, setting, message, command):
