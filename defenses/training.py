@@ -10,19 +10,18 @@ generator and augmented per sample when ``augment`` is set.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Callable
+from typing import Callable
 
 import numpy as np
+import torch
+from torch import nn
 
 from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.models import build_model
+from harness.core.augment import random_augment
 from harness.core.config import TrainConfig
 
-if TYPE_CHECKING:  # torch is imported where a network is built or trained: a defense module that
-    # imports this one stays importable without it (the attack phase and the reports need no torch)
-    import torch
-    from torch import nn
-
-LossFn = Callable[["torch.Tensor", "torch.Tensor", int], "torch.Tensor"]
+LossFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
 
 
 def lr_factor(step: int, total_steps: int, steps_per_epoch: int, cfg: TrainConfig) -> float:
@@ -55,11 +54,6 @@ def train_classifier(
     ``loss_fn(logits, targets, epoch)`` replaces cross-entropy; ``epoch_hook(epoch, net)``, called
     before each epoch, may return new targets for all N samples (e.g. ALIBI's refreshed posteriors).
     """
-    import torch
-    from torch import nn
-
-    from harness.core.augment import random_augment
-
     cfg = cfg or ctx.train
     device = torch.device(ctx.device)
     net.to(device).train()
@@ -99,8 +93,6 @@ def train_classifier(
 
 def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:
     """Build a module with its parameter initialization drawn from ``seed`` (torch's RNG restored after)."""
-    import torch
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
@@ -109,8 +101,6 @@ def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:
 def init_network(train: LabeledImages, ctx: FitContext, seed: int | None = None) -> nn.Module:
     """The preset's architecture (``ctx.train.model``, ``ctx.train.width``) for ``train``'s image
     shape and classes, initialized from ``seed`` (default ``ctx.seed``)."""
-    from defenses.models import build_model
-
     shape = tuple(train.x.shape[1:])
     return seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width),
                        ctx.seed if seed is None else seed)
