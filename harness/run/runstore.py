@@ -567,9 +567,13 @@ class RunDir:
         except Exception as e:  # any failure to read it back means the file is damaged
             raise DamagedFileError(path, _reason(e), f"`harness evaluate --run-dir {self.path}` moves it aside and "
                                    "retrains that model") from e
-        if meta.get("level_fingerprint") != self.level_fingerprint(level) or meta.get("model_index") != index:
+        if not self._of_this_design(meta, level, index):
             return None
         return ModelSignals(index=index, arrays=arrays, meta=meta)
+
+    def _of_this_design(self, meta: dict[str, Any], level: str, index: int) -> bool:
+        """Whether a signals file's metadata is model ``index``'s of this level's current design."""
+        return meta.get("level_fingerprint") == self.level_fingerprint(level) and meta.get("model_index") == index
 
     def read_signals_meta(self, level: str, index: int) -> dict[str, Any] | None:
         """The metadata of the model's finished signals file, without reading its arrays; None where
@@ -583,10 +587,7 @@ class RunDir:
                 meta = json.loads(str(z["meta"]))
         except Exception:
             return None
-        if not isinstance(meta, dict) or meta.get("level_fingerprint") != self.level_fingerprint(level) \
-                or meta.get("model_index") != index:
-            return None
-        return meta
+        return meta if isinstance(meta, dict) and self._of_this_design(meta, level, index) else None
 
     def quarantine_damaged(self, level: str, num_models: int) -> list[tuple[DamagedFileError, Path]]:
         """Move every unreadable signals file of ``level`` aside (``.damaged``), so that its model
