@@ -24,7 +24,6 @@ its own attack, ``lira-offline``.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 import numpy as np
@@ -32,7 +31,7 @@ from scipy.special import log_ndtr
 
 from attacks.base import Attack, AttackInput
 from attacks.loo import dropped_shadow
-from attacks.scores import SCORE_FUNCTIONS
+from attacks.scores import SCORE_FUNCTIONS, both_scores
 
 # Standard deviations below this are clamped (a sample whose shadows all output the same score
 # would otherwise give 0/0 likelihood ratios).
@@ -130,20 +129,83 @@ def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global
 
 
 def chunked_scores(fn: Any, logits: np.ndarray, labels: np.ndarray, chunk: int | None = None) -> np.ndarray:
-    """``fn(logits, labels)`` (S, C, A) computed over chunks of audit samples: the score functions'
-    float64 temporaries of shape (S, C, A, K) then never exist for all C at once."""
+    """``fn(logits, labels)`` (S, C, A) computed over chunks of audit samples into one preallocated
+    array: the score functions' float64 temporaries of shape (S, C, A, K) then never exist for all C
+    at once (every score is per sample and query, so the values are those of one call)."""
     num_samples = logits.shape[1]
     chunk = chunk or LIRA_CHUNK
     if num_samples <= chunk:
         return fn(logits, labels)
-    parts = [fn(logits[:, i : i + chunk], labels[i : i + chunk]) for i in range(0, num_samples, chunk)]
-    return np.concatenate(parts, axis=1)
+    out = None
+    for i in range(0, num_samples, chunk):
+        part = fn(logits[:, i : i + chunk], labels[i : i + chunk])
+        if out is None:
+            out = np.empty((part.shape[0], num_samples, *part.shape[2:]), part.dtype)
+        out[:, i : i + chunk] = part
+    return out
 
 
-def _query_sets(obs_all: np.ndarray) -> list[tuple[str, np.ndarray]]:
-    """("noaug", query 0 only) and, with more than one query, ("augA", all A queries)."""
-    num_aug = obs_all.shape[2]
-    return [("noaug", obs_all[:, :, :1])] + ([(f"aug{num_aug}", obs_all)] if num_aug > 1 else [])
+#: audit samples scored at once inside a chunk of :data:`LIRA_CHUNK`: their score functions' float64
+#: temporaries (K x S x SCORE_CHUNK x A) and their Gaussians (S x SCORE_CHUNK x A) stay a few MB
+SCORE_CHUNK = 128
+
+
+def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray, *, online: bool,
+                  balanced: bool = True, mode: str | None = None) -> dict[str, np.ndarray]:
+    """Every LiRA variant's scores (S, C) of logits (S, C, A, K): ``{mode}-{score}-{noaug|augA}-
+    {persample|global}``, in that order (score functions, then query sets, then variances).
+
+    The same numbers as :func:`lira_scores` on :func:`chunked_scores` of each score function, bit
+    for bit, streamed into preallocated outputs: every statistic is per sample, so the scores and
+    Gaussians of :data:`SCORE_CHUNK` samples are computed at a time and never exist for the whole
+    level; the global variances are pooled per chunk of :data:`LIRA_CHUNK` samples, as
+    :func:`lira_scores` pools them (a first pass), and the global variants' scores computed again in
+    a second pass (one pass where the level is one chunk)."""
+    num_models, num_samples, num_queries = logits.shape[:3]
+    mode = mode or ("online" if online else "offline")
+    chunk, sub = LIRA_CHUNK, SCORE_CHUNK
+    chunks = [(i, min(i + chunk, num_samples)) for i in range(0, num_samples, chunk)] or [(0, 0)]
+    queries = [("noaug", 1)] + ([(f"aug{num_queries}", num_queries)] if num_queries > 1 else [])
+    pairs = [(sn, q, nq) for sn in SCORE_FUNCTIONS for q, nq in queries]
+
+    def name(sn: str, q: str, glob: bool) -> str:
+        return f"{mode}-{sn}-{q}-{'global' if glob else 'persample'}"
+
+    out = {name(sn, q, glob): np.empty((num_models, num_samples)) for sn, q, _ in pairs for glob in (False, True)}
+
+    def pieces(start: int, stop: int):  # (i, j, per score-and-query-set: (scores, Gaussians)) per sub-chunk
+        cuts = list(range(start, stop, sub)) + [stop]
+        if len(cuts) > 2 and cuts[-1] - cuts[-2] == 1:
+            # no piece one sample wide where the chunk is wider: numpy reduces an array whose other
+            # axes all have length 1 in another order (pairwise), so the statistics would differ
+            del cuts[-2]
+        for i, j in zip(cuts[:-1], cuts[1:]):
+            obs = both_scores(logits[:, i:j], labels[i:j])
+            yield i, j, {(sn, q): (o := obs[sn][:, :, :nq], loo_gaussian_stats(o, membership[:, i:j], balanced))
+                         for sn, q, nq in pairs}
+
+    sums = {(sn, q): np.zeros((2, num_models, 1, 1)) for sn, q, _ in pairs}
+    one_pass = len(chunks) == 1
+    kept = []
+    for start, stop in chunks:  # first pass: per-sample variants, and the pooled variances of the global ones
+        var = {(sn, q): np.empty((2, num_models, stop - start, nq)) for sn, q, nq in pairs}
+        for i, j, stats in pieces(start, stop):
+            for (sn, q), (o, st) in stats.items():
+                var[(sn, q)][0][:, i - start : j - start] = st["var_in"]
+                var[(sn, q)][1][:, i - start : j - start] = st["var_out"]
+                out[name(sn, q, False)][:, i:j] = _llr(o, st, st["var_in"], st["var_out"], online)
+            if one_pass:
+                kept.append((i, j, stats))
+        for key, v in var.items():  # summed over the whole chunk, as lira_scores sums its statistics
+            sums[key][0] += v[0].sum(axis=(1, 2), keepdims=True)
+            sums[key][1] += v[1].sum(axis=(1, 2), keepdims=True)
+        del var
+    pooled = {(sn, q): sums[(sn, q)] / (num_samples * nq) for sn, q, nq in pairs}
+    second = iter(kept) if one_pass else (p for start, stop in chunks for p in pieces(start, stop))
+    for i, j, stats in second:  # the global variants (with the scores computed again where there are chunks)
+        for (sn, q), (o, st) in stats.items():
+            out[name(sn, q, True)][:, i:j] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
+    return out
 
 
 def _primary(variants: list[str], mode: str, variance: str, augmented: bool) -> str:
@@ -181,15 +243,8 @@ class LiRA(Attack):
 
     def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
         logits = inp.signals[self.signal]  # (S, C, A, K)
-        mode = "online" if self.online else "offline"
-        out: dict[str, np.ndarray] = {}
-        for score_name, fn in SCORE_FUNCTIONS.items():
-            obs_all = chunked_scores(fn, logits, inp.labels)
-            for (q, obs), glob in itertools.product(_query_sets(obs_all), (False, True)):
-                variant = f"{mode}-{score_name}-{q}-{'global' if glob else 'persample'}"
-                out[variant] = lira_scores(obs, inp.membership, online=self.online, global_variance=glob,
-                                           balanced=self.shadows == "balanced")
-        return out
+        return lira_variants(logits, inp.labels, inp.membership, online=self.online,
+                             balanced=self.shadows == "balanced")
 
     def primary(self, variants: list[str], inp: AttackInput) -> str:
         return _primary(variants, "online", "persample", inp.trained_with_augmentation)

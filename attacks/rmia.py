@@ -37,22 +37,59 @@ scored by RMIA.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.special import log_softmax, logsumexp
+from scipy.special import log_softmax
 
 from attacks.base import Attack, AttackInput
 from attacks.loo import dropped_shadow
+from attacks.scores import _sum_first, logsumexp_last
 
 
 def label_log_prob(logits: np.ndarray, labels: np.ndarray, temperature: float) -> np.ndarray:
     """``log mean_a softmax(logits / T)_y`` for logits (S, N, A, K) and labels (N,): (S, N) float64
     (with A = 1, the log-probability of the label)."""
+    if logits.shape[2] == 1:
+        return _view_log_prob(logits, 0, labels, temperature)
     z = np.asarray(logits, dtype=np.float64) / temperature
     lp = log_softmax(z, axis=-1)
     picked = np.take_along_axis(lp, labels[None, :, None, None].astype(np.int64), axis=-1)[..., 0]  # (S, N, A)
-    return logsumexp(picked, axis=-1) - np.log(picked.shape[-1])
+    return logsumexp_last(picked) - np.log(picked.shape[-1])
+
+
+#: samples whose tempered log-softmax is computed at once (float64 temporaries K x S x LOGPROB_CHUNK: a
+#: few MB, in the caches)
+LOGPROB_CHUNK = 1024
+
+
+def _view_log_prob(logits: np.ndarray, view: int, labels: np.ndarray, temperature: float) -> np.ndarray:
+    """:func:`label_log_prob` of the one query view ``view`` of logits (S, N, A, K): (S, N), computed
+    :data:`LOGPROB_CHUNK` samples at a time. The same values as ``label_log_prob(logits[:, :, view :
+    view + 1], ...)`` in the form that read it through ``scipy.special.log_softmax`` and ``logsumexp``:
+    SciPy's log-softmax written out (``tmp - log(sum(exp(tmp)))``, ``tmp = z - max z`` with a
+    non-finite maximum replaced by 0) and read at the label, then the log-sum-exp over one view,
+    which is the value itself (``0 + 0 + v`` in SciPy's arithmetic, minus ``log 1 = 0``). The classes
+    are the first axis of the float64 copy: the maximum and the sum over them are element-wise
+    operations on whole arrays (the sum in numpy's order: :func:`attacks.scores._sum_first`)."""
+    num_models, n = logits.shape[:2]
+    out = np.empty((num_models, n))
+    idx_all = np.asarray(labels).astype(np.int64)
+    for i in range(0, n, LOGPROB_CHUNK):
+        j = min(i + LOGPROB_CHUNK, n)
+        z = np.array(np.moveaxis(logits[:, i:j, view, :], -1, 0), dtype=np.float64, order="C")  # (K, S, n)
+        z /= temperature
+        x_max = z.max(axis=0)
+        x_max[~np.isfinite(x_max)] = 0
+        z -= x_max  # tmp = z - max
+        idx = np.broadcast_to(idx_all[i:j].reshape(1, 1, -1), (1, num_models, j - i))
+        picked = np.take_along_axis(z, idx, axis=0)[0]
+        with np.errstate(divide="ignore"):
+            log_s = np.log(_sum_first(np.exp(z)))
+        del z
+        out[:, i:j] = ((picked - log_s) + 0.0) - np.log(1)  # log_softmax at the label, then the one-view mean
+    return out
 
 
 def _logsumexp0(a: np.ndarray) -> np.ndarray:
@@ -75,12 +112,10 @@ def _offline_map(log_mean: np.ndarray, a: float) -> np.ndarray:
     return np.logaddexp(np.log1p(a) + log_mean, np.log1p(-a) if a < 1 else -np.inf) - np.log(2.0)
 
 
-def rmia_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
-                     a: float) -> np.ndarray:
-    """``|{z : LR(x, z) >= gamma}|`` (S, C) int64 from label log-probabilities on the audit samples
-    ``lp_x`` (S, C) and on the population samples ``lp_z`` (S, Z), leave-one-out over victims. For x
-    the references are the S - 2 models other than the victim and :func:`attacks.loo.dropped_shadow`
-    (S/2 - 1 IN and OUT); for z, all S - 1 models other than the victim."""
+def _loop_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
+                      a: float) -> np.ndarray:
+    """:func:`rmia_pass_counts` one victim at a time, for any membership matrix (the form before
+    :func:`_group_pass_counts`; used where the groups' sizes differ between samples)."""
     s = lp_x.shape[0]
     out = np.empty(lp_x.shape, dtype=np.int64)
     log_gamma = np.log(gamma)
@@ -101,6 +136,127 @@ def rmia_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray,
         # LR(x, z) >= gamma  <=>  log_ratio_z <= log_ratio_x - log gamma
         out[t] = np.searchsorted(log_ratio_z, log_ratio_x - log_gamma, side="right")
     return out
+
+
+def _leave_one_out_log_means(v: np.ndarray) -> np.ndarray:
+    """For the m values of each column of ``v`` (m, C) (one group's models in index order), the
+    log of the mean of exp over the column without its j-th value, for every j: (m, C). The same
+    floating-point operations as :func:`_log_mean` over the group minus one model: shifted by the
+    largest remaining value, the exponentials summed in model order (so the result is bit for bit
+    that of the masked sum, whose left-out and other-group rows add exact zeros), at O(m^2) adds per
+    column instead of O(m S) exponentials per victim."""
+    v = np.ascontiguousarray(v)  # every array below C-ordered: the exponentials and sums of the masked form
+    m, c = v.shape
+    mx = v.max(axis=0)
+    is_max = v == mx
+    unique = is_max.sum(axis=0) == 1  # without its maximum, such a column is shifted by its second largest
+    top = is_max.argmax(axis=0)
+    del is_max
+    shift = np.where(np.isfinite(mx), mx, 0.0)
+    e = np.exp(v - shift)
+    sums = np.empty((m, c))
+    prefix = np.zeros(c)
+    for j in range(m):  # the sequential sum of every term but the j-th
+        acc = prefix.copy()
+        for k in range(j + 1, m):
+            acc += e[k]
+        sums[j] = acc
+        prefix += e[j]
+    del e
+    shifts = np.broadcast_to(shift, (m, c)).copy()
+    cols = np.flatnonzero(unique)
+    if len(cols):
+        w = np.ascontiguousarray(v[:, cols])  # (m, U): the columns whose maximum is left out at j = top
+        rows = top[cols]
+        w[rows, np.arange(len(cols))] = -np.inf
+        m2 = w.max(axis=0)
+        shift2 = np.where(np.isfinite(m2), m2, 0.0)
+        e2 = np.exp(w - shift2)
+        acc = np.zeros(len(cols))
+        for k in range(m):  # in model order, the left-out term an exact zero
+            acc += e2[k]
+        sums[rows, cols] = acc
+        shifts[rows, cols] = shift2
+    with np.errstate(divide="ignore"):
+        log_count = np.log(np.maximum(np.full(c, m - 1, dtype=np.int64), 1))
+        return (np.log(sums) + shifts) - log_count
+
+
+@dataclass(frozen=True)
+class _Groups:
+    """Flat indices of a membership matrix with S/2 members per column, the same for every view:
+    each group's models in index order (``take_in``, ``take_out``: into an (S, C) array, giving
+    (S/2, C)), and, for every victim and sample, the row of its group's leave-one-out means that
+    holds its references (``read_in``, ``read_out``: into an (S/2, C) array, giving (S, C))."""
+
+    take_in: np.ndarray
+    take_out: np.ndarray
+    read_in: np.ndarray
+    read_out: np.ndarray
+
+    @classmethod
+    def of(cls, membership: np.ndarray) -> "_Groups":
+        s, c = membership.shape
+        m = s // 2
+        order = np.argsort(~membership, axis=0, kind="stable")  # rows 0..m-1: the IN models in index order
+        rank = np.empty_like(order)
+        np.put_along_axis(rank, order, np.arange(s)[:, None], axis=0)  # each model's row in ``order``
+        cols = np.arange(c)
+        # a member victim's IN references: the IN models but itself; its OUT ones: the OUT models but
+        # the last (the dropped shadow); a non-member's the other way round
+        row_in = np.where(membership, rank, m - 1)
+        row_out = np.where(membership, m - 1, rank - m)
+        return cls(take_in=(order[:m] * c + cols).ravel(), take_out=(order[m:] * c + cols).ravel(),
+                   read_in=(row_in * c + cols).ravel(), read_out=(row_out * c + cols).ravel())
+
+
+def _group_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, gamma: float,
+                       a: float, groups: _Groups | None = None) -> dict[str, np.ndarray]:
+    """:func:`rmia_pass_counts` of both modes at once, ``{"online": (S, C), "offline": (S, C)}``, for
+    a membership matrix with S/2 members in every column (the audit design's).
+
+    The references of victim t for sample x are its group minus one model: a member victim's IN
+    references are the IN models but t and its OUT references the OUT models but the last (the
+    dropped shadow), a non-member victim's the IN models but the last and the OUT models but t. So
+    every victim's P_IN(x) and P_OUT(x) is one of the S/2 leave-one-out means of its column's groups
+    (:func:`_leave_one_out_log_means`, computed once per sample instead of once per victim), and the
+    offline mode reuses the online mode's P_OUT(x). The values are those of :func:`_loop_pass_counts`,
+    bit for bit."""
+    s, c = lp_x.shape
+    m = s // 2
+    g = groups if groups is not None else _Groups.of(membership)
+    flat = np.ascontiguousarray(lp_x).ravel()
+    l_in = _leave_one_out_log_means(flat[g.take_in].reshape(m, c)).ravel()[g.read_in].reshape(s, c)
+    l_out = _leave_one_out_log_means(flat[g.take_out].reshape(m, c)).ravel()[g.read_out].reshape(s, c)
+    log_gamma = np.log(gamma)
+    thresholds = {"online": (lp_x - (np.logaddexp(l_in, l_out) - np.log(2.0))) - log_gamma,
+                  "offline": (lp_x - _offline_map(l_out, a)) - log_gamma}
+    del l_in, l_out
+    out = {mode: np.empty((s, c), dtype=np.int64) for mode in thresholds}
+    for t in range(s):
+        ref = np.arange(s) != t
+        log_p_z = _logsumexp0(lp_z[ref]) - np.log(s - 1)  # every model but the victim
+        for mode, log_p in (("online", log_p_z), ("offline", _offline_map(log_p_z, a))):
+            log_ratio_z = np.sort(lp_z[t] - log_p)  # (Z,)
+            # LR(x, z) >= gamma  <=>  log_ratio_z <= log_ratio_x - log gamma
+            out[mode][t] = np.searchsorted(log_ratio_z, thresholds[mode][t], side="right")
+    return out
+
+
+def _balanced(membership: np.ndarray) -> bool:
+    s = membership.shape[0]
+    return s % 2 == 0 and s >= 2 and bool(np.all(membership.sum(axis=0) == s // 2))
+
+
+def rmia_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
+                     a: float) -> np.ndarray:
+    """``|{z : LR(x, z) >= gamma}|`` (S, C) int64 from label log-probabilities on the audit samples
+    ``lp_x`` (S, C) and on the population samples ``lp_z`` (S, Z), leave-one-out over victims. For x
+    the references are the S - 2 models other than the victim and :func:`attacks.loo.dropped_shadow`
+    (S/2 - 1 IN and OUT); for z, all S - 1 models other than the victim."""
+    if _balanced(membership):
+        return _group_pass_counts(lp_x, membership, lp_z, gamma=gamma, a=a)["online" if online else "offline"]
+    return _loop_pass_counts(lp_x, membership, lp_z, online=online, gamma=gamma, a=a)
 
 
 def rmia_scores(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarray, *, online: bool, gamma: float,
@@ -129,19 +285,32 @@ class RMIA(Attack):
         if inp.population_labels is None or not len(inp.population_labels):
             raise ValueError("RMIA needs population samples: set audit.population_samples > 0 before training")
         x, z = inp.signals["logits"], inp.signals["population_logits"]
-        num_aug = x.shape[2]
-        # per query view a: label log-probabilities (S, C) and (S, Z)
-        lp_x = [label_log_prob(x[:, :, a : a + 1], inp.labels, self.temperature) for a in range(num_aug)]
-        lp_z = [label_log_prob(z[:, :, a : a + 1], inp.population_labels, self.temperature) for a in range(num_aug)]
+        num_aug, num_z = x.shape[2], z.shape[1]
+        balanced = _balanced(inp.membership)
+        groups = _Groups.of(inp.membership) if balanced else None
+        first: dict[str, np.ndarray] = {}
+        total: dict[str, np.ndarray] = {}
+        for view in range(num_aug):  # one query view at a time: its (S, C) label log-probabilities and pass counts
+            lx = _view_log_prob(x, view, inp.labels, self.temperature)
+            lz = _view_log_prob(z, view, inp.population_labels, self.temperature)
+            if balanced:
+                counts = _group_pass_counts(lx, inp.membership, lz, gamma=self.gamma, a=self.a, groups=groups)
+            else:
+                counts = {mode: _loop_pass_counts(lx, inp.membership, lz, online=mode == "online", gamma=self.gamma,
+                                                  a=self.a) for mode in ("online", "offline")}
+            del lx
+            for mode, cnt in counts.items():
+                if view == 0:
+                    first[mode] = cnt
+                    total[mode] = cnt.copy() if num_aug > 1 else cnt
+                else:
+                    total[mode] += cnt
         out = {}
         for mode in ("online", "offline"):
-            counts = [rmia_pass_counts(lx, inp.membership, lz, online=mode == "online", gamma=self.gamma, a=self.a)
-                      for lx, lz in zip(lp_x, lp_z)]
-            num_z = z.shape[1]
-            out[f"{mode}-noaug"] = counts[0] / num_z
+            out[f"{mode}-noaug"] = first[mode] / num_z
             if num_aug > 1:  # the fraction of (view, z) pairs that pass: integer counts summed, divided once,
                 # so that equal pass counts are one float (a mean of per-view fractions rounds them apart)
-                out[f"{mode}-aug{num_aug}"] = np.sum(counts, axis=0) / (num_aug * num_z)
+                out[f"{mode}-aug{num_aug}"] = total[mode] / (num_aug * num_z)
         return out
 
     def primary(self, variants: list[str], inp: AttackInput) -> str:

@@ -10,7 +10,10 @@ from __future__ import annotations
 import numpy as np
 
 from attacks.base import Attack, AttackInput
-from attacks.scores import SCORE_FUNCTIONS
+from attacks.scores import SCORE_FUNCTIONS, both_scores
+
+#: audit samples scored at once (float64 temporaries S x CHUNK x K)
+CHUNK = 4096
 
 
 class GlobalThreshold(Attack):
@@ -19,5 +22,10 @@ class GlobalThreshold(Attack):
     needs = frozenset({"logits"})
 
     def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
-        logits = inp.signals["logits"][:, :, :1]
-        return {name: fn(logits, inp.labels)[:, :, 0] for name, fn in SCORE_FUNCTIONS.items()}
+        logits = inp.signals["logits"]
+        num_models, num_samples = logits.shape[:2]
+        out = {name: np.empty((num_models, num_samples)) for name in SCORE_FUNCTIONS}
+        for i in range(0, num_samples, CHUNK):  # per sample: the values of one call on the whole level
+            for name, v in both_scores(logits[:, i : i + CHUNK, :1], inp.labels[i : i + CHUNK]).items():
+                out[name][:, i : i + CHUNK] = v[:, :, 0]
+        return out

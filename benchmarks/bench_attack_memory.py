@@ -1,6 +1,9 @@
-"""Peak memory and time of the attack phase at scale: LiRA (every variant) on a synthetic signal set
-of S models x C audit samples x A query views x K classes, scored in chunks of audit samples
-(``attacks.lira.LIRA_CHUNK``).
+"""Peak memory and time of LiRA's scoring alone (``LiRA.score``, every variant) on a synthetic signal
+set of S models x C audit samples x A query views x K classes, scored in chunks of audit samples
+(``attacks.lira.LIRA_CHUNK``). This is one attack's scores, not the attack phase: the metrics,
+bootstrap CIs, bounds, RMIA and the report files are left out, and the signals (one shifted logit)
+are nearly separable. ``benchmarks/bench_attack_phase.py`` measures the whole phase (``harness
+attack``) on weak and strong signals.
 
     python benchmarks/bench_attack_memory.py [--models 64] [--samples 5000] [--views 18] [--classes 10]
         [--chunk N] [--dtype float32|float16] [--from-disk] [--json]
@@ -102,7 +105,7 @@ def main() -> None:
         return
     print(f"signals: {s} models x {c} samples x {a} views x {k} classes = {logits.nbytes / 2**20:.0f} MiB "
           f"({args.dtype}){load}")
-    print(f"LiRA, {len(scores)} variants, chunks of {args.chunk} samples: {wall:.1f} s; "
+    print(f"LiRA scoring alone (not the attack phase), {len(scores)} variants, chunks of {args.chunk} samples: {wall:.1f} s; "
           f"peak RSS {peak_mib():.0f} MiB (before the attack: {before:.0f} MiB)")
 
 

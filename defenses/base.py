@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
-import torch
 
 from harness.core.config import TrainConfig
 from harness.core.data import AugmentSpec
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -152,12 +154,14 @@ class Normalizer:
     """uint8 images (N, C, H, W) -> float32 ``(x / 255 - mean_c) / std_c`` on ``device``."""
 
     def __init__(self, mean: tuple[float, ...], std: tuple[float, ...], device: str | torch.device) -> None:
+        import torch  # here, not at the top: reading a run's results and attacking its signals need no torch
+
         self.device = torch.device(device)
         self.mean = torch.tensor(mean, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
         self.std = torch.tensor(std, dtype=torch.float32, device=self.device).view(1, -1, 1, 1)
 
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.to(self.device, torch.float32) / 255.0 - self.mean) / self.std
+        return (x.to(self.device, self.mean.dtype) / 255.0 - self.mean) / self.std
 
 
 class TorchClassifier(ServedModel):
@@ -185,12 +189,14 @@ class TorchClassifier(ServedModel):
                 "state_dict": {k: v.detach().cpu() for k, v in self.net.state_dict().items()},
                 "mean": list(self.mean), "std": list(self.std)}
 
-    @torch.no_grad()
     def query(self, x: np.ndarray) -> np.ndarray:
+        import torch
+
         outs = []
-        for i in range(0, len(x), self.batch_size):
-            xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
-            outs.append(self.net(self.normalize(xb)).float().cpu())
+        with torch.no_grad():
+            for i in range(0, len(x), self.batch_size):
+                xb = torch.from_numpy(np.ascontiguousarray(x[i : i + self.batch_size]))
+                outs.append(self.net(self.normalize(xb)).float().cpu())
         return torch.cat(outs).numpy() if outs else np.zeros((0, 0), np.float32)
 
 

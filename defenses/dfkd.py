@@ -46,16 +46,25 @@ from dataclasses import dataclass
 from typing import Any, Callable, ClassVar
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier, is_int,
                            is_number)
-from defenses.models import BATCHNORM_KINDS, build_model
 from defenses.training import init_network, seeded_init, train_classifier
-from harness.core.augment import random_augment
 from harness.core.data import AugmentSpec
+from harness.core.lazy import LazyModule
+
+# torch where a model trains: naming the defense (the attack phase, the reports) needs none
+torch = LazyModule("torch")
+F = LazyModule("torch.nn.functional")
+nn = LazyModule("torch.nn")
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Generator":  # defined with torch, in defenses.generators
+        from defenses.generators import Generator
+
+        return Generator
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 # Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag])); the teacher
 # uses the model seed itself, so that it is the undefended model of the same index.
@@ -64,38 +73,6 @@ _GENERATOR, _SYNTHESIS, _STUDENT_INIT, _STUDENT_ORDER = 1, 2, 3, 4
 
 def derived_seed(seed: int, tag: int) -> int:
     return int(np.random.SeedSequence([seed, 0xDF, tag]).generate_state(1)[0])
-
-
-class Generator(nn.Module):
-    """The fast-DFKD generator, sized to (C, H, W) images with H and W multiples of 4:
-    ``Linear(nz, 128 (H/4)(W/4))`` -> BN -> Upsample x2 -> Conv3x3(128, 128, no bias) -> BN ->
-    LeakyReLU(0.2) -> Upsample x2 -> Conv3x3(128, 64, no bias) -> BN -> LeakyReLU(0.2) ->
-    Conv3x3(64, C) -> Sigmoid: images in [0, 1]."""
-
-    def __init__(self, latent_dim: int, image_shape: tuple[int, int, int], ngf: int = 64) -> None:
-        super().__init__()
-        c, h, w = image_shape
-        if h % 4 or w % 4:
-            raise ValueError(f"the DFKD generator needs image sides that are multiples of 4, got {h} x {w}")
-        self.init_size = (h // 4, w // 4)
-        self.project = nn.Linear(latent_dim, 2 * ngf * (h // 4) * (w // 4))
-        self.blocks = nn.Sequential(
-            nn.BatchNorm2d(2 * ngf),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(2 * ngf, 2 * ngf, 3, padding=1, bias=False),
-            nn.BatchNorm2d(2 * ngf),
-            nn.LeakyReLU(0.2),
-            nn.Upsample(scale_factor=2),
-            nn.Conv2d(2 * ngf, ngf, 3, padding=1, bias=False),
-            nn.BatchNorm2d(ngf),
-            nn.LeakyReLU(0.2),
-            nn.Conv2d(ngf, c, 3, padding=1),
-            nn.Sigmoid(),
-        )
-
-    def forward(self, z: torch.Tensor) -> torch.Tensor:
-        h = self.project(z).view(z.shape[0], -1, *self.init_size)
-        return self.blocks(h)
 
 
 def batchnorm_layers(net: nn.Module) -> list[nn.modules.batchnorm._BatchNorm]:
@@ -142,15 +119,16 @@ class BNStatistics:
                  for layer, (mu, v) in zip(self.layers, self.blended())]
         return torch.stack(terms).sum()
 
-    @torch.no_grad()
     def update_ema(self) -> None:
         """Fold the last recorded statistics into the EMA (the first call sets it)."""
-        cur = [(mu.detach(), v.detach()) for mu, v in self.current]  # type: ignore[misc]
-        if self.ema is None:
-            self.ema = cur
-        else:
-            m = self.momentum
-            self.ema = [(m * me + (1 - m) * mc, m * ve + (1 - m) * vc) for (me, ve), (mc, vc) in zip(self.ema, cur)]
+        with torch.no_grad():
+            cur = [(mu.detach(), v.detach()) for mu, v in self.current]  # type: ignore[misc]
+            if self.ema is None:
+                self.ema = cur
+            else:
+                m = self.momentum
+                self.ema = [(m * me + (1 - m) * mc, m * ve + (1 - m) * vc)
+                            for (me, ve), (mc, vc) in zip(self.ema, cur)]
 
     def remove(self) -> None:
         for h in self.handles:
@@ -253,6 +231,8 @@ class DFKD(Defense):
 
     def check_config(self, cfg: Any) -> None:
         """The synthesis matches the teacher's BatchNorm statistics: the teacher needs BN layers."""
+        from defenses.models import BATCHNORM_KINDS
+
         if cfg.train.model not in BATCHNORM_KINDS:
             raise ValueError(f"DFKD's teacher (train.model) needs BatchNorm layers: {', '.join(BATCHNORM_KINDS)}; "
                              f"got train.model={cfg.train.model}")
@@ -260,6 +240,8 @@ class DFKD(Defense):
     # --- parts -------------------------------------------------------------------------------
     def make_student(self, image_shape: tuple[int, ...], num_classes: int, ctx: FitContext) -> nn.Module:
         """The student: the teacher's architecture (``train.model``, ``train.width``), its own init."""
+        from defenses.models import build_model
+
         return seeded_init(lambda: build_model(ctx.train.model, tuple(image_shape), num_classes, ctx.train.width),
                            derived_seed(ctx.seed, _STUDENT_INIT))
 
@@ -280,6 +262,8 @@ class DFKD(Defense):
         generator's initialization, the latent and crop draws, the student's initialization and its
         batch order and augmentation use separate derived streams. Progress: one fraction over the
         teacher's and the rounds' work (sample passes)."""
+        from defenses.generators import Generator
+
         p = self.params
         device = torch.device(ctx.device)
         shape = tuple(int(v) for v in train.x.shape[1:])
@@ -382,6 +366,8 @@ class DFKD(Defense):
     def _student_round(self, student: nn.Module, teacher: nn.Module, opt: torch.optim.Optimizer, bank: torch.Tensor,
                        spec: AugmentSpec, normalize: Normalizer, gen: torch.Generator, passes: int) -> None:
         """``passes`` shuffled passes over the bank: per-image crop/flip, KD loss against the teacher."""
+        from harness.core.augment import random_augment
+
         n, b, t = len(bank), int(self.params["student_batch_size"]), float(self.params["temperature"])
         student.train()
         for _ in range(passes):

@@ -47,20 +47,23 @@ import copy
 import math
 import warnings
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
-import torch
-from opacus.accountants import PRVAccountant, RDPAccountant
-from opacus.accountants.accountant import IAccountant
-from torch import nn
-from torch.func import functional_call, grad, vmap
 
 from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
 from defenses.training import init_network
-from harness.core.augment import random_augment
+from harness.core.lazy import LazyModule
 
-Grads = dict[str, torch.Tensor]
+if TYPE_CHECKING:
+    from opacus.accountants.accountant import IAccountant
+
+# torch and Opacus are imported where a model trains or an accountant runs: naming the defense (the
+# attack phase, the reports) needs neither
+torch = LazyModule("torch")
+nn = LazyModule("torch.nn")
+
+Grads = dict[str, "torch.Tensor"]
 
 #: Largest discretization grid the PRV accountant may use (points). Opacus's PRV accountant needs
 #: about 250 bytes per point; the paper's noise levels need 1e8 points or more (tens of GB).
@@ -100,13 +103,16 @@ def ema_decay_at(step: int, max_decay: float) -> float:
     return min(max_decay, (1.0 + step) / (10.0 + step))
 
 
+ACCOUNTANTS = ("rdp", "prv")
+
+
 def make_accountant(name: str) -> IAccountant:
     """A fresh Opacus accountant: ``rdp`` (RDPAccountant) or ``prv`` (PRVAccountant)."""
-    if name == "rdp":
-        return RDPAccountant()
-    if name == "prv":
-        return PRVAccountant()
-    raise ValueError(f"accountant must be 'rdp' or 'prv', got {name!r}")
+    if name not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be 'rdp' or 'prv', got {name!r}")
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    return RDPAccountant() if name == "rdp" else PRVAccountant()
 
 
 def prv_grid_points(noise_multiplier: float, q: float, steps: int, delta: float, eps_error: float = 0.01) -> float:
@@ -120,6 +126,8 @@ def prv_grid_points(noise_multiplier: float, q: float, steps: int, delta: float,
     if noise_multiplier <= 0:
         return math.inf
     delta_error = delta / 1000
+    from opacus.accountants import RDPAccountant
+
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Optimal order is the")
         full, one = RDPAccountant(), RDPAccountant()
@@ -163,10 +171,10 @@ def per_sample_grad_fn(net: nn.Module) -> Callable[[Grads, Grads, torch.Tensor, 
     gradients of its K augmented copies (augmentation multiplicity)."""
 
     def loss_one(params: Grads, buffers: Grads, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
-        out = functional_call(net, (params, buffers), (xs,))
+        out = torch.func.functional_call(net, (params, buffers), (xs,))
         return nn.functional.cross_entropy(out, ys.expand(xs.shape[0]))
 
-    return vmap(grad(loss_one), in_dims=(None, None, 0, 0))
+    return torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, None, 0, 0))
 
 
 def per_sample_norms(grads: Grads) -> torch.Tensor:
@@ -228,7 +236,8 @@ class DPSGDSettings:
             raise ValueError(f"ema_decay must lie in [0, 1), got {self.ema_decay}")
         if not 0 < self.delta < 1:
             raise ValueError(f"delta must lie in (0, 1), got {self.delta}")
-        make_accountant(self.accountant)
+        if self.accountant not in ACCOUNTANTS:  # checked without building one (Opacus imports torch)
+            raise ValueError(f"accountant must be 'rdp' or 'prv', got {self.accountant!r}")
 
 
 class DPSGDTrainer:
@@ -274,6 +283,8 @@ class DPSGDTrainer:
         """Normalized inputs (n, K, C, H, W): K independently augmented copies of each sample."""
         x = self._x[idx].repeat_interleave(self.k, dim=0)
         if self.augment:
+            from harness.core.augment import random_augment
+
             x = random_augment(x, self.train_set.augment, self.sample_gen)
         x = self._normalize(x)
         return x.view(len(idx), self.k, *x.shape[1:])
@@ -306,14 +317,14 @@ class DPSGDTrainer:
         mask = torch.rand(self.n, generator=self.sample_gen) < self.q
         return mask.nonzero().flatten().to(self.device)
 
-    @torch.no_grad()
     def update_ema(self) -> float:
         """``ema <- d ema + (1 - d) theta`` with the decay of the current step; buffers copied."""
         d = ema_decay_at(self.step_count, self.settings.ema_decay)
-        for e, p in zip(self.ema.parameters(), self.net.parameters()):
-            e.mul_(d).add_(p.detach(), alpha=1.0 - d)
-        for e, b in zip(self.ema.buffers(), self.net.buffers()):
-            e.copy_(b)
+        with torch.no_grad():
+            for e, p in zip(self.ema.parameters(), self.net.parameters()):
+                e.mul_(d).add_(p.detach(), alpha=1.0 - d)
+            for e, b in zip(self.ema.buffers(), self.net.buffers()):
+                e.copy_(b)
         return d
 
     def step(self, idx: torch.Tensor) -> None:

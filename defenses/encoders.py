@@ -18,9 +18,8 @@ import math
 import torch
 from torch import nn
 
+from defenses.encoder_names import ENCODER_KINDS
 from defenses.models import global_avg_pool
-
-ENCODER_KINDS = ("resnet18", "cnn", "mlp")
 
 
 class GlobalMeanPool(nn.Module):

@@ -20,14 +20,15 @@ queryable through ``raw_query`` for the ablation attack ``lira-raw``.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from scipy.optimize import brentq
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
 from defenses.training import init_network, train_classifier
+
+if TYPE_CHECKING:  # torch where a model trains: naming the defense needs none
+    import torch
 
 
 def soft_label_confidence(gamma: float, num_classes: int) -> float:
@@ -42,11 +43,15 @@ def soft_label_confidence(gamma: float, num_classes: int) -> float:
 
     if gamma == 1:
         return 1.0 / k
+    from scipy.optimize import brentq
+
     return brentq(h, 1.0 / k, 1 - 1e-12, xtol=1e-15)
 
 
 def hamp_loss(logits: torch.Tensor, soft: torch.Tensor, alpha: float) -> torch.Tensor:
     """KL(soft || softmax(logits)) with reduction "mean" minus alpha times the mean output entropy."""
+    import torch
+
     logp = torch.log_softmax(logits, dim=1)
     kl = (soft * (torch.log(soft) - logp)).sum() / soft.numel()
     entropy = -(logp.exp() * logp).sum(1).mean()

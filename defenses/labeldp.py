@@ -25,18 +25,20 @@ Label-DP protects the *labels* only: neighbouring datasets differ in one example
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier, is_int,
                            is_number)
 from defenses.training import init_network, train_classifier
+
+if TYPE_CHECKING:  # torch where a model trains: naming the defense needs none
+    import torch
+    from torch import nn
 
 #: Renyi orders for AGIBI's epsilon (those of the authors' ``RandomizedLabelPrivacy``: 1.1 ... 99.9)
 RDP_ORDERS = tuple(i / 10.0 for i in range(11, 1000))
@@ -49,10 +51,33 @@ def laplace_scale(epsilon: float) -> float:
     return 2.0 / epsilon
 
 
+@functools.cache
+def _opacus_rdp() -> Any:
+    """Opacus's Renyi-DP analysis, ``opacus/accountants/analysis/rdp.py`` (math, numpy and scipy only),
+    read from its file without running ``opacus/__init__.py``, which imports torch: AGIBI finds its
+    noise scale when it is built, and the attack phase builds it without training anything. Where
+    the file is not there (another Opacus layout), the module itself."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("opacus")  # locates the package without running it
+    path = Path(next(iter(spec.submodule_search_locations or []), "")) / "accountants" / "analysis" / "rdp.py" \
+        if spec is not None else None
+    if path is None or not path.is_file():
+        import opacus.accountants.analysis.rdp as rdp
+
+        return rdp
+    file_spec = importlib.util.spec_from_file_location("harness_opacus_rdp", path)
+    module = importlib.util.module_from_spec(file_spec)
+    file_spec.loader.exec_module(module)
+    return module
+
+
 def gaussian_label_epsilon(sigma: float, delta: float) -> float:
     """AGIBI's label epsilon at ``delta``: the Gaussian mechanism with L2 sensitivity sqrt(2) and noise
     ``sigma`` (noise multiplier sigma / sqrt(2)), applied once, converted from Renyi DP (opacus)."""
-    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+    rdp_analysis = _opacus_rdp()
+    compute_rdp, get_privacy_spent = rdp_analysis.compute_rdp, rdp_analysis.get_privacy_spent
 
     rdp = compute_rdp(q=1.0, noise_multiplier=sigma / math.sqrt(2.0), steps=1, orders=list(RDP_ORDERS))
     eps, _ = get_privacy_spent(orders=list(RDP_ORDERS), rdp=rdp, delta=delta)
@@ -82,18 +107,24 @@ def gaussian_sigma_for(epsilon: float, delta: float, tol: float = 1e-6) -> float
 
 def laplace_posterior(noisy: torch.Tensor, log_prior: torch.Tensor, scale: float) -> torch.Tensor:
     """ALIBI's posterior p(y = c | o) = softmax_c((|o_c| - |o_c - 1|) / b + log p_c), rows of (N, K)."""
+    import torch
+
     return torch.softmax((noisy.abs() - (noisy - 1.0).abs()) / scale + log_prior, dim=1)
 
 
 def gaussian_posterior(noisy: torch.Tensor, log_prior: torch.Tensor, sigma: float) -> torch.Tensor:
     """AGIBI's posterior p(y = c | o) = softmax_c(o_c / sigma^2 + log p_c), rows of (N, K): Bayes'
     rule with the likelihoods exp(-||o - e_c||^2 / (2 sigma^2))."""
+    import torch
+
     return torch.softmax(noisy / sigma**2 + log_prior, dim=1)
 
 
 def gaussian_posterior_authors(noisy: torch.Tensor, log_prior: torch.Tensor, sigma: float) -> torch.Tensor:
     """The authors' code's AGIBI soft labels softmax_c(o_c / sigma + log p_c), rows of (N, K)
     (``Ohm._map_normal`` of ``label_dp_antipodes``): :func:`gaussian_posterior` at sigma = 1 only."""
+    import torch
+
     return torch.softmax(noisy / sigma + log_prior, dim=1)
 
 
@@ -103,6 +134,8 @@ GAUSSIAN_POSTERIORS = {"derived": gaussian_posterior, "authors": gaussian_poster
 
 def soft_cross_entropy(logits: torch.Tensor, soft: torch.Tensor) -> torch.Tensor:
     """Mean over the batch of -sum_c soft_c log softmax(logits)_c."""
+    import torch.nn.functional as F
+
     return -(soft * F.log_softmax(logits, dim=1)).sum(dim=1).mean()
 
 
@@ -146,6 +179,9 @@ class LabelDP(Defense):
         return (onehot + self.draw_noise(onehot.shape, rng)).astype(np.float32)
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        import torch
+        import torch.nn.functional as F
+
         noisy = self.noisy_labels(train.y, train.num_classes, ctx.seed)
         net = init_network(train, ctx)
         prior = self.params["prior"]
@@ -176,12 +212,15 @@ class LabelDP(Defense):
         return TorchClassifier(net, train.mean, train.std, ctx.device, record=record)
 
 
-@torch.no_grad()
 def _log_predictions(model: nn.Module, x: np.ndarray, normalize: Normalizer, batch_size: int = 1024) -> torch.Tensor:
     """log softmax of ``model`` (eval mode) on un-augmented images, on the CPU."""
+    import torch
+    import torch.nn.functional as F
+
     model.eval()
-    out = [F.log_softmax(model(normalize(torch.from_numpy(x[i : i + batch_size]))), dim=1).float().cpu()
-           for i in range(0, len(x), batch_size)]
+    with torch.no_grad():
+        out = [F.log_softmax(model(normalize(torch.from_numpy(x[i : i + batch_size]))), dim=1).float().cpu()
+               for i in range(0, len(x), batch_size)]
     return torch.cat(out)
 
 

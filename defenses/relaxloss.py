@@ -13,17 +13,20 @@ Per batch, with the mean cross-entropy l and target alpha:
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING, Any
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
 from defenses.training import init_network, train_classifier
 
+if TYPE_CHECKING:
+    import torch
+
 
 def relaxloss_loss(logits: torch.Tensor, y: torch.Tensor, epoch: int, alpha: float) -> torch.Tensor:
     """The RelaxLoss objective for one batch (see the module docstring)."""
+    import torch
+    from torch import nn
+
     ce = nn.functional.cross_entropy(logits, y, reduction="none")
     mean_ce = ce.mean()
     if epoch % 2 == 0:

@@ -35,15 +35,18 @@ import math
 from typing import Any, ClassVar
 
 import numpy as np
-import torch
-import torch.nn.functional as F
-from torch import nn
 
 from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
-from defenses.encoders import ENCODER_KINDS, build_encoder
+from defenses.encoder_names import ENCODER_KINDS
 from defenses.training import seeded_init
 from harness.core.data import AugmentSpec
+from harness.core.lazy import LazyModule
 from defenses.ssl_augment import SSLAugment
+
+# torch where a model trains: naming the defense (the attack phase, the reports) needs none
+torch = LazyModule("torch")
+F = LazyModule("torch.nn.functional")
+nn = LazyModule("torch.nn")
 
 
 def nt_xent(z1: torch.Tensor, z2: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -73,22 +76,22 @@ class KeyQueue:
     def __len__(self) -> int:
         return self.keys.shape[0]
 
-    @torch.no_grad()
     def enqueue(self, k: torch.Tensor) -> None:
         """Replace the oldest ``len(k)`` keys with ``k`` (in order; only the newest ``size`` if more)."""
-        size = len(self)
-        k = k.detach()[-size:]
-        idx = (self.ptr + torch.arange(len(k))) % size
-        self.keys[idx.to(self.keys.device)] = k.to(self.keys.dtype)
-        self.ptr = int((self.ptr + len(k)) % size)
+        with torch.no_grad():
+            size = len(self)
+            k = k.detach()[-size:]
+            idx = (self.ptr + torch.arange(len(k))) % size
+            self.keys[idx.to(self.keys.device)] = k.to(self.keys.dtype)
+            self.ptr = int((self.ptr + len(k)) % size)
 
 
-@torch.no_grad()
 def momentum_update(key: nn.Module, query: nn.Module, m: float) -> None:
     """``theta_k <- m theta_k + (1 - m) theta_q`` for every parameter (MoCo, He et al. 2020, eq. 2);
     buffers (BatchNorm statistics) are the key network's own."""
-    for pk, pq in zip(key.parameters(), query.parameters()):
-        pk.mul_(m).add_(pq.detach(), alpha=1 - m)
+    with torch.no_grad():
+        for pk, pq in zip(key.parameters(), query.parameters()):
+            pk.mul_(m).add_(pq.detach(), alpha=1 - m)
 
 
 def moco_loss(q: torch.Tensor, k: torch.Tensor, queue: torch.Tensor, temperature: float) -> torch.Tensor:
@@ -204,6 +207,8 @@ class SSLDefense(Defense):
                              f"set ({smallest} samples; pre-training batches drop the last partial one)")
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        from defenses.encoders import build_encoder
+
         p = self.params
         self.check_train_size(len(train))  # the runner checked the smallest; a direct call is checked here
         device = torch.device(ctx.device)

@@ -24,8 +24,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-import torch.nn.functional as F
+from harness.core.lazy import LazyModule
+
+# imported on first use: an SSL defense checks its augmentation parameters without torch
+torch = LazyModule("torch")
+F = LazyModule("torch.nn.functional")
 
 GREY_WEIGHTS = (0.2989, 0.587, 0.114)  # torchvision's rgb_to_grayscale
 

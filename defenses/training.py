@@ -10,18 +10,19 @@ generator and augmented per sample when ``augment`` is set.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
-import torch
-from torch import nn
 
 from defenses.base import FitContext, LabeledImages, Normalizer
-from defenses.models import build_model
-from harness.core.augment import random_augment
 from harness.core.config import TrainConfig
 
-LossFn = Callable[[torch.Tensor, torch.Tensor, int], torch.Tensor]
+if TYPE_CHECKING:  # torch is imported where a network is built or trained: a defense module that
+    # imports this one stays importable without it (the attack phase and the reports need no torch)
+    import torch
+    from torch import nn
+
+LossFn = Callable[["torch.Tensor", "torch.Tensor", int], "torch.Tensor"]
 
 
 def lr_factor(step: int, total_steps: int, steps_per_epoch: int, cfg: TrainConfig) -> float:
@@ -54,6 +55,11 @@ def train_classifier(
     ``loss_fn(logits, targets, epoch)`` replaces cross-entropy; ``epoch_hook(epoch, net)``, called
     before each epoch, may return new targets for all N samples (e.g. ALIBI's refreshed posteriors).
     """
+    import torch
+    from torch import nn
+
+    from harness.core.augment import random_augment
+
     cfg = cfg or ctx.train
     device = torch.device(ctx.device)
     net.to(device).train()
@@ -93,6 +99,8 @@ def train_classifier(
 
 def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:
     """Build a module with its parameter initialization drawn from ``seed`` (torch's RNG restored after)."""
+    import torch
+
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return build()
@@ -101,6 +109,8 @@ def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:
 def init_network(train: LabeledImages, ctx: FitContext, seed: int | None = None) -> nn.Module:
     """The preset's architecture (``ctx.train.model``, ``ctx.train.width``) for ``train``'s image
     shape and classes, initialized from ``seed`` (default ``ctx.seed``)."""
+    from defenses.models import build_model
+
     shape = tuple(train.x.shape[1:])
     return seeded_init(lambda: build_model(ctx.train.model, shape, train.num_classes, ctx.train.width),
                        ctx.seed if seed is None else seed)

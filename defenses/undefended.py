@@ -9,8 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
-from defenses.stacked import stackable, train_stacked
-from defenses.training import init_network, train_classifier
+
+# the training modules (torch) are imported where a model is trained: naming the defense, as the
+# attack phase and the reports do, needs no torch
 
 
 class Undefended(Defense):
@@ -20,15 +21,22 @@ class Undefended(Defense):
     adaptive_attacks = ("lira",)
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        from defenses.training import init_network, train_classifier
+
         net = init_network(train, ctx)
         net = train_classifier(net, train, ctx)
         return TorchClassifier(net, train.mean, train.std, ctx.device)
 
     def stacks(self, train: Any) -> bool:
+        from defenses.stacked import stackable
+
         return stackable(train)
 
     def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
         """The ``mlp`` recipe's models trained stacked (:mod:`defenses.stacked`); None for others."""
+        from defenses.stacked import stackable, train_stacked
+        from defenses.training import init_network
+
         if not stackable(ctxs[0].train):
             return None
         nets = train_stacked([init_network(t, c) for t, c in zip(trains, ctxs)], trains, ctxs)

@@ -6,10 +6,17 @@ and base class); this module only gathers them, so that the core below knows no 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attacks
 import canaries
 import defenses
+from harness.core.errors import ConfigError
 from harness.core.registry import PluginKind
+
+if TYPE_CHECKING:
+    from defenses.base import Defense
+    from harness.core.config import ExperimentConfig
 
 KINDS: dict[str, PluginKind] = {"defenses": defenses.KIND, "attacks": attacks.KIND, "canaries": canaries.KIND}
 
@@ -29,3 +36,13 @@ def resolve(kind_name: str, ref: str) -> type:
 def available(kind_name: str) -> list[str]:
     """All names of a kind (built-ins and entry points)."""
     return kind(kind_name).available()
+
+
+def make_defense(cfg: ExperimentConfig) -> Defense:
+    """The run's defense built with its ``defense_params`` (a bad one is a ConfigError). Building a
+    built-in defense imports no torch: the attack phase reads its declarations only."""
+    cls = resolve("defenses", cfg.defense)
+    try:
+        return cls(**cfg.defense_params)
+    except (TypeError, ValueError) as e:
+        raise ConfigError(f"defense_params: {e}") from None

@@ -77,16 +77,17 @@ def test_flags_that_would_not_apply_are_refused(tmp_path, args, message):
     assert proc.returncode == 2 and message in " ".join(proc.stderr.split())
 
 
-def test_attack_reports_lira_time_and_its_share_of_the_projected_training(tmp_path):
-    """A small synthetic signal set (--samples 200); the share uses the epoch figure found in --out.
+def test_attack_reports_the_attack_phase_and_its_share_of_the_projected_training(tmp_path):
+    """A small synthetic run (--samples 200); the share uses the epoch figure found in --out.
     With --tag the figure's file is attack-TAG.json."""
     (tmp_path / "epoch.json").write_text(json.dumps({"projected_hours_2x64_models_200_epochs_25k_images": 2.0}))
     fig = bench("attack", tmp_path, tmp_path, "--samples", "200", "--device", "cpu", "--tag", "small")
     assert fig["tag"] == "small" and not (tmp_path / "attack.json").exists()
     assert fig["models"] == 64 and fig["samples"] == 200 and fig["views"] == 18 and fig["dtype"] == "float16"
-    assert fig["lira_variants"] == 8 and fig["lira_seconds"] > 0 and fig["load_seconds"] > 0
+    assert fig["variants"] == 14 and fig["attack_cpu_seconds"] > 0 and fig["peak_rss_mib"] > 0
+    assert fig["bytes_written"] > fig["roc_bytes"] > 0
     assert fig["share_of_projected_training_per_level"] == pytest.approx(
-        (fig["load_seconds"] + fig["lira_seconds"]) / 3600)  # 2 h for two levels: 1 h per level
+        fig["attack_wall_seconds"] / 3600)  # 2 h for two levels: 1 h per level
 
 
 @pytest.mark.slow

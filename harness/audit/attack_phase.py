@@ -6,7 +6,7 @@ Nothing here trains a model: ``harness attack RUN_DIR`` re-runs it on any finish
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,7 @@ from harness.run.attack_set import attack_names, check_declared_attacks, load_at
 from harness.audit.headline import (Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
                                     headline_test_warning, ratio_json, select_best, selection_fpr, strongest_figure,
                                     victim_weights)
-from harness.core.metrics import AttackMetrics, evaluate_scores, roc_on_grid
+from harness.core.metrics import AttackMetrics, Roc, evaluate_scores, roc_file_curve, roc_on_grid
 from harness.core.signals import NOT_SERVED
 from harness.plugins import resolve
 from harness.run.runstore import RunDir, RunDirError
@@ -77,8 +77,14 @@ def serving_notes(levels: dict[str, dict[str, Any]], repeat_queries: int, averag
 
 def is_one_hot(logits: np.ndarray) -> bool:
     """Every row over the last axis is a one-hot vector: entries exactly 0 or 1, exactly one 1.
-    Applied to a level's stacked served outputs (S, C, A, K): labels only in every model."""
-    return bool(logits.size) and bool(np.all((logits == 0) | (logits == 1))) and bool(np.all(logits.sum(-1) == 1))
+    Applied to a level's stacked served outputs (S, C, A, K): labels only in every model. Read one
+    model at a time (no boolean array of the whole stack), stopping at the first that is not."""
+    if not logits.size:
+        return False
+    for model in logits.reshape(-1, *logits.shape[-3:]) if logits.ndim >= 3 else [logits]:
+        if not (np.all((model == 0) | (model == 1)) and np.all(model.sum(-1) == 1)):
+            return False
+    return True
 
 
 @dataclass(frozen=True)
@@ -140,16 +146,17 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
 
 
-def _eps_lower_json(scores: np.ndarray, membership: np.ndarray) -> dict[str, Any]:
+def _eps_lower_json(scores: np.ndarray, membership: np.ndarray, roc: Roc | None = None) -> dict[str, Any]:
     """The *nominal* empirical epsilon lower bound of one attack variant (harness.bounds.empirical):
     Clopper-Pearson 95% limits on the pooled S x C guesses, maximized over thresholds with a
     Bonferroni correction, and the uncorrected maximum beside it. Nominal: it treats the pooled
     guesses as independent draws, which they are not (S models, shared shadows); the one-run bound
-    (:func:`_one_run_json`) is the one valid under that dependence."""
+    (:func:`_one_run_json`) is the one valid under that dependence. ``roc``: the ROC of these scores,
+    when the caller has it."""
     from harness.bounds.empirical import epsilon_lower_bound_roc
 
-    valid = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=True)
-    naive = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=False)
+    valid = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=True, roc=roc)
+    naive = epsilon_lower_bound_roc(scores, membership, delta=EPS_DELTA, alpha=0.05, bonferroni=False, roc=roc)
     return {
         "kind": "nominal",
         "epsilon": valid.epsilon,
@@ -352,22 +359,29 @@ def evaluate_level(
         primary = attack.primary(list(variants), inp)
         if primary not in variants:
             raise ConfigError(f"attack {attack.name!r} declares primary variant {primary!r}, which it did not return")
-        for variant, scores in variants.items():
+        every = bool(np.all(ev))
+        for variant in list(variants):
+            scores = variants.pop(variant)  # each variant's scores are dropped as soon as it is measured
             m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
                                 confidence=cfg.attack.confidence, seed=cfg.seed, weights=weights,
                                 fold_targets=(select_at,))
-            curves[(attack.name, variant)] = m
+            scores_ev = scores if every else scores[:, ev]
+            del scores
             entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
                      **_metrics_json(m),
-                     "eps_lower": _eps_lower_json(scores[:, ev], mem_ev)}
-            cand = Candidate(f"{level}/{attack.name}:{variant}", entry, scores[:, ev], mem_ev, m.samples, m.folds)
+                     "eps_lower": _eps_lower_json(scores_ev, mem_ev, m.roc)}
             if variant == primary:
-                entry["eps_lower_one_run"] = _one_run_json(scores[:, ev], mem_ev, num_canaries=len(ev))
+                entry["eps_lower_one_run"] = _one_run_json(scores_ev, mem_ev, num_canaries=len(ev))
+            del scores_ev
+            m = replace(m, roc=roc_file_curve(m.roc))  # the full ROC's arrays go: its file keeps these points
+            curves[(attack.name, variant)] = m
+            cand = Candidate(f"{level}/{attack.name}:{variant}", entry, None, mem_ev, m.samples, m.folds)
             if variant == primary and attack.name in headline_attacks:
                 candidates.append(cand)
             elif unserved is None:
                 others.append(cand)
             entries.append(entry)
+        del variants
     if not candidates:
         whys = "; ".join(f"{a}: {skipped[a]}" for a in headline_attacks if a in skipped)
         raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran"
@@ -424,7 +438,7 @@ def evaluate_run(
     """
     from harness.core.version import __version__, models_version_of
     from harness.core.config import apply_overrides, validate_config
-    from harness.run.runner import make_defense
+    from harness.plugins import make_defense
 
     cfg = cfg if cfg is not None else run.load_config()
     if attack_overrides:

@@ -83,7 +83,9 @@ class Candidate:
 
     label: str  # "<experiment>/<attack>:<variant>"
     entry: dict[str, Any]
-    scores: np.ndarray  # (S, C_e), evaluated canaries only
+    #: (S, C_e), evaluated canaries only; None once ``samples`` and ``folds`` hold everything the
+    #: figures read (the attack phase drops each variant's scores as soon as it is measured)
+    scores: np.ndarray | None
     membership: np.ndarray  # (S, C_e)
     samples: dict[float, np.ndarray] | None = None  # AttackMetrics.samples
     folds: FoldSamples | None = None  # AttackMetrics.folds
@@ -114,12 +116,22 @@ def _filled(candidates: list[Candidate], cfg: ExperimentConfig, folds: bool = Tr
     without."""
     boot = cfg.attack.bootstrap > 0
     want = _fold_targets(cfg, headline_fpr(cfg) if select_at is None else select_at)
-    if all((not folds or (c.folds is not None and all(t in c.folds.picks for t in want)))
-           and (c.samples is not None or not boot) for c in candidates):
+
+    def complete(c: Candidate) -> bool:
+        return ((not folds or (c.folds is not None and all(t in c.folds.picks for t in want)))
+                and (c.samples is not None or not boot))
+
+    if all(complete(c) for c in candidates):
         return candidates
-    weights = victim_weights(cfg, candidates[0].scores.shape[0])
+    weights = victim_weights(cfg, candidates[0].membership.shape[0])
     out = []
     for c in candidates:
+        if complete(c):
+            out.append(c)
+            continue
+        if c.scores is None:
+            raise ValueError(f"{c.label}: its scores were dropped before its bootstrap and cross-fitting TPRs "
+                             f"at FPRs {want} were computed")
         if folds:
             samples, fs = weights.evaluate(c.scores, c.membership, want)
             samples = {t: samples[t] for t in _targets(cfg)}
@@ -144,7 +156,7 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
     bootstrap). ``what`` names the candidates."""
     from harness.core.metrics import select_from_samples
 
-    if any(c.scores.shape[0] != candidates[0].scores.shape[0] for c in candidates):
+    if any(c.membership.shape[0] != candidates[0].membership.shape[0] for c in candidates):
         raise ValueError("every candidate must have the same victim models")
     hk, sel_at = fpr_key(headline_fpr(cfg)), headline_fpr(cfg)
     key = _headline_key(hk)
@@ -181,7 +193,7 @@ def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = 
         "resolved": {fpr_key(t): cf.resolved[t] for t in targets},
         "selected_at": choose_at,
         "estimator": "cross-fitted",
-        "folds": min(cfg.attack.crossfit_folds, candidates[0].scores.shape[0]),
+        "folds": min(cfg.attack.crossfit_folds, candidates[0].membership.shape[0]),
         "splits": cfg.attack.crossfit_splits,
         "chosen": {c.label: float(s) for c, s in zip(candidates, cf.shares) if s > 0},
         "ci_method": (f"cross-fitted best of the {len(candidates)} {what}s: chosen at {100 * choose_at:.3g}% FPR on one fold "
@@ -282,7 +294,7 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
     if not diffs:
         out["p_value"] = 1.0
         return out
-    num_units = next(iter(families.values())).headline[0].scores.shape[0]
+    num_units = next(iter(families.values())).headline[0].membership.shape[0]
     res = spa_test(np.array(diffs), np.stack(reps), num_units)
     out["p_value"] = res.p_value
     out["statistic"] = res.statistic

@@ -18,7 +18,7 @@ from rich.table import Table
 from harness.audit.attack_phase import run_label_privacy, run_privacy
 from harness.audit.headline import fpr_key
 from harness.core import jsonio
-from harness.core.metrics import AttackMetrics, thin_roc
+from harness.core.metrics import AttackMetrics, roc_file_curve
 from harness.run.runstore import RunDir, commit_files, results_digest
 
 
@@ -161,7 +161,7 @@ def write_outputs(run_path: Path, results: dict[str, Any], curves: dict[str, dic
              "manifest.json": json_bytes(manifest)}
     for level, by_attack in curves.items():
         for (name, variant), m in by_attack.items():
-            roc = thin_roc(m.roc)
+            roc = roc_file_curve(m.roc)  # the exact staircase where it is small (docs/results-json.md)
             df = pd.DataFrame({"fpr": roc.fpr, "tpr": roc.tpr, "threshold": roc.thresholds})
             files[f"roc/{level}__{name}__{variant}.csv"] = df.to_csv(index=False).encode()
     roc_dir = run_path / "roc"  # curves of attacks these results no longer hold go in the same change

@@ -230,10 +230,12 @@ class Results:
         """(fpr, tpr) of an attack variant's ROC in an experiment: ``population``, ``sample-<canary>``,
         or the level ``sample`` (the experiment of the sample-level headline, as :meth:`headline`
         reads it). ``attack`` defaults to the level's headline attack and ``variant`` to the headline's
-        variant (to the attack's primary variant where an attack is named). The full curve when the
-        attack phase just ran; else its CSV in the run directory (the same curve, without the points
-        that lie on a straight segment between their neighbours); else results.json's log-spaced grid
-        (a coarser curve, for a results.json without its run directory). KeyError (naming what the run
+        variant (to the attack's primary variant where an attack is named). The points its ROC file
+        keeps (:func:`harness.core.metrics.roc_file_curve`: the whole curve without the points that lie
+        on a straight segment between their neighbours, or, for a ROC of more than 20 000 corners, every
+        corner below 1% FPR and 100 points per decade above), from memory when the attack phase just
+        ran, else from the CSV in the run directory; else results.json's log-spaced grid (a coarser
+        curve, for a results.json without its run directory). KeyError (naming what the run
         has) for an experiment, attack or variant that did not run."""
         if experiment == "sample" and "sample" in self.data:
             experiment = str(self.data["sample"]["best"].get("source", "")).split("/")[0] or \

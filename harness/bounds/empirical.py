@@ -48,13 +48,14 @@ statement.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
 
-from harness.core.metrics import roc_curve
+from harness.core.metrics import Roc, roc_curve
 
 __all__ = [
     "EpsilonLowerBound",
@@ -188,39 +189,110 @@ def epsilon_lower_bound_from_counts(tp: int | np.ndarray, fp: int | np.ndarray, 
         raise ValueError("counts must satisfy 0 <= tp <= num_pos and 0 <= fp <= num_neg")
     if thresholds is not None and np.shape(thresholds) != tp_a.shape:
         raise ValueError("thresholds must have one entry per count")
-    tpr_lo, _ = clopper_pearson(tp_a, num_pos, alpha)
-    _, fpr_hi = clopper_pearson(fp_a, num_neg, alpha)
-    tpr_lo, fpr_hi = np.atleast_1d(tpr_lo), np.atleast_1d(fpr_hi)
-    e1, e2 = _eps_terms(tpr_lo, fpr_hi, delta)
-    best = np.maximum(e1, e2)
-    i = int(np.argmax(best))
-    eps = float(best[i])
+    if not (0.0 < alpha < 1.0):
+        raise ValueError(f"alpha must be in (0, 1), got {alpha}")
+    monotone = bool(np.all(np.diff(tp_a) >= 0) and np.all(np.diff(fp_a) >= 0))
+    if monotone and len(tp_a) > SEARCH_MIN_POINTS:
+        i, t_lo, f_hi, e1_i, e2_i = _best_point_search(tp_a, fp_a, num_pos, num_neg, delta, alpha)
+    else:
+        tpr_lo, _ = clopper_pearson(tp_a, num_pos, alpha)
+        _, fpr_hi = clopper_pearson(fp_a, num_neg, alpha)
+        tpr_lo, fpr_hi = np.atleast_1d(tpr_lo), np.atleast_1d(fpr_hi)
+        e1, e2 = _eps_terms(tpr_lo, fpr_hi, delta)
+        best = np.maximum(e1, e2)
+        i = int(np.argmax(best))
+        t_lo, f_hi, e1_i, e2_i = float(tpr_lo[i]), float(fpr_hi[i]), float(e1[i]), float(e2[i])
+    eps = max(e1_i, e2_i)
     return EpsilonLowerBound(
         epsilon=max(eps, 0.0),
         threshold=None if thresholds is None else float(np.asarray(thresholds)[i]),
-        direction="tpr/fpr" if e1[i] >= e2[i] else "tnr/fnr",
+        direction="tpr/fpr" if e1_i >= e2_i else "tnr/fnr",
         tp=int(tp_a[i]),
         fp=int(fp_a[i]),
         num_pos=int(num_pos),
         num_neg=int(num_neg),
         tpr=float(tp_a[i] / num_pos),
         fpr=float(fp_a[i] / num_neg),
-        tpr_lo=float(tpr_lo[i]),
-        fpr_hi=float(fpr_hi[i]),
+        tpr_lo=t_lo,
+        fpr_hi=f_hi,
         delta=float(delta),
         alpha=float(alpha),
     )
 
 
+#: counts of a ROC above which :func:`epsilon_lower_bound_from_counts` searches for the best
+#: threshold (:func:`_best_point_search`) instead of computing the limits at every one
+SEARCH_MIN_POINTS = 4096
+#: points per interval of the search's first level, and how many parts an interval splits into
+SEARCH_BLOCK, SEARCH_SPLIT = 4096, 16
+
+
+def _limits(k: np.ndarray, n: int, alpha: float, lower: bool) -> np.ndarray:
+    """The Clopper-Pearson lower (``lower``) or upper limits of counts ``k`` out of ``n``: the values
+    :func:`clopper_pearson` gives (the same Boost calls, element by element)."""
+    kf = np.asarray(k, dtype=np.float64)
+    lo, hi = _clopper_pearson_limits(kf, np.full_like(kf, float(n)), alpha)
+    return lo if lower else hi
+
+
+def _best_point_search(tp: np.ndarray, fp: np.ndarray, num_pos: int, num_neg: int, delta: float,
+                       alpha: float) -> tuple[int, float, float, float, float]:
+    """The index maximising max(e1, e2) over a ROC's cumulative counts (``tp``, ``fp`` non-decreasing),
+    the first such index on ties, with its TPR_lo, FPR_hi, e1 and e2: what computing every point's
+    limits and taking ``np.argmax`` gives, at a small share of the Boost calls.
+
+    Best-first branch and bound over intervals of points: TPR_lo grows with tp and FPR_hi with fp,
+    so on an interval [a, b] both terms are at most their value at (TPR_lo(tp_b), FPR_hi(fp_a))
+    (e1 = ln((TPR_lo - delta) / FPR_hi), e2 = ln((1 - FPR_hi - delta) / (1 - TPR_lo))), which needs
+    two limits per interval; an interval is split (then evaluated point by point) only while that
+    bound, with a margin of 1e-9 for rounding, reaches the best value found so far. Every point that
+    could equal or beat the maximum is therefore evaluated exactly, with the same limits, and the
+    first maximiser kept."""
+    n = len(tp)
+
+    def bound(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        t_hi = _limits(tp[b], num_pos, alpha, lower=True)
+        f_lo = _limits(fp[a], num_neg, alpha, lower=False)
+        e1, e2 = _eps_terms(t_hi, f_lo, delta)
+        u = np.maximum(e1, e2)
+        return np.where(np.isfinite(u), u + 1e-9 * np.maximum(1.0, np.abs(u)), u)
+
+    starts = np.arange(0, n, SEARCH_BLOCK)
+    stops = np.minimum(starts + SEARCH_BLOCK, n)
+    heap = [(-float(u), int(a), int(b)) for u, a, b in zip(bound(starts, stops - 1), starts, stops)]
+    heapq.heapify(heap)
+    best, best_i, best_rec = -np.inf, n, (0.0, 0.0, -np.inf, -np.inf)
+    while heap:
+        neg_u, a, b = heapq.heappop(heap)
+        if -neg_u < best or (best == -np.inf and best_i < n and -neg_u == -np.inf):
+            break  # every interval left is bounded below the best (or, all of them -inf, after the first point)
+        if b - a <= SEARCH_SPLIT * 4:
+            t_lo = _limits(tp[a:b], num_pos, alpha, lower=True)
+            f_hi = _limits(fp[a:b], num_neg, alpha, lower=False)
+            e1, e2 = _eps_terms(t_lo, f_hi, delta)
+            val = np.maximum(e1, e2)
+            j = int(np.argmax(val))
+            if val[j] > best or (val[j] == best and a + j < best_i):
+                best, best_i = float(val[j]), a + j
+                best_rec = (float(t_lo[j]), float(f_hi[j]), float(e1[j]), float(e2[j]))
+            continue
+        cuts = np.unique(np.linspace(a, b, SEARCH_SPLIT + 1).astype(np.int64))
+        sub_a, sub_b = cuts[:-1], cuts[1:]
+        for u, sa, sb in zip(bound(sub_a, sub_b - 1), sub_a, sub_b):
+            heapq.heappush(heap, (-float(u), int(sa), int(sb)))
+    return (best_i, *best_rec)
+
+
 def epsilon_lower_bound_roc(scores: np.ndarray, is_member: np.ndarray, delta: float = 0.0, alpha: float = 0.05,
-                            bonferroni: bool = False) -> EpsilonLowerBound:
+                            bonferroni: bool = False, roc: Roc | None = None) -> EpsilonLowerBound:
     """Empirical eps lower bound maximised over every threshold of the ROC of ``scores`` vs ``is_member``.
 
     Thresholds are those of ``harness.core.metrics.roc_curve`` ("member" iff score >= threshold, ties
     move together). ``bonferroni`` uses alpha / (number of thresholds), which keeps the maximum a
-    valid 1 - alpha bound; without it the maximum is optimistic (see the module docstring).
+    valid 1 - alpha bound; without it the maximum is optimistic (see the module docstring). ``roc``:
+    :func:`~harness.core.metrics.roc_curve` of the same scores, when the caller has it.
     """
-    roc = roc_curve(scores, is_member)
+    roc = roc if roc is not None else roc_curve(scores, is_member)
     tp = np.rint(roc.tpr * roc.num_pos).astype(np.int64)
     fp = np.rint(roc.fpr * roc.num_neg).astype(np.int64)
     a = alpha / len(tp) if bonferroni else alpha

@@ -61,11 +61,44 @@ def p_value(m: int, r: int, v: int, eps: float, delta: float) -> float:
     q = 1.0 / (1.0 + math.exp(-eps))
     tail = float(betainc(v, r - v + 1, q))  # P[Bin(r, q) >= v] = I_q(v, r - v + 1), 1 <= v <= r
     if delta > 0:
-        # P[v - i <= Bin < v] = cdf(v - 1) - cdf(v - i - 1), i = 1..v
-        cdf = np.r_[0.0, _binom_cdf(np.arange(v, dtype=np.float64), r, q)]  # cdf[j + 1] = P[Bin <= j], j = -1..v-1
-        window = cdf[-1] - cdf[v - np.arange(1, v + 1)]
-        tail += 2 * m * delta * float(np.max(window / np.arange(1, v + 1)))
+        tail += 2 * m * delta * _max_window(v, r, q)
     return min(tail, 1.0)
+
+
+#: windows i of :func:`_max_window` per block of its search
+WINDOW_BLOCK = 128
+
+
+def _max_window(v: int, r: int, q: float) -> float:
+    """``max_{i = 1..v} P[v - i <= Bin(r, q) < v] / i``, the window term of :func:`p_value`, with the
+    value of computing every window from the binomial CDF at j = -1..v-1 (``cdf(v - 1) - cdf(v - i -
+    1)``, divided by i) and taking the maximum, at a few of those CDF values: a window grows with i
+    and 1/i shrinks, so on a block of windows [i1, i2] every value is at most ``window(i2) / i1``;
+    blocks are evaluated in the order of that bound (with a margin of 1e-9 for rounding) until it
+    falls below the largest value found. The values compared are the same floating-point numbers,
+    so the maximum is too."""
+    cdf_top = float(_binom_cdf(np.array([v - 1], dtype=np.float64), r, q)[0])  # P[Bin <= v - 1]
+
+    def cdf_at(j: np.ndarray) -> np.ndarray:  # P[Bin <= j], j >= -1 (0 at -1)
+        out = np.zeros(len(j))
+        ok = j >= 0
+        out[ok] = _binom_cdf(j[ok].astype(np.float64), r, q)
+        return out
+
+    if v <= 4 * WINDOW_BLOCK:
+        i = np.arange(1, v + 1)
+        return float(np.max((cdf_top - cdf_at(v - i - 1)) / i))
+    lo = np.arange(1, v + 1, WINDOW_BLOCK)
+    hi = np.minimum(lo + WINDOW_BLOCK - 1, v)
+    bound = (cdf_top - cdf_at(v - hi - 1)) / lo
+    bound = bound + 1e-9 * np.abs(bound)
+    best = -np.inf
+    for b in np.argsort(-bound, kind="stable"):
+        if bound[b] < best:
+            break
+        i = np.arange(lo[b], hi[b] + 1)
+        best = max(best, float(np.max((cdf_top - cdf_at(v - i - 1)) / i)))
+    return best
 
 
 def _binom_cdf(k: np.ndarray, n: int, p: float) -> np.ndarray:

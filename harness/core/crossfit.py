@@ -86,13 +86,15 @@ class VictimWeights:
     def splits(self) -> int:
         return self.picks.shape[1]
 
-    def evaluate(self, scores: np.ndarray, membership: np.ndarray, targets: list[float]) -> tuple[
-            dict[float, np.ndarray], "FoldSamples"]:
+    def evaluate(self, scores: np.ndarray, membership: np.ndarray, targets: list[float],
+                 groups: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[dict[float, np.ndarray], "FoldSamples"]:
         """One variant's TPR at ``targets`` under every weighting, in one pass over its sorted
-        guesses: its bootstrap replicates {t: (B,)} and its :class:`FoldSamples`."""
+        guesses (``groups``: their :func:`~harness.core.metrics.sorted_groups`, when already sorted):
+        its bootstrap replicates {t: (B,)} and its :class:`FoldSamples`."""
         s = scores.shape[0]
         parts = [self.replicates, self.picks, self.reads, self.replicate_picks, self.replicate_reads]
-        out = weighted_tpr_samples(scores, membership, targets, np.vstack([p.reshape(-1, s) for p in parts]))
+        out = weighted_tpr_samples(scores, membership, targets, np.vstack([p.reshape(-1, s) for p in parts]),
+                                   groups=groups)
         sizes = np.cumsum([0, *(p.size // s for p in parts)])
 
         def part(i: int) -> dict[float, np.ndarray]:

@@ -33,16 +33,41 @@ class Roc:
     num_neg: int
 
 
-def _sorted_groups(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Descending order of ``scores`` and the last index of each group of equal scores."""
-    order = np.argsort(-scores, kind="stable")
+def descending_order(scores: np.ndarray) -> np.ndarray:
+    """``np.argsort(-scores, kind="stable")`` of flat ``scores`` without NaN (descending, equal
+    scores in index order), computed by numpy's default sort (vectorized, about four times faster
+    than its stable sort on float64) with each run of equal scores then put in index order: the
+    same permutation. Where most scores are tied (RMIA's pass fractions), the stable sort itself."""
+    neg = -np.asarray(scores)
+    order = np.argsort(neg)
+    s = neg[order]
+    new = np.r_[True, s[1:] != s[:-1]]  # where each run of equal scores starts
+    del s
+    if new.all():
+        return order
+    tied = np.flatnonzero(np.r_[~new[1:], False] | ~new)  # the members of runs longer than one
+    if len(tied) > len(order) // 4:
+        return np.argsort(neg, kind="stable")
+    run = np.cumsum(new) - 1
+    key = run[tied].astype(np.int64) * len(order) + order[tied]  # distinct: run, then index
+    order[tied] = order[tied][np.argsort(key)]
+    return order
+
+
+def sorted_groups(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Descending order of flat ``scores`` and the last index of each group of equal scores: the one
+    sort that a variant's ROC, bootstrap and bounds share."""
+    order = descending_order(scores)
     s = scores[order]
     ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
     return order, ends
 
 
-def roc_curve(scores: np.ndarray, is_member: np.ndarray) -> Roc:
-    """ROC of flat ``scores`` against boolean ``is_member``; NaN scores are an error."""
+
+
+def roc_curve(scores: np.ndarray, is_member: np.ndarray, groups: tuple[np.ndarray, np.ndarray] | None = None) -> Roc:
+    """ROC of flat ``scores`` against boolean ``is_member``; NaN scores are an error. ``groups``:
+    :func:`sorted_groups` of the flat scores, when the caller has sorted them already."""
     scores = np.asarray(scores, dtype=np.float64).ravel()
     y = np.asarray(is_member, dtype=bool).ravel()
     if scores.shape != y.shape:
@@ -52,13 +77,15 @@ def roc_curve(scores: np.ndarray, is_member: np.ndarray) -> Roc:
     npos, nneg = int(y.sum()), int((~y).sum())
     if npos == 0 or nneg == 0:
         raise ValueError("the ROC needs both member and non-member guesses")
-    order, ends = _sorted_groups(scores)
-    tp = np.cumsum(y[order])[ends]
-    fp = np.cumsum(~y[order])[ends]
+    order, ends = groups if groups is not None else sorted_groups(scores)
+    y_o = y[order]
+    tp = np.cumsum(y_o)[ends]
+    fp = np.cumsum(~y_o)[ends]
+    del y_o
     return Roc(
         fpr=np.r_[0.0, fp / nneg],
         tpr=np.r_[0.0, tp / npos],
-        thresholds=np.r_[np.inf, scores[order][ends]],
+        thresholds=np.r_[np.inf, scores[order[ends]]],
         num_pos=npos,
         num_neg=nneg,
     )
@@ -79,7 +106,7 @@ def balanced_accuracy(roc: Roc) -> float:
 
 
 #: FPRs at which results.json records each attack's ROC (``roc_curve``): 0, then 10 points per
-#: decade from 1e-5 to 1 (enough for a log-log plot; the full curves are in RUN_DIR/roc/)
+#: decade from 1e-5 to 1 (enough for a log-log plot; finer curves are in RUN_DIR/roc/: roc_file_curve)
 ROC_GRID = (0.0, *(round(10 ** (k / 10), 10) for k in range(-50, 1)))
 
 
@@ -104,6 +131,40 @@ def thin_roc(roc: Roc) -> Roc:
     return Roc(f[keep], t[keep], roc.thresholds[keep], roc.num_pos, roc.num_neg)
 
 
+#: a ROC file (``RUN_DIR/roc/*.csv``) holds a variant's whole staircase (corners only:
+#: :func:`thin_roc`) when it has at most this many corners ...
+ROC_FILE_EXACT_POINTS = 20_000
+#: ... and otherwise every corner up to the first ``min(1% of the non-member guesses,
+#: ROC_FILE_CORNER_NEGATIVES)`` false positives (the low-FPR region the paper reads) ...
+ROC_FILE_CORNER_FPR = 0.01
+ROC_FILE_CORNER_NEGATIVES = 20_000
+#: ... plus the staircase's point at each FPR of this grid (0, then 100 points per decade from 1e-5
+#: to 1: the ROC's last point with FPR <= g, the ``tpr_at_fpr`` rule) and its last point (1, 1):
+#: at most 2 x 20 000 + 503 points, about 2.6 MB, whatever the number of guesses
+ROC_FILE_GRID = (0.0, *(round(10 ** (k / 100), 12) for k in range(-500, 1)))
+
+
+def roc_file_curve(roc: Roc) -> Roc:
+    """The points of ``roc`` that its ROC file keeps (the constants above): the exact staircase
+    (:func:`thin_roc`) where it is small, else its corners below
+    ``min(ROC_FILE_CORNER_FPR, ROC_FILE_CORNER_NEGATIVES / num_neg)`` FPR and its points at the FPRs
+    of :data:`ROC_FILE_GRID`. Every kept row is a corner of the ROC, with its threshold: the file's
+    curve is the full one up to the corner FPR, and above it the curve through the full one's corners
+    at 100 FPRs per decade (one step is 2.3% in FPR). The exact TPRs at the reported FPRs are
+    results.json's ``tpr_at_fpr``."""
+    thin = thin_roc(roc)
+    if len(thin.fpr) <= ROC_FILE_EXACT_POINTS:
+        return thin
+    corner = min(ROC_FILE_CORNER_FPR, ROC_FILE_CORNER_NEGATIVES / roc.num_neg)
+    keep = np.zeros(len(thin.fpr), bool)
+    keep[: int(np.searchsorted(thin.fpr, corner + 1e-12, side="right"))] = True
+    # the last point with FPR <= g for every grid FPR g: the staircase's value there
+    grid_at = np.searchsorted(thin.fpr, np.asarray(ROC_FILE_GRID) + 1e-12, side="right") - 1
+    keep[grid_at[grid_at >= 0]] = True
+    keep[-1] = True
+    return Roc(thin.fpr[keep], thin.tpr[keep], thin.thresholds[keep], roc.num_pos, roc.num_neg)
+
+
 def bootstrap_draws(num_models: int, replicates: int, seed: int) -> np.ndarray:
     """(replicates, S) victim indices drawn with replacement: the same draws for every attack
     variant of a run (so that a choice among variants can be re-made inside each draw)."""
@@ -118,80 +179,95 @@ def victim_counts(draws: np.ndarray, s_models: int) -> np.ndarray:
 
 
 def bootstrap_tpr_samples(
-    scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 0
+    scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 0,
+    groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[float, np.ndarray]:
     """TPR@FPR of every bootstrap replicate: {target: (replicates,)} (NaN where a replicate has no
     member or no non-member guess). Replicate b weights victim t by how often ``draws[b]`` holds it
     (:func:`weighted_tpr_samples`)."""
-    return weighted_tpr_samples(scores, membership, targets, victim_counts(draws, scores.shape[0]), chunk)
+    return weighted_tpr_samples(scores, membership, targets, victim_counts(draws, scores.shape[0]), chunk, groups)
 
 
 def weighted_tpr_samples(
-    scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray, chunk: int = 0
+    scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray, chunk: int = 0,
+    groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[float, np.ndarray]:
     """TPR@FPR of the pooled ROC under each row of victim ``weights``: {target: (rows,)} (NaN where a
     row weighs no member or no non-member guess).
 
     ``scores`` and ``membership`` are (S, C); ``weights`` is (rows, S), non-negative: row b counts
     every guess about victim t ``weights[b, t]`` times (a bootstrap replicate's draw counts, or a
-    0/1 mask that keeps one half of the victims), so all rows need one sort in total. Only the
-    sorted guesses up to where every row's FPR exceeds the largest target are read. ``chunk`` rows
-    are computed at once (0: as many as keep each (chunk, columns read) block under 160 MB, at
-    most 256).
+    0/1 mask that keeps one half of the victims), so all rows need one sort in total (``groups``:
+    :func:`sorted_groups` of the flat scores, when the caller has sorted them already). Only the
+    sorted guesses up to where every row's FPR exceeds the largest target are read, and of those only
+    the ones where a non-member guess moves a row's FPR: each row's last point with FPR <= t is
+    found by bisection over them. Every count is an integer (exact in float64), so the values are
+    those of reading every row's whole ROC. ``chunk`` is accepted for compatibility and unused (the
+    rows need O(rows x S) memory).
     """
-    s_models = scores.shape[0]
-    flat = scores.ravel().astype(np.float64)
-    y = membership.ravel().astype(bool)
-    victim = np.repeat(np.arange(s_models), scores.shape[1])
-    order, ends = _sorted_groups(flat)
-    y_o, v_o = y[order], victim[order]
-    tot_pos = np.bincount(victim[y], minlength=s_models).astype(np.float64)
-    tot_neg = np.bincount(victim[~y], minlength=s_models).astype(np.float64)
-    pos_at = [np.flatnonzero((v_o == v) & y_o) for v in range(s_models)]  # sorted positions per victim
-    neg_at = [np.flatnonzero((v_o == v) & ~y_o) for v in range(s_models)]
-
-    def cumulative(cols: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Per victim, its positive and negative guesses among the first ends[e] + 1 sorted ones,
-        for e in ``cols``: (S, len(cols)) each; a replicate's weighted counts are then one matrix
-        product (exact: integers in float64)."""
-        e = ends[cols]
-        return (np.stack([np.searchsorted(at, e, side="right") for at in pos_at]).astype(np.float64),
-                np.stack([np.searchsorted(at, e, side="right") for at in neg_at]).astype(np.float64))
-
-    # Only the low-FPR start of the sorted guesses matters: a replicate's TPR@t is read at its last
-    # point with FPR <= t, so columns past the first one where every replicate's FPR exceeds the
-    # largest target change nothing. The prefix starts where the unweighted FPR is twice that
-    # target and doubles until, at its last column, every replicate's FPR is past it (exact: the
-    # same counts, fewer columns).
+    s_models, c = scores.shape
+    flat = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(membership, dtype=bool).ravel()
+    order, ends = groups if groups is not None else sorted_groups(flat)
+    y_o = y[order]
+    v_o = order // c  # the victim of each sorted guess
+    mem = np.asarray(membership, dtype=bool)
+    tot_pos = mem.sum(axis=1).astype(np.float64)
+    tot_neg = (~mem).sum(axis=1).astype(np.float64)
+    # Only the low-FPR start of the sorted guesses matters: a row's TPR@t is read at its last point
+    # with FPR <= t, so columns (groups of tied scores) past the first one where every row's FPR
+    # exceeds the largest target change nothing. The prefix starts where the unweighted FPR is twice
+    # that target and doubles until, at its last column, every row's FPR is past it.
     t_max = max(targets, default=0.0)
     w_all = np.asarray(weights, dtype=np.float64)
     npos_all, nneg_all = w_all @ tot_pos, w_all @ tot_neg
     defined = (npos_all > 0) & (nneg_all > 0)
+    neg_denominator = np.where(nneg_all > 0, nneg_all, 1.0)
     unweighted_fp = np.cumsum(~y_o)[ends]
     width = min(len(ends), max(256, int(np.searchsorted(unweighted_fp, 2 * t_max * tot_neg.sum(), side="right")) + 1))
+    del unweighted_fp
     while width < len(ends):
-        fp_last = w_all @ cumulative(np.array([width - 1]))[1][:, 0]
-        if np.all(~defined | (fp_last / np.where(defined, nneg_all, 1.0) > t_max + 1e-12)):
+        upto = ends[width - 1] + 1
+        neg_last = np.bincount(v_o[:upto][~y_o[:upto]], minlength=s_models).astype(np.float64)
+        if np.all(~defined | ((w_all @ neg_last) / neg_denominator > t_max + 1e-12)):
             break
         width = min(len(ends), 2 * width)
-    pos_cum, neg_cum = cumulative(np.arange(width))
-    chunk = chunk or max(1, min(256, 20_000_000 // max(1, width)))  # (chunk, width) float64 blocks <= 160 MB
-    stats: dict[float, list[np.ndarray]] = {t: [] for t in targets}
-    for lo in range(0, len(w_all), chunk):
-        w = w_all[lo : lo + chunk]
-        npos, nneg = npos_all[lo : lo + chunk, None], nneg_all[lo : lo + chunk, None]  # (B, 1)
-        undefined = ~defined[lo : lo + chunk]
-        fpr = (w @ neg_cum) / np.where(nneg > 0, nneg, 1.0)  # (B, width); rows without negatives are undefined
-        for t in targets:
-            # FPR and TPR never decrease along the sorted guesses: the largest TPR with FPR <= t is
-            # the TPR at the last such point (0 where there is none); only that point's true
-            # positives are needed: sum_s w[b, s] pos_cum[s, last_b] (exact: integers in float64)
-            last = (fpr <= t + 1e-12).sum(axis=1) - 1
-            tp = np.einsum("bs,sb->b", w, pos_cum[:, np.maximum(last, 0)])
-            with np.errstate(invalid="ignore", divide="ignore"):
-                v = np.where(last >= 0, tp / npos[:, 0], 0.0)
-            stats[t].append(np.where(undefined, np.nan, v))
-    return {t: np.concatenate(v) if v else np.zeros(0) for t, v in stats.items()}
+    upto = ends[width - 1] + 1
+    y_p, v_p = y_o[:upto], v_o[:upto]
+    del y_o, v_o
+    column = np.repeat(np.arange(width), np.diff(np.r_[-1, ends[:width]]))  # each sorted guess's group
+    # the columns that hold a non-member guess: a row's FPR changes only there, so its last point with
+    # FPR <= t is the column before the first of them where its FPR exceeds t (or the prefix's last)
+    neg_cols = np.unique(column[~y_p])
+    k = len(neg_cols)
+    neg_k = np.searchsorted(neg_cols, column[~y_p])
+    pos_k = np.searchsorted(neg_cols, column[y_p], side="right")
+    # neg_cum[s, j]: victim s's non-member guesses in columns <= neg_cols[j]; pos_before[s, j]: its
+    # member guesses in columns < neg_cols[j] (j = k: the whole prefix)
+    neg_cum = np.cumsum(np.bincount(v_p[~y_p] * k + neg_k, minlength=s_models * k).reshape(s_models, k), axis=1)
+    pos_before = np.cumsum(np.bincount(v_p[y_p] * (k + 1) + pos_k, minlength=s_models * (k + 1))
+                           .reshape(s_models, k + 1), axis=1)
+    del column, neg_k, pos_k, y_p, v_p
+    stats: dict[float, np.ndarray] = {}
+    for t in targets:
+        # the first column j (of neg_cols) where the row's FPR exceeds t, by bisection (FPR never
+        # decreases along the columns); k where there is none
+        lo, hi = np.zeros(len(w_all), np.int64), np.full(len(w_all), k, np.int64)
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = np.minimum((lo + hi) // 2, max(k - 1, 0))
+            fp = np.einsum("bs,sb->b", w_all, neg_cum[:, mid]) if k else np.zeros(len(w_all))
+            over = fp / neg_denominator > t + 1e-12
+            hi = np.where(active & over, mid, hi)
+            lo = np.where(active & ~over, mid + 1, lo)
+        last = np.where(lo < k, neg_cols[np.minimum(lo, k - 1)] - 1, width - 1) if k else np.full(len(w_all), width - 1)
+        tp = np.einsum("bs,sb->b", w_all, pos_before[:, lo].astype(np.float64))  # exact: integers in float64
+        with np.errstate(invalid="ignore", divide="ignore"):
+            v = np.where(last >= 0, tp / npos_all, 0.0)
+        stats[t] = np.where(~defined, np.nan, v)
+    return stats
 
 
 def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -349,18 +425,24 @@ def evaluate_scores(
     ``seed``): the replicates come from its draws (the same as without it) and the variant's TPRs on
     its cross-fitting folds are kept (``folds``), at the reported FPRs and ``fold_targets`` (the
     selection FPR of a cross-fitted choice)."""
-    sc = scores[:, evaluated]
-    mem = membership[:, evaluated]
-    roc = roc_curve(sc, mem)
+    every = bool(np.all(evaluated))
+    sc = scores if every else scores[:, evaluated]  # no copy where every audit sample is evaluated
+    mem = membership if every else membership[:, evaluated]
+    flat = np.asarray(sc, dtype=np.float64).ravel()
+    if np.isnan(flat).any():
+        raise ValueError("attack scores contain NaN")
+    groups = sorted_groups(flat)  # one sort for the ROC and every bootstrap replicate
+    roc = roc_curve(flat, mem, groups)
     targets = [0.0, *fprs]
     samples, folds = None, None
     if weights is not None:
         if weights.replicates.shape != (bootstrap, sc.shape[0]):
             raise ValueError("the victim weights were built for another number of models or replicates")
-        samples, folds = weights.evaluate(sc, mem, sorted({*targets, *fold_targets}))
+        samples, folds = weights.evaluate(sc, mem, sorted({*targets, *fold_targets}), groups)
         samples = {t: samples[t] for t in targets} if bootstrap > 0 else None
     elif bootstrap > 0:
-        samples = bootstrap_tpr_samples(sc, mem, targets, bootstrap_draws(sc.shape[0], bootstrap, seed))
+        samples = bootstrap_tpr_samples(sc, mem, targets, bootstrap_draws(sc.shape[0], bootstrap, seed), groups=groups)
+    del groups
     if samples is not None:
         ci = {t: percentile_interval(samples[t], confidence) for t in targets}
     else:

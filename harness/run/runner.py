@@ -28,7 +28,7 @@ from harness.core.config import ConfigError, ExperimentConfig
 from harness.core.data import AugmentSpec, DataError, ImageDataset, load_dataset
 from harness.core.design import AuditDesign, design_from_tree, make_design, paper_rng_tree
 from harness.run.executors import Executor
-from harness.plugins import resolve
+from harness.plugins import make_defense, resolve  # noqa: F401 (make_defense: imported from here too)
 from harness.run.fingerprint import fingerprint_of, plumbing_params, run_fingerprint, trained_config  # noqa: F401
 from harness.run.runstore import LevelDesign, RunDir
 
@@ -80,14 +80,6 @@ def seed_global_rngs(seed: int) -> None:
     torch.manual_seed(g)
     np.random.seed(g)
     random.seed(g)
-
-
-def make_defense(cfg: ExperimentConfig) -> Defense:
-    cls = resolve("defenses", cfg.defense)
-    try:
-        return cls(**cfg.defense_params)
-    except (TypeError, ValueError) as e:
-        raise ConfigError(f"defense_params: {e}") from None
 
 
 def check_defense_config(defense: Defense, cfg: ExperimentConfig) -> None:

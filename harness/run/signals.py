@@ -40,12 +40,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
-import torch
 
 from defenses.ssl_augment import SSLAugment
-from harness.core.augment import shift_flip
 from harness.core.errors import ConfigError
 from harness.core.data import AugmentSpec
+from harness.core.lazy import LazyModule
 from harness.core.signals import CONTRASTIVE_REPETITIONS, FISHER_EPS, NOT_SERVED, Signal
 from harness.run.plugin_errors import CheckedServed
 
@@ -53,9 +52,14 @@ if TYPE_CHECKING:
     from attacks.base import Attack
     from defenses.base import ServedModel
 
+# torch where signals are computed (after training): the attack phase reads this module's table only
+torch = LazyModule("torch")
+
 
 def query_augmented(query: Callable[[np.ndarray], np.ndarray], x: np.ndarray, spec: AugmentSpec) -> np.ndarray:
     """Outputs (N, A, K) under the dataset's fixed query augmentations (index 0 = unaugmented)."""
+    from harness.core.augment import shift_flip
+
     xt = torch.from_numpy(x)
     outs = [query(shift_flip(xt, dy, dx, flip).numpy()) for flip, dy, dx in spec.query_offsets()]
     return np.stack(outs, axis=1).astype(np.float32)
@@ -85,6 +89,8 @@ def ssl_view_pairs(x: np.ndarray, spec: AugmentSpec, seed: int, repetitions: int
     None for a model without one: the paper's SSL augmentation with flips only where ``spec``
     allows them. The draws depend on ``seed``, r, the view and the batch only, never on the model's
     weights: every model of a run sees the same views, and every signal built on them the same pairs."""
+    from harness.core.augment import shift_flip
+
     aug = augment if augment is not None else SSLAugment(flip=spec.flip)
     xt = torch.from_numpy(x)
     for r in range(repetitions):

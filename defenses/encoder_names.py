@@ -1,0 +1,5 @@
+"""The encoders the self-supervised defenses accept by name (:func:`defenses.encoders.build_encoder`
+builds them): here, without torch, so that an SSL defense checks its parameters, and the attack
+phase names it, without importing torch."""
+
+ENCODER_KINDS = ("resnet18", "cnn", "mlp")
