@@ -105,7 +105,8 @@ def main() -> None:
         return
     print(f"signals: {s} models x {c} samples x {a} views x {k} classes = {logits.nbytes / 2**20:.0f} MiB "
           f"({args.dtype}){load}")
-    print(f"LiRA scoring alone (not the attack phase), {len(scores)} variants, chunks of {args.chunk} samples: {wall:.1f} s; "
+    print(f"LiRA scoring alone (not the attack phase), {len(scores)} variants, chunks of {args.chunk} samples: "
+          f"{wall:.1f} s; "
           f"peak RSS {peak_mib():.0f} MiB (before the attack: {before:.0f} MiB)")
 
 

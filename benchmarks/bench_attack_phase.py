@@ -16,8 +16,9 @@ them) in place of trained models:
 - per audit sample i a fixed logit pattern (its label's logit raised by 2, every view, class N(0, 1)
   and a per-sample offset), per model and sample a view-shared N(0, 0.5) and per view an N(0, 0.3)
   term; a member model raises the label's logit by ``d_i``, drawn per sample from an exponential
-  distribution of mean 0.12 (``weak``: AUC about 0.53, as a real population level) or 3
-  (``strong``: nearly separable). The population samples (RMIA's z) are drawn the same way,
+  distribution of mean 0.12 (``weak``: AUC 0.52 to 0.55, as a real population level), 0.6
+  (``medium``: the test's golden run, tests/test_attack_phase_scale.py) or 3 (``strong``: AUC
+  about 0.96). The population samples (RMIA's z) are drawn the same way,
   members of no model.
 
 ``harness attack RUN_DIR`` then runs in a child process (``python -m harness.cli attack``, output to
@@ -221,7 +222,8 @@ def main() -> None:
                         row[tag] = r
                         h = r["headline"]
                         print(f"S={s} C={c} {sig} [{'this checkout' if tag == 'this' else args.vs}]: "
-                              f"wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s, peak RSS {r['peak_rss_mib']:.0f} MiB, "
+                              f"wall {r['wall_s']:.1f} s, CPU {r['cpu_s']:.1f} s, "
+                              f"peak RSS {r['peak_rss_mib']:.0f} MiB, "
                               f"wrote {r['bytes_written'] / 2**20:.1f} MiB (ROC {r['roc_bytes'] / 2**20:.1f} MiB in "
                               f"{r['roc_files']} files); headline {h['headline']} TPR@0.1% {100 * h['tpr@0.1%']:.2f}% "
                               f"[{100 * h['ci'][0]:.2f}, {100 * h['ci'][1]:.2f}], strongest "
@@ -235,8 +237,8 @@ def main() -> None:
                               + (f", other differences: {', '.join(diff[:8])}" if diff else ""), flush=True)
                         row["cpu_ratio"] = row["this"]["cpu_s"] / row["vs"]["cpu_s"]
                         row["rss_ratio"] = row["this"]["peak_rss_mib"] / row["vs"]["peak_rss_mib"]
-                        print(f"  this checkout / {args.vs}: CPU {row['cpu_ratio']:.2f}x, peak RSS {row['rss_ratio']:.2f}x",
-                              flush=True)
+                        print(f"  this checkout / {args.vs}: CPU {row['cpu_ratio']:.2f}x, "
+                              f"peak RSS {row['rss_ratio']:.2f}x", flush=True)
                     if args.json:
                         print(json.dumps(row), flush=True)
                     if args.work is None:
