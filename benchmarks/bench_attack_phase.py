@@ -122,7 +122,9 @@ def attack_once(code: Path, run_path: Path, log: Path) -> dict[str, Any]:
     for f in ("results.json", "table.csv", "attacks.csv"):
         (run_path / f).unlink(missing_ok=True)
     shutil.rmtree(run_path / "roc", ignore_errors=True)
-    env = {**os.environ, "PYTHONPATH": str(code), "COLUMNS": "160"}
+    # ``code`` first; a PYTHONPATH already set stays after it (the GPU machines' wheels: gpu_run.sh)
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "160"}
     env.pop("HARNESS_CHECK_RESULTS_SCHEMA", None)
     cmd = [sys.executable, "-m", "harness.cli", "attack", str(run_path)]
     with log.open("w") as out:
