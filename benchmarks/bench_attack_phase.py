@@ -26,8 +26,10 @@ a file), and the benchmark prints its wall seconds, its CPU seconds (user + syst
 ``wait4`` resource usage), its peak resident memory (the child's ``ru_maxrss``), the bytes it wrote
 (results.json, the CSVs, ``roc/``) and the headline figures of its results.json. ``--vs REV`` runs
 the same attack phase with the code of commit REV too (``git archive`` into a temporary folder, run
-with ``PYTHONPATH`` there, the two taking turns on the same run directory), and compares the two
-results.json files' numbers. ``--work DIR`` keeps the run directories there (a later call re-uses
+with ``PYTHONPATH`` there) and compares the two results.json files' numbers. REV gets its own run
+directory, built by REV's code from the same draws (this script in a child process with ``PYTHONPATH``
+there): a run directory records the whole config, and an older harness refuses the config keys
+added since (``audit.repeat_queries``, say). ``--work DIR`` keeps the run directories there (a later call re-uses
 them: building a 64 x 50 000 case writes about 1.2 GB).
 """
 
@@ -117,6 +119,18 @@ def build_run(where: Path, models: int, samples: int, views: int, classes: int, 
     return run_path
 
 
+def build_with(code: Path, where: Path, args: argparse.Namespace, models: int, samples: int, signals: str) -> Path:
+    """``build_run`` by the harness at ``code`` (this script in a child process, ``PYTHONPATH`` there)."""
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--build-into", str(where), "--models", str(models), "--samples", str(samples),
+           "--signals", signals, "--views", str(args.views), "--classes", str(args.classes),
+           "--population", str(args.population), "--dtype", args.dtype]
+    proc = subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{code}: building the run directory failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return where / "run"
+
+
 def attack_once(code: Path, run_path: Path, log: Path) -> dict[str, Any]:
     """``harness attack RUN_DIR`` with the code at ``code``: wall and CPU seconds, peak RSS, bytes written."""
     for f in ("results.json", "table.csv", "attacks.csv"):
@@ -169,18 +183,19 @@ def numbers(obj: Any, path: str = "") -> dict[str, Any]:
     return out
 
 
-def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, float, list[str]]:
-    """(values compared, largest absolute difference of numbers, keys that differ otherwise)."""
+def compare(a: dict[str, Any], b: dict[str, Any]) -> tuple[int, float, list[str], list[str]]:
+    """(values both hold, largest absolute difference of their numbers, keys both hold whose values differ
+    otherwise, keys only one holds: results.json keys added since the older commit)."""
     na, nb = numbers(a), numbers(b)
     worst, other = 0.0, []
-    for k in sorted(set(na) | set(nb)):
-        x, y = na.get(k), nb.get(k)
+    for k in sorted(set(na) & set(nb)):
+        x, y = na[k], nb[k]
         if isinstance(x, (int, float)) and isinstance(y, (int, float)) and not isinstance(x, bool):
             if x != y and not (x != x and y != y):
                 worst = max(worst, abs(float(x) - float(y)))
         elif x != y:
             other.append(k)
-    return len(set(na) | set(nb)), worst, other
+    return len(set(na) & set(nb)), worst, other, sorted(set(na) ^ set(nb))
 
 
 def main() -> None:
@@ -195,7 +210,12 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=None, help="keep (and re-use) the run directories here")
     ap.add_argument("--vs", default=None, help="also run the attack phase with the code of this commit")
     ap.add_argument("--json", action="store_true", help="one JSON line per case as well")
+    ap.add_argument("--build-into", type=Path, default=None, help=argparse.SUPPRESS)  # build_with's child
     args = ap.parse_args()
+    if args.build_into is not None:
+        build_run(args.build_into, args.models[0], args.samples[0], args.views, args.classes, args.population,
+                  args.dtype, args.signals[0])
+        return
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-attack-phase-"))
     other = None
     if args.vs:
@@ -217,6 +237,8 @@ def main() -> None:
                     for tag, code in (("this", REPO), ("vs", other)):
                         if code is None:
                             continue
+                        if tag == "vs":
+                            run_path = build_with(code, where / f"vs-{args.vs}", args, s, c, sig)
                         r = attack_once(code, run_path, where / f"attack-{tag}.log")
                         res = r.pop("results")
                         (where / f"results-{tag}.json").write_text(json.dumps(res))
@@ -233,10 +255,12 @@ def main() -> None:
                     if other is not None:
                         a = json.loads((where / "results-this.json").read_text())
                         b = json.loads((where / "results-vs.json").read_text())
-                        n, worst, diff = compare(a, b)
-                        row["compare"] = {"values": n, "max_abs_diff": worst, "other_differences": diff}
-                        print(f"  results.json, this checkout vs {args.vs}: {n} values, largest difference {worst:.3g}"
-                              + (f", other differences: {', '.join(diff[:8])}" if diff else ""), flush=True)
+                        n, worst, diff, one_side = compare(a, b)
+                        row["compare"] = {"values": n, "max_abs_diff": worst, "other_differences": diff,
+                                          "keys_in_one_only": one_side}
+                        print(f"  results.json, this checkout vs {args.vs}: {n} values in both, largest difference "
+                              f"{worst:.3g}" + (f", other differences: {', '.join(diff[:8])}" if diff else "")
+                              + (f"; keys in one only: {', '.join(one_side[:8])}" if one_side else ""), flush=True)
                         row["cpu_ratio"] = row["this"]["cpu_s"] / row["vs"]["cpu_s"]
                         row["rss_ratio"] = row["this"]["peak_rss_mib"] / row["vs"]["peak_rss_mib"]
                         print(f"  this checkout / {args.vs}: CPU {row['cpu_ratio']:.2f}x, "
