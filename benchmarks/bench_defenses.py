@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 # ``subsample`` wraps DP-SGD (medium) and trains each model on a random half of the data
 SUBSAMPLE = ("--inner", "dpsgd-medium", "--rate", "0.5")
 DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh", "ssl-simclr",
-            "ssl-moco", "dfkd", "alibi", "agibi", "subsample"]  # pate-fm: docs/defenses.md (bench_antipodes.py) until the table is re-run
+            "ssl-moco", "dfkd", "alibi", "agibi", "pate-fm", "subsample"]
 README_START, README_END = "<!-- results-table:start -->", "<!-- results-table:end -->"
 
 
