@@ -423,3 +423,24 @@ def test_every_built_in_defense_is_named_and_built_without_torch():
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(REPO)})
     assert proc.returncode == 0 and proc.stdout.startswith("ok"), proc.stdout + proc.stderr
+
+
+def test_the_benchmark_against_another_commit_builds_its_run_and_compares_every_number(tmp_path):
+    """``bench_attack_phase.py --vs REV``: REV's harness builds its own run directory from the same draws
+    (an older harness refuses config keys added since) and the two results.json files are compared.
+    Against this checkout's own HEAD every number must agree and no key may be missing on either side."""
+    repo = Path(__file__).resolve().parents[1]
+    if subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "HEAD"], capture_output=True).returncode:
+        pytest.skip("not a git checkout: --vs needs `git archive`")
+    proc = subprocess.run([sys.executable, str(repo / "benchmarks" / "bench_attack_phase.py"), "--models", "8",
+                           "--samples", "400", "--views", "2", "--population", "100", "--signals", "medium",
+                           "--vs", "HEAD", "--work", str(tmp_path), "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert row["compare"] == {"values": row["compare"]["values"], "max_abs_diff": 0.0, "other_differences": [],
+                              "keys_in_one_only": []}
+    assert row["compare"]["values"] > 1000
+    where = tmp_path / "S8-C400-A2-K10-Z100-float16-medium"
+    assert (where / "run" / "results.json").is_file() and (where / "vs-HEAD" / "run" / "results.json").is_file()
+    assert row["this"]["headline"] == row["vs"]["headline"]
