@@ -42,7 +42,7 @@ sharing the GPU, issue 13) come back side by side. Each
 figure prints the device (torch.cuda.get_device_name). ``--device cpu`` with small ``--models`` /
 ``--epochs`` runs the same code on a CPU: tests/test_bench_gpu.py does, at toy scale.
 benchmarks/gpu_prepare.sh and benchmarks/gpu_run.sh run this script on this project's lent GPU
-machines (README, "GPU").
+machines (docs/gpu.md).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Ready this checkout for a lent GPU session (issue 13; README, "GPU"; DEVELOPERS.md). Run here, on the
+# Ready this checkout for a lent GPU session (issue 13; docs/gpu.md). Run here, on the
 # CPU machine, from the repository root. It fills .gpu/ (ignored by git), which each device call
 # carries:
 #   .gpu/whl/   the Python 3.12 x86-64 wheels the harness needs that the GPU image lacks (the image has

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# On a lent GPU machine (README, "GPU"; DEVELOPERS.md): install the wheels that
+# On a lent GPU machine (docs/gpu.md): install the wheels that
 # benchmarks/gpu_prepare.sh put in .gpu/, then run benchmarks/bench_gpu.py figures on the CIFAR-10
 # subset in .gpu/data, each result under $OUT. From the device tool:
 #   run(command="bash benchmarks/gpu_run.sh smoke epoch attack fast", carry=[".gpu"], timeout_s=600)

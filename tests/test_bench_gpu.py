@@ -1,5 +1,5 @@
 """benchmarks/bench_gpu.py, the script a session with a lent GPU runs (issue 13), on the CPU at toy
-scale: every figure runs end to end and writes the JSON the README's GPU rows are read from.
+scale: every figure runs end to end and writes the JSON that docs/gpu.md's figures are read from.
 
 The data are real CIFAR-10 images (the first 24 of each training batch of the shared subset, 60 test
 images). ``epoch`` times the real WRN16-4; ``hamp`` and ``ssl`` swap in small networks through the
