@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import numpy as np
 
@@ -52,6 +52,9 @@ from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, Serve
 from defenses.training import init_network, seeded_init, train_classifier
 from harness.core.data import AugmentSpec
 from harness.core.lazy import LazyModule
+
+if TYPE_CHECKING:
+    from defenses.generators import Generator
 
 # torch where a model trains: naming the defense (the attack phase, the reports) needs none
 torch = LazyModule("torch")
@@ -65,6 +68,7 @@ def __getattr__(name: str) -> Any:
 
         return Generator
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 # Stream tags of the seeds derived from the model seed (SeedSequence([seed, tag])); the teacher
 # uses the model seed itself, so that it is the undefended model of the same index.

@@ -234,7 +234,7 @@ def _browser() -> str:
 
 def test_site_renders_in_headless_chromium_without_errors(site):
     browser = _browser()
-    from leaderboard.browser import layout_problems, render
+    from leaderboard.browser import render
 
     shot = site / "index.png"
     report = render(browser, site / "index.html", shot)
