@@ -119,13 +119,19 @@ def build_run(where: Path, models: int, samples: int, views: int, classes: int, 
     return run_path
 
 
+def env_with(code: Path) -> dict[str, str]:
+    """This environment with the harness at ``code`` first on ``PYTHONPATH``; a ``PYTHONPATH`` already set
+    stays after it (the GPU machines' carried wheels: benchmarks/gpu_run.sh)."""
+    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
+
+
 def build_with(code: Path, where: Path, args: argparse.Namespace, models: int, samples: int, signals: str) -> Path:
     """``build_run`` by the harness at ``code`` (this script in a child process, ``PYTHONPATH`` there)."""
-    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
     cmd = [sys.executable, str(Path(__file__).resolve()), "--build-into", str(where), "--models", str(models), "--samples", str(samples),
            "--signals", signals, "--views", str(args.views), "--classes", str(args.classes),
            "--population", str(args.population), "--dtype", args.dtype]
-    proc = subprocess.run(cmd, cwd=code, env={**os.environ, "PYTHONPATH": path}, capture_output=True, text=True)
+    proc = subprocess.run(cmd, cwd=code, env=env_with(code), capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"{code}: building the run directory failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
     return where / "run"
@@ -136,9 +142,7 @@ def attack_once(code: Path, run_path: Path, log: Path) -> dict[str, Any]:
     for f in ("results.json", "table.csv", "attacks.csv"):
         (run_path / f).unlink(missing_ok=True)
     shutil.rmtree(run_path / "roc", ignore_errors=True)
-    # ``code`` first; a PYTHONPATH already set stays after it (the GPU machines' wheels: gpu_run.sh)
-    path = os.pathsep.join(p for p in (str(code), os.environ.get("PYTHONPATH", "")) if p)
-    env = {**os.environ, "PYTHONPATH": path, "COLUMNS": "160"}
+    env = {**env_with(code), "COLUMNS": "160"}
     env.pop("HARNESS_CHECK_RESULTS_SCHEMA", None)
     cmd = [sys.executable, "-m", "harness.cli", "attack", str(run_path)]
     with log.open("w") as out:
