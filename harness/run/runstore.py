@@ -70,6 +70,14 @@ def _reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+def _signals_meta(z: Any) -> dict[str, Any]:
+    """The metadata of an open signals npz (its ``meta`` entry, a JSON object); ValueError otherwise."""
+    meta = json.loads(str(z["meta"]))
+    if not isinstance(meta, dict):
+        raise ValueError("its metadata is not a JSON object")
+    return meta
+
+
 def move_aside(path: Path) -> Path:
     """Rename a damaged file to ``<name>.damaged`` (``.damaged.2``, ... if taken); return the new path."""
     target = path.with_name(path.name + ".damaged")
@@ -557,10 +565,8 @@ class RunDir:
             return None
         try:
             with np.load(path) as z:
-                meta = json.loads(str(z["meta"]))
+                meta = _signals_meta(z)
                 arrays = {k: z[k] for k in z.files if k != "meta"}
-            if not isinstance(meta, dict):
-                raise ValueError("its metadata is not a JSON object")
             for name, a in arrays.items():
                 if np.issubdtype(a.dtype, np.floating) and (nan := int(np.isnan(a).sum())):
                     raise ValueError(f"signal {name!r} holds {nan} NaN value{'s' if nan > 1 else ''}")
@@ -584,10 +590,10 @@ class RunDir:
             return None
         try:
             with np.load(path) as z:
-                meta = json.loads(str(z["meta"]))
+                meta = _signals_meta(z)
         except Exception:
             return None
-        return meta if isinstance(meta, dict) and self._of_this_design(meta, level, index) else None
+        return meta if self._of_this_design(meta, level, index) else None
 
     def quarantine_damaged(self, level: str, num_models: int) -> list[tuple[DamagedFileError, Path]]:
         """Move every unreadable signals file of ``level`` aside (``.damaged``), so that its model
