@@ -1,7 +1,9 @@
 """Leaderboard rows from per-run ``results.json`` files (one entry per file, as RobustBench does).
 
-Each row holds the defense, its setting, test accuracy and the headline TPR at the headline FPR of
-both levels; rows are sorted by the sample-level figure (lower is more private). :func:`build`
+Each row holds the defense, its setting, test accuracy and both levels' figures at their figure FPR:
+the **leak** (the selection-adjusted best of every attack variant the harness ran on what the deployed
+model serves) and the defense's **declared headline**; rows rank by the sample-level leak (lower is
+more private), which no choice of declared attacks can lower (docs/protocol.md, Headlines). :func:`build`
 writes the plain one-table page and ``leaderboard.md``; the full site (per-entry pages, plots, the
 DP-SGD frontier) is :mod:`leaderboard.site`, which reads its rows from here.
 """
@@ -19,12 +21,11 @@ from harness.core import jsonio
 from harness.core.registry import is_file_reference
 from harness.run.runstore import RunDir, atomic_write_bytes
 
-COLUMNS = ("defense", "provenance", "dataset", "preset", "models", "audit", "test acc", "population TPR",
-           "strongest population TPR", "sample TPR", "strongest sample TPR", "canary", "sample attack",
-           "strongest population attack", "strongest sample attack", "DP ε", "label ε", "empirical ε ≥",
-           "nominal ε ≥")
-#: the strongest-figure columns and the row key of their level's "beats the headline" flag (⚠)
-FLAGGED = {"strongest population TPR": "population beats headline", "strongest sample TPR": "sample beats headline"}
+COLUMNS = ("defense", "provenance", "dataset", "preset", "models", "audit", "test acc", "figure FPR", "leak TPR",
+           "leak lower", "declared TPR", "population leak TPR", "canary", "leak attack", "declared attack", "DP ε",
+           "label ε", "empirical ε ≥")
+#: the declared-headline column and the row key of its "beaten" flag (⚠)
+FLAGGED = {"declared TPR": "sample beats headline"}
 
 #: the folders of an absolute path (POSIX, home-relative or Windows) that starts a string or follows a
 #: space, quote or bracket: ``/home/me/defs/mine.py:Mine`` keeps ``mine.py:Mine``
@@ -77,15 +78,12 @@ def provenance(results: dict[str, Any]) -> str:
     return "built-in" if spec in kind("defenses").builtins else "package"
 
 
-def rank_value(headline: Any, strongest: Any, flagged: bool) -> Any:
-    """The figure a row ranks by: the headline, unless the run's headline test found a variant that
-    beats it (``flagged``, family-wise error at most alpha: docs/protocol.md, Headlines), then the
-    larger of the headline and the cross-fitted strongest figure. Taking the larger of the two on
-    every row would add a selection of its own; behind the test, a headline that nothing
-    significantly beats keeps its pre-declared figure. Non-float values ("unresolved", None) are
-    passed over; with no float, the headline's value."""
-    vals = [v for v in (headline, strongest if flagged else None) if isinstance(v, float)]
-    return max(vals) if vals else headline
+def rank_value(leak: Any) -> Any:
+    """The figure a row ranks by: the sample level's leak (the selection-adjusted best of every attack
+    variant that ran on what the deployed model serves; harness.core.figure.best_of). It never reads
+    the defense's declared attacks, so declaring a weak attack cannot lower it; the declared headline
+    stays on the row as its author's claim. Non-float values ("unresolved", None) pass through."""
+    return leak
 
 
 def _best_entry(level: dict[str, Any]) -> dict[str, Any] | None:
@@ -94,30 +92,28 @@ def _best_entry(level: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
-    k = repr(float(results.get("headline_fpr", 0.001)))
-    levels = [lv for lv in ("population", "sample") if lv in results]
+    def fig(level: str) -> dict[str, Any]:
+        return (results.get(level) or {}).get("figure") or {}
 
-    def tpr(level: str, which: str = "best") -> float | str | None:
-        if level not in results or which not in results[level]:  # no strongest before harness 0.2.1's
+    def tpr(level: str, which: str, key: str = "tpr") -> float | str | None:
+        if level not in results:
             return None
-        fig = results[level][which]
-        return float(fig["tpr_at_fpr"][k]) if fig.get("resolved", {}).get(k, True) else "unresolved"
+        rec = fig(level).get(which)
+        if not rec:
+            return "unresolved"
+        v = rec.get(key)
+        return None if v is None else float(v)
 
     def attack(level: str, which: str) -> str:
-        fig = results.get(level, {}).get(which)
-        return strip_paths(f"{fig['name']} ({fig['variant']})") if fig else ""
+        rec = fig(level).get(which)
+        return strip_paths(f"{rec['name']} ({rec['variant']})") if rec else ""
 
     def beats(level: str) -> bool:
-        """Whether the run's headline test found a variant that beats the level's headline."""
-        return bool((results.get(level, {}).get("strongest") or {}).get("beats_headline"))
-
-    def eps(key: str) -> float | None:
-        # the headline variant's empirical epsilon lower bound, the larger over both levels
-        vals = [(e.get(key) or {}).get("epsilon") for lv in levels for e in [_best_entry(results[lv])] if e]
-        vals = [v for v in vals if v is not None]
-        return max(vals, default=None)
+        """Whether the run's headline test found a variant that beats the level's declared headline."""
+        return bool((fig(level).get("flag") or {}).get("flagged"))
 
     acc_level = "sample" if "sample" in results else "population"
+    flag = (fig("sample").get("flag") or {}).get("top") if beats("sample") else None
     return {
         "defense": display_name(results),  # never a path of the machine that ran it
         "provenance": provenance(results),
@@ -128,28 +124,33 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         "models": results["num_models"],  # S: the models of each level (a run trains S per level)
         "audit": results["audit_size"],
         "test acc": results[acc_level]["test_accuracy"]["mean"],
-        "population TPR": tpr("population"),
-        "sample TPR": tpr("sample"),
-        # the best of every attack and variant that ran (cross-fitted), beside the pre-declared headline;
-        # a row whose headline the headline test finds beaten ranks by the larger of the two, so no
-        # defense climbs the board by declaring weak attacks
-        "strongest population TPR": tpr("population", "strongest"),
-        "strongest sample TPR": tpr("sample", "strongest"),
-        "rank TPR": rank_value(tpr("sample"), tpr("sample", "strongest"), beats("sample")),
+        "figure FPR": fig(acc_level).get("fpr"),
+        "population figure FPR": fig("population").get("fpr"),
+        # the sample level's leak ranks: every attack variant that ran, whatever the defense declared
+        "leak TPR": tpr("sample", "leak"),
+        "leak lower": tpr("sample", "leak", "lower"),
+        "leak attack": attack("sample", "leak"),
+        "population leak TPR": tpr("population", "leak"),
+        "population leak lower": tpr("population", "leak", "lower"),
+        "population leak attack": attack("population", "leak"),
+        "declared TPR": tpr("sample", "declared"),
+        "declared CI": (fig("sample").get("declared") or {}).get("ci"),
+        "declared lower": tpr("sample", "declared", "lower"),
+        "declared attack": attack("sample", "declared"),
+        "population declared TPR": tpr("population", "declared"),
+        "rank TPR": rank_value(tpr("sample", "leak")),
         "population beats headline": beats("population"),
         "sample beats headline": beats("sample"),
-        "sample attack": attack("sample", "best"),
-        "strongest population attack": attack("population", "strongest"),
-        "strongest sample attack": attack("sample", "strongest"),
+        "flag": flag,  # the comparison the sample level's flag comes from: variant, FPR, both TPRs
+        "flag p": (fig("sample").get("flag") or {}).get("p_value"),
         "canary": results["sample"]["canary"] if "sample" in results else "",
-        # the accountant's epsilon (delta 1e-5) of DP-trained runs; the headline variant's one-run
-        # lower bound (valid under the guesses' dependence) and its nominal pooled bound (docs/bounds.md)
+        # the accountant's epsilon (delta 1e-5) of DP-trained runs; the run's one-run lower bound, 95%
+        # over every primary variant of both levels (Bonferroni: docs/bounds.md)
         "DP ε": (run_privacy(results) or {}).get("epsilon"),
         # ALIBI / AGIBI: the label epsilon (labels only), not an example-level guarantee
         "label ε": (run_label_privacy(results) or {}).get("label_epsilon"),
-        "empirical ε ≥": eps("eps_lower_one_run"),
-        "nominal ε ≥": eps("eps_lower"),
-        "fpr": float(k),
+        "empirical ε ≥": (results.get("one_run_epsilon") or {}).get("epsilon"),
+        "fpr": fig(acc_level).get("fpr"),
         "source": str(source),
     }
 
@@ -200,8 +201,8 @@ def collect(paths: list[Path], skipped: list[tuple[Path, str]] | None = None) ->
 
 
 def rank_order(e: dict[str, Any]) -> tuple[int, float]:
-    """Rows in leaderboard order: by ``rank TPR`` (the larger of the sample-level headline and
-    strongest figure; lower is more private), rows without a figure last."""
+    """Rows in leaderboard order: by ``rank TPR`` (the sample-level leak; lower is more private),
+    rows without a figure last."""
     v = e["rank TPR"]
     return (0, v) if isinstance(v, float) else (1, 0.0)
 
@@ -211,9 +212,9 @@ def _fmt(col: str, v: Any) -> str:
         return "-"
     if isinstance(v, str):
         return v
-    if col in ("test acc", "population TPR", "strongest population TPR", "sample TPR", "strongest sample TPR"):
-        return f"{100 * v:.1f}%"
-    if col in ("DP ε", "label ε", "empirical ε ≥", "nominal ε ≥"):
+    if col in ("test acc", "leak TPR", "leak lower", "declared TPR", "population leak TPR", "figure FPR"):
+        return f"{100 * v:.3g}%" if col == "figure FPR" else f"{100 * v:.1f}%"
+    if col in ("DP ε", "label ε", "empirical ε ≥"):
         return f"{v:.3g}"
     return str(v)
 
@@ -224,7 +225,7 @@ def _md(text: str) -> str:
 
 
 def _text(col: str, e: dict[str, Any]) -> str:
-    """One cell as plain text: a strongest figure whose CI lies above its level's headline gets ⚠."""
+    """One cell as plain text: a declared headline the headline test finds beaten gets ⚠."""
     flag = FLAGGED.get(col)
     return _fmt(col, e[col]) + (" ⚠" if flag and e.get(flag) and isinstance(e[col], float) else "")
 
@@ -246,15 +247,14 @@ def to_html(entries: list[dict[str, Any]]) -> str:
         "<!doctype html><html><head><meta charset='utf-8'><title>privacy-harness leaderboard</title>"
         "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px;text-align:right}</style></head><body><h1>privacy-harness leaderboard</h1>"
-        "<p>TPR at 0.1% FPR of the headline attack (the best primary variant of the defense's adaptive "
-        "attacks): population level (audit samples as they are) vs sample level (the defense's canaries); "
-        "strongest: the best of every attack and variant that ran at that level, cross-fitted over victim "
-        "models (⚠: the headline test finds a variant that beats the headline). Rows rank by the sample-level "
-        "headline, or the larger of headline and strongest where the test finds it beaten; models: S, the "
-        "models of each level. "
-        "Lower is more private. Empirical ε ≥: one-run lower bound (Steinke et al. 2023, per victim model, "
-        "Bonferroni over victims); nominal: pooled Clopper-Pearson, which treats the S x C guesses as "
-        "independent.</p>"
+        "<p>Rows rank by the <b>leak</b>: the TPR, on the defense's canaries (sample level), of the best of "
+        "every attack variant the harness ran on what the deployed model serves, selection-adjusted, at the "
+        "figure FPR (0.1%, or the smallest FPR with 3 expected false positives); leak lower: its one-sided 95% "
+        "lower bound. It does not depend on which attacks a defense declares. Declared: the same over the "
+        "defense's declared adaptive attacks, its author's claim (⚠: the headline test finds a variant that "
+        "beats it). Population leak: the audit samples as they are. Models: S, the models of each level. "
+        "Lower is more private. Empirical ε ≥: one-run lower bound (Steinke et al. 2023), 95% over every "
+        "primary variant of both levels.</p>"
         f"<table><tr>{head}</tr>{rows}</table></body></html>\n"
     )
 

@@ -33,7 +33,7 @@ accepted with ``trust_plugin`` (``--trust-plugin``), after reading its ``defense
 An accepted entry is written to ``site/entries/<entry_id>/`` (leaderboard/site.py) as unverified.
 :func:`verify_entry` marks it verified when the board's maintainer re-ran the same defense and
 config with a fresh seed the submitter never saw (``harness evaluate DEFENSE --seed SECRET``) and
-the two runs' 95% CIs of the sample-level headline TPR overlap.
+each run's sample-level leak (the ranked figure) reaches the other's one-sided 95% lower bound.
 """
 
 from __future__ import annotations
@@ -574,10 +574,15 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
     return eid
 
 
-def _headline(results: dict[str, Any]) -> tuple[float, tuple[float, float]]:
+def _leak(results: dict[str, Any]) -> tuple[float, float]:
+    """(point, one-sided 95% lower bound) of the ranked figure: the sample level's leak (the
+    population level's where there is no sample level); SubmissionError where the level has none."""
     lv = results["sample"] if "sample" in results else results["population"]
-    k = repr(float(results.get("headline_fpr", 0.001)))
-    return float(lv["best"]["tpr_at_fpr"][k]), tuple(lv["best"]["tpr_ci"][k])  # type: ignore[return-value]
+    leak = (lv.get("figure") or {}).get("leak")
+    if not leak or leak.get("lower") is None:
+        raise SubmissionError("the run has no ranked figure (its level resolves no FPR with 3 expected false positives, "
+                              "or it ran without a bootstrap)")
+    return float(leak["tpr"]), float(leak["lower"])
 
 
 def _comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -608,8 +613,8 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
 
     The re-run must have the entry's defense, preset, dataset, S and C, the same config apart from
     the seed, ``run.*`` and the data path, a seed other than the entry's and than any seed that
-    verified another entry of the site, and a sample-level headline TPR (at the headline FPR) whose
-    95% CI overlaps the entry's."""
+    verified another entry of the site, and a sample-level leak that reaches the entry's one-sided
+    95% lower bound, and the entry's leak the re-run's."""
     from harness.run.runstore import atomic_write_bytes
     from leaderboard.site import rebuild
 
@@ -643,12 +648,11 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     for other in sorted((site / "entries").glob("*/entry.json")):
         if other.parent.name != entry and f"sha256 {tag}" in str(_read_json(other, "entry").get("verified_by")):
             raise SubmissionError(f"this seed already verified {other.parent.name}: use a fresh secret seed per entry")
-    (t1, ci1), (t2, ci2) = _headline(mine), _headline(theirs)
-    if not (ci1[0] <= ci2[1] and ci2[0] <= ci1[1]):
-        raise SubmissionError(f"the re-run's headline TPR {100 * t2:.1f}% [{100 * ci2[0]:.1f}, {100 * ci2[1]:.1f}] and the "
-                              f"entry's {100 * t1:.1f}% [{100 * ci1[0]:.1f}, {100 * ci1[1]:.1f}] have disjoint 95% CIs")
-    by = (f"re-run with an unseen seed (sha256 {tag}): headline TPR {100 * t2:.1f}% "
-          f"[{100 * ci2[0]:.1f}, {100 * ci2[1]:.1f}]")
+    (t1, lo1), (t2, lo2) = _leak(mine), _leak(theirs)
+    if lo2 > t1 or lo1 > t2:  # each run's leak must reach the other's one-sided 95% lower bound
+        raise SubmissionError(f"the re-run's leak {100 * t2:.1f}% (>= {100 * lo2:.1f}) and the entry's {100 * t1:.1f}% "
+                              f"(>= {100 * lo1:.1f}) disagree: one lies below the other's 95% lower bound")
+    by = f"re-run with an unseen seed (sha256 {tag}): leak {100 * t2:.1f}% (>= {100 * lo2:.1f})"
     meta_file = d / "entry.json"
     meta = _read_json(meta_file, "entry") if meta_file.is_file() else {"source": "run"}
     meta.update({"verified": True, "verified_by": by})

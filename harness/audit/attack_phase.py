@@ -15,9 +15,8 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
-from harness.audit.headline import (Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
-                                    headline_test_warning, ratio_json, select_best, selection_fpr, strongest_figure,
-                                    victim_weights)
+from harness.audit.headline import (Candidate, LevelFamily, best_entry, fpr_key, headline_fpr, headline_test,
+                                    headline_test_warning, level_figure, ratio_json, reading_fprs, level_test_fprs)
 from harness.core.metrics import AttackMetrics, Roc, evaluate_scores, roc_file_curve, roc_on_grid
 from harness.core.signals import NOT_SERVED
 from harness.plugins import resolve
@@ -169,12 +168,32 @@ def _eps_lower_json(scores: np.ndarray, membership: np.ndarray, roc: Roc | None 
     }
 
 
-def _one_run_json(scores: np.ndarray, membership: np.ndarray, num_canaries: int) -> dict[str, Any]:
-    """Steinke-Nasr-Jagielski one-run bound per victim, Bonferroni over victims (harness.bounds.one_run)."""
+def _one_run_json(scores: np.ndarray, membership: np.ndarray, num_canaries: int, alpha: float = 0.05
+                  ) -> dict[str, Any]:
+    """Steinke-Nasr-Jagielski one-run bound per victim, Bonferroni over victims (harness.bounds.one_run),
+    at confidence 1 - ``alpha``."""
     from harness.bounds.one_run import one_run_bound
 
-    return {"kind": "one-run", **one_run_bound(scores, membership, delta=EPS_DELTA, alpha=0.05,
+    return {"kind": "one-run", **one_run_bound(scores, membership, delta=EPS_DELTA, alpha=alpha,
                                                num_canaries=num_canaries).to_json()}
+
+
+#: the error of the run's one-run epsilon, shared (Bonferroni) by every primary variant of every level
+ONE_RUN_ALPHA = 0.05
+
+
+def one_run_family(bounds: list[tuple[str, dict[str, Any]]], family: int) -> dict[str, Any] | None:
+    """A level's (or the run's) one-run epsilon: the largest of ``bounds`` (label, the bound of a
+    primary variant at error ONE_RUN_ALPHA / ``family``): a 95% statement over the whole family of
+    primary variants and levels it was chosen from (Bonferroni), not one variant's."""
+    if not bounds:
+        return None
+    label, b = max(bounds, key=lambda x: x[1]["epsilon"])
+    return {"epsilon": b["epsilon"], "confidence": 1 - ONE_RUN_ALPHA, "delta": b["delta"], "variant": label,
+            "family": family,
+            "method": (f"Steinke, Nasr, Jagielski 2023 one-run bound of each primary variant at error "
+                       f"{ONE_RUN_ALPHA:g}/{family} (Bonferroni over the {family} primary variants of every level), "
+                       "the largest: a 95% lower bound although it is chosen")}
 
 
 def run_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
@@ -294,7 +313,7 @@ def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
 
 
 def strongest_pool(candidates: list[Candidate], others: list[Candidate], excluded: dict[str, str]) -> list[Candidate]:
-    """The strongest figure's candidates: the headline's (first, so that a tie keeps the headline's),
+    """The leak's candidates: the declared headline's (first, so that a tie keeps the headline's),
     but attacks on outputs the deployed model does not serve, then every other variant."""
     return [c for c in candidates if c.entry["name"] not in excluded] + others
 
@@ -306,12 +325,12 @@ class LevelEvaluation:
     candidates: list[Candidate]  # the headline's: primary variants of the headline attacks
     others: list[Candidate]  # every other variant in the strongest figure's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
-    selection: Any  # the headline's harness.audit.headline.Selection (None without a bootstrap)
+    one_runs: list[tuple[str, dict[str, Any]]]  # each served primary variant's one-run bound at the family's error
 
 
 def evaluate_level(
     run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str],
-    signals: LevelSignals | None = None, weights: Any = None, select_at: float | None = None,
+    signals: LevelSignals | None = None, reading: tuple[float, ...] = (), family: int = 1,
 ) -> LevelEvaluation:
     """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
     *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
@@ -319,9 +338,9 @@ def evaluate_level(
     version) are skipped and listed in ``skipped_attacks``, a headline attack too (its reason says
     the headline is taken without it; the run's ``notes`` repeat it); a level where no headline
     attack ran is an error.
-    ``weights``: the run's :func:`~harness.audit.headline.victim_weights` (built here when None);
-    ``select_at``: the FPR cross-fitted figures choose at (default: :func:`~harness.audit.headline.selection_fpr`
-    of this experiment's non-member guesses)."""
+    ``reading``: the FPRs every variant is read at for the level figures (plotting position;
+    :func:`~harness.audit.headline.reading_fprs`); ``family``: how many primary variants share the
+    run's one-run epsilon (:func:`one_run_family`)."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
     pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
@@ -329,12 +348,13 @@ def evaluate_level(
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
     ev = ld.canaries.evaluated
     mem_ev = ld.design.membership[:, ev]
-    weights = weights if weights is not None else victim_weights(cfg, cfg.audit.models)
-    select_at = select_at if select_at is not None else selection_fpr(cfg, int((~mem_ev).sum()))
+    if not reading:
+        reading = reading_fprs(cfg, {level: int((~mem_ev).sum())})
     from harness.run.signals import attack_access, signal_table, unserved_access
 
     table = signal_table(attacks)
     entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
+    one_runs: list[tuple[str, dict[str, Any]]] = []
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
         inapplicable = [n for n in lacking if n in table and table[n].images == "neighbours"
@@ -363,19 +383,24 @@ def evaluate_level(
         for variant in list(variants):
             scores = variants.pop(variant)  # each variant's scores are dropped as soon as it is measured
             m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
-                                confidence=cfg.attack.confidence, seed=cfg.seed, weights=weights,
-                                fold_targets=(select_at,))
+                                confidence=cfg.attack.confidence, seed=cfg.seed, reading_fprs=reading)
             scores_ev = scores if every else scores[:, ev]
             del scores
             entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
                      **_metrics_json(m),
                      "eps_lower": _eps_lower_json(scores_ev, mem_ev, m.roc)}
+            if m.reading:  # the variant's own TPR at each figure FPR (plotting position; not selection-adjusted)
+                entry["reading"] = {fpr_key(t): v for t, v in m.reading.items()}
+            label = f"{level}/{attack.name}:{variant}"
             if variant == primary:
                 entry["eps_lower_one_run"] = _one_run_json(scores_ev, mem_ev, num_canaries=len(ev))
+                if unserved is None:
+                    one_runs.append((label, _one_run_json(scores_ev, mem_ev, num_canaries=len(ev),
+                                                          alpha=ONE_RUN_ALPHA / family)))
             del scores_ev
             m = replace(m, roc=roc_file_curve(m.roc))  # the full ROC's arrays go: its file keeps these points
             curves[(attack.name, variant)] = m
-            cand = Candidate(f"{level}/{attack.name}:{variant}", entry, None, mem_ev, m.samples, m.folds)
+            cand = Candidate(label, entry, ld.design.membership.shape[0], m.reading or {}, m.reading_samples)
             if variant == primary and attack.name in headline_attacks:
                 candidates.append(cand)
             elif unserved is None:
@@ -386,7 +411,8 @@ def evaluate_level(
         whys = "; ".join(f"{a}: {skipped[a]}" for a in headline_attacks if a in skipped)
         raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran"
                           + (f" ({whys})" if whys else ""))
-    best, selection = select_best(candidates, cfg, select_at=select_at)
+    pool = strongest_pool(candidates, others, excluded)
+    figure, _ = level_figure(candidates, pool, int((~mem_ev).sum()), cfg, excluded)
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
         "canary": ld.canary,
@@ -401,8 +427,9 @@ def evaluate_level(
         "attack_params": {a.name: a.params() for a in attacks if a.params()},
         "skipped_attacks": skipped,
         "headline_attacks": sorted({c.entry["name"] for c in candidates}),
-        "best": best,
-        "strongest": strongest_figure(strongest_pool(candidates, others, excluded), cfg, excluded, select_at),
+        "best": best_entry(candidates, figure["declared"]),
+        "figure": figure,
+        "one_run_epsilon": one_run_family(one_runs, family),
         "privacy": _privacy_json(ls.metas),
         "label_privacy": _label_privacy_json(ls.metas),
         "serving": serving_record(ls.metas),
@@ -412,7 +439,7 @@ def evaluate_level(
             "devices": sorted({m["device"] for m in ls.metas}),
         },
     }
-    return LevelEvaluation(result, curves, candidates, others, excluded, selection)
+    return LevelEvaluation(result, curves, candidates, others, excluded, one_runs)
 
 
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
@@ -483,7 +510,6 @@ def evaluate_run(
     sample_candidates: list[Candidate] = []
     sample_others: list[Candidate] = []
     excluded: dict[str, str] = {}
-    selections: dict[str, Any] = {}
     families: dict[str, LevelFamily] = {}
     headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
     first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
@@ -511,55 +537,65 @@ def evaluate_run(
         results["notes"] = [*results.get("notes", []), *serving_lines]
     results["serving"] = {"random": is_random, "repeat_queries": cfg.audit.repeat_queries,
                           "averaging_attack": "lira-averaged" if averaging else None}
-    weights = victim_weights(cfg, cfg.audit.models)  # one set of draws and folds for every variant of both levels
-    # the FPR cross-fitted choices are made at: per level, from its fewest non-member guesses (the
-    # sample level's over all of its canary experiments, whose candidates are chosen among together)
+    # every level's figures are read at FPRs its pooled non-member guesses resolve (3 expected false
+    # positives); the sample level's over all of its canary experiments, which it chooses among together
     designs = {lv: run.load_level(lv) for lv in levels}
     negatives = {lv: int((~ld.design.membership[:, ld.canaries.evaluated]).sum()) for lv, ld in designs.items()}
+    level_negatives = {"population": negatives["population"]} if "population" in negatives else {}
     sample_negatives = [n for lv, n in negatives.items() if lv != "population"]
-    choose_at = {lv: selection_fpr(cfg, n if lv == "population" else min(sample_negatives)) for lv, n in negatives.items()}
+    if sample_negatives:
+        level_negatives["sample"] = min(sample_negatives)
+    reading = reading_fprs(cfg, level_negatives)
+    family = max(1, len(attacks) * len(levels))  # the primary variants that share the one-run epsilon's error
+    one_runs: list[tuple[str, dict[str, Any]]] = []
+    pools: dict[str, list[Candidate]] = {}
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
-                             weights, choose_at[level])
+                             reading, family)
         headline_skips = [f"{level}: headline attack {a} skipped ({why})"
                           for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
         if headline_skips:
             results["notes"] = [*results.get("notes", []), *headline_skips]
         curves[level] = lev.curves
         excluded.update(lev.excluded)
+        one_runs += lev.one_runs
         if level == "population":
             results[level] = lev.result
-            selections["population"] = lev.selection
-            families["population"] = LevelFamily(lev.candidates, strongest_pool(lev.candidates, lev.others, lev.excluded))
+            pools["population"] = strongest_pool(lev.candidates, lev.others, lev.excluded)
+            families["population"] = LevelFamily(lev.candidates, pools["population"],
+                                                 level_test_fprs(cfg, level_negatives["population"]))
         else:
             by_experiment[level] = lev.result
             sample_candidates += lev.candidates
             sample_others += lev.others
     if by_experiment:
-        # the sample-level headline: the best primary variant over every canary experiment (cross-fitted
-        # where that is a best-of); the strongest figure: the same over every variant of every canary experiment
-        at = min(choose_at[lv] for lv in by_experiment)  # the same for every sample experiment
-        best, selections["sample"] = select_best(sample_candidates, cfg, select_at=at)
-        pool = strongest_pool(sample_candidates, sample_others, excluded)
-        strongest = strongest_figure(pool, cfg, excluded, at)
-        families["sample"] = LevelFamily(sample_candidates, pool)
+        # the sample level's figures: the declared headline over the primary variants of every canary
+        # experiment, the leak over every served variant of every canary experiment
+        pools["sample"] = strongest_pool(sample_candidates, sample_others, excluded)
+        figure, _ = level_figure(sample_candidates, pools["sample"], level_negatives["sample"], cfg, excluded)
+        families["sample"] = LevelFamily(sample_candidates, pools["sample"], level_test_fprs(cfg, level_negatives["sample"]))
+        best = best_entry(sample_candidates, figure["declared"])
         headline_experiment = by_experiment[best["source"].split("/")[0]]
         results["sample"] = {**headline_experiment, "canaries": [r["canary"] for r in by_experiment.values()],
-                             "best": best, "strongest": strongest}
+                             "best": best, "figure": figure,
+                             "one_run_epsilon": one_run_family([b for b in one_runs if not b[0].startswith("population/")],
+                                                               family)}
         results["sample_by_canary"] = {r["canary"]: r for r in by_experiment.values()}
-        for r in by_experiment.values():  # the test judges levels, not single experiments
-            r["strongest"].pop("beats_headline", None)
-    test = headline_test(families, cfg)
+    test = headline_test({lv: f for lv, f in families.items() if f.fprs}, cfg)
     results["headline_test"] = test
-    for lv, rec in test["levels"].items():
-        results[lv]["strongest"]["beats_headline"] = rec["flagged"]
-        results[lv]["strongest"]["test_p_value"] = rec["p_value"]
-    warnings = [headline_test_warning(lv, test, results[lv]["best"]) for lv, rec in test["levels"].items()
+    for lv in ("population", "sample"):
+        if lv not in results:
+            continue
+        rec = test["levels"].get(lv)
+        results[lv]["figure"]["flag"] = None if rec is None else {
+            "flagged": rec["flagged"], "p_value": rec["p_value"], "top": rec["top"] if rec["flagged"] else None}
+    warnings = [headline_test_warning(lv, test, results[lv]["figure"]["declared"]) for lv, rec in test["levels"].items()
                 if rec["flagged"]]
     if warnings:
         results["warnings"] = warnings
+    results["one_run_epsilon"] = one_run_family(one_runs, family)
     if "population" in results and "sample" in results:
-        results["sample_population_ratio"] = ratio_json(results, selections, cfg)
+        results["sample_population_ratio"] = ratio_json(pools, level_negatives, cfg)
     privacy = run_privacy(results)
     if privacy is not None:
         results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)

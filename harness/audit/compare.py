@@ -1,8 +1,8 @@
 """Two runs side by side (``harness compare RUN_A RUN_B``, ``harness.compare``).
 
-For each level, the headline and the strongest figure of both runs at one FPR (default: run A's
-headline FPR; any other FPR both runs report, or 0, with ``--fpr`` / ``fpr=``), and for every attack
-variant both runs have, its TPR in each: the difference (B - A) and whether the two 95% CIs overlap
+For each level, the leak and the declared headline of both runs at each run's figure FPR (they
+must match to be compared), and for every attack variant both runs have, its TPR at one FPR
+(default: run A's headline FPR; any other FPR both runs report, or 0, with ``--fpr`` / ``fpr=``): the difference (B - A) and whether the two 95% CIs overlap
 (disjoint CIs: the runs differ beyond their bootstrap uncertainty). A TPR at an FPR the run cannot
 resolve (fewer than 1/FPR non-member guesses) is no figure: it is marked unresolved, never compared.
 What only one run has is listed rather than dropped: experiments (e.g. a DP-SGD run's ood and blank
@@ -28,7 +28,8 @@ from harness.core.errors import ConfigError
 class Comparison:
     """Two runs lined up at one FPR.
 
-    ``headlines``: one row per (level, figure); ``attacks``: one row per attack variant present in
+    ``headlines``: one row per (level, figure: ``leak`` / ``declared``), each at its run's figure FPR
+    (``fpr_a`` / ``fpr_b``); ``attacks``: one row per attack variant present in
     both runs (``primary``: the primary variant of its attack in either run; ``primary_a`` /
     ``primary_b``: in that run); in both tables ``tpr_a`` / ``tpr_b`` are None where the variant is
     absent or the FPR unresolved (``resolved_a`` / ``resolved_b``: False there, None where absent),
@@ -130,6 +131,33 @@ def _row(base: dict[str, Any], ra: dict[str, Any] | None, rb: dict[str, Any] | N
             "cis_overlap": _overlap(ca, cb)}
 
 
+def _figure_row(base: dict[str, Any], fa: dict[str, Any], fb: dict[str, Any], which: str) -> dict[str, Any]:
+    """One level figure (``leak`` or ``declared``) of both runs: each TPR at its figure FPR, the
+    interval (a single variant's CI, or [lower bound, 1] for a best of several), and whether the two
+    agree: each point at or above the other's lower end. Runs read at different figure FPRs are not
+    compared (``difference`` None)."""
+    ra, rb = fa.get(which), fb.get(which)
+
+    def iv(rec: dict[str, Any] | None) -> list[float] | None:
+        if not rec:
+            return None
+        if rec.get("ci"):
+            return [float(rec["ci"][0]), float(rec["ci"][1])]
+        return None if rec.get("lower") is None else [float(rec["lower"]), 1.0]
+
+    ta, tb = (float(ra["tpr"]) if ra else None), (float(rb["tpr"]) if rb else None)
+    same = fa.get("fpr") is not None and fa.get("fpr") == fb.get("fpr")
+    ca, cb = iv(ra), iv(rb)
+    agree = None if not (same and ca and cb and ta is not None and tb is not None) else bool(
+        ta >= cb[0] and tb >= ca[0] and ta <= cb[1] and tb <= ca[1])
+    return {**base, "fpr_a": fa.get("fpr"), "fpr_b": fb.get("fpr"),
+            "attack_a": f"{ra['name']}:{ra['variant']}" if ra else None, "tpr_a": ta, "ci_a": ca,
+            "resolved_a": ra is not None if fa else None,
+            "attack_b": f"{rb['name']}:{rb['variant']}" if rb else None, "tpr_b": tb, "ci_b": cb,
+            "resolved_b": rb is not None if fb else None,
+            "difference": tb - ta if same and ta is not None and tb is not None else None, "cis_overlap": agree}
+
+
 def _one_sided(ea: dict[str, Any], eb: dict[str, Any]) -> list[str]:
     """The experiments of ``ea`` that ``eb`` lacks, then ``experiment/attack`` for each attack that
     ran in an experiment of both but only in ``ea``."""
@@ -149,9 +177,9 @@ def compare_results(a: Results, b: Results, fpr: float | None = None) -> Compari
     for lv in ("population", "sample"):
         if lv not in a.data and lv not in b.data:
             continue
-        for which in ("best", "strongest"):
-            heads.append(_row({"level": lv, "figure": "headline" if which == "best" else "strongest"},
-                              (a.data.get(lv) or {}).get(which), (b.data.get(lv) or {}).get(which), k))
+        fa, fb = ((r.data.get(lv) or {}).get("figure") or {} for r in (a, b))
+        for which in ("leak", "declared"):
+            heads.append(_figure_row({"level": lv, "figure": which}, fa, fb, which))
     rows = []
     ea, eb = dict(experiments(a.data)), dict(experiments(b.data))
     for exp in [e for e in ea if e in eb]:

@@ -1,22 +1,23 @@
-"""Headline figures: the pre-declared headline, the strongest figure, the headline test and the
-sample/population ratio.
+"""A level's figure: the leak (ranked), the declared headline (the defense author's claim), the
+headline test and the sample/population ratio, all read at one FPR with one estimand.
 
-- The **headline** of a level is the best *primary* variant of the defense's adaptive attacks at
-  the headline FPR (ties: TPR at FPR 0, then AUC, then attack order), at the sample level over every
-  canary experiment. With one candidate it is that variant's TPR; with several, a best-of, it is
-  **cross-fitted** over victim models (harness.core.crossfit: chosen on one fold of the victims,
-  read on the others), so that the choice does not inflate it, and the plain maximum stays beside it
-  as ``optimistic_max`` (:func:`select_best`).
-- The **strongest figure** is the same cross-fitted best-of over *every* attack variant that ran on
-  what the deployed model serves (attacks on pre-defense outputs or on SELENA's Split-AI ensemble
-  left out: :data:`harness.core.signals.NOT_SERVED`; :func:`strongest_figure`).
-- The **headline test** asks whether any variant beats the headline: Hansen's SPA test over every
-  variant, FPR and level at once, family-wise error at most ``attack.alpha`` (:func:`headline_test`);
-  its rejection is the ``beats_headline`` flag and the report's warning.
-- The **ratio** of the sample- to the population-level headline gets a paired bootstrap CI over
-  victim models (:func:`ratio_json`).
+- The **figure FPR** of a level is the headline FPR (0.1%) where the level's pooled guesses hold at
+  least 3 expected false positives there, else the smallest FPR of 1, 2, 5 x 10^k that does
+  (:func:`harness.core.figure.figure_fpr`). Every figure of the level is read there, at the
+  plotting position (harness.core.figure: the estimand, the reading and the intervals).
+- The **leak** is the selection-aware best (:func:`harness.core.figure.best_of`) over *every*
+  attack variant that ran on what the deployed model serves (attacks on pre-defense outputs or on
+  SELENA's Split-AI ensemble left out: :data:`harness.core.signals.NOT_SERVED`). It does not depend
+  on which attacks a defense declares: it is what the report leads with and what the leaderboard
+  ranks.
+- The **declared headline** is the same best over the *primary* variants of the defense's adaptive
+  attacks (at the sample level over every canary experiment): the author's claim, kept beside it.
+- The **headline test** asks whether any variant beats the declared headline: Hansen's SPA over
+  every variant, every FPR the level resolves from its figure FPR up, and both levels at once,
+  family-wise error at most ``attack.alpha`` (:func:`headline_test`).
+- The **ratio** of the two levels' leaks, at the larger of their figure FPRs (:func:`ratio_json`).
 
-docs/protocol.md, Headlines, states the rules and why.
+docs/protocol.md, Headlines, states the rules and the simulations behind them.
 """
 
 from __future__ import annotations
@@ -27,11 +28,28 @@ from typing import Any
 import numpy as np
 
 from harness.core.config import ExperimentConfig
-from harness.core.crossfit import FoldSamples, VictimWeights, crossfit
-from harness.core.metrics import weighted_tpr_samples
+from harness.core.figure import (FIGURE_GRID, MIN_FALSE_POSITIVES, BestOf, best_of, figure_fpr, fmt_fpr, interval, ratio_interval,
+                                 resolves)
 from harness.core.signals import NOT_SERVED
 
 HEADLINE_FPR = 0.001
+
+#: the headline test reads an FPR only where it holds this many expected false positives (the one
+#: resolution rule of every figure: harness.core.figure.MIN_FALSE_POSITIVES)
+TEST_MIN_FALSE_POSITIVES = MIN_FALSE_POSITIVES
+
+#: a ratio needs this many expected true positives in the population figure (below, its CI rests on a
+#: handful of guesses and its upper end runs off; the two TPRs are reported instead)
+RATIO_MIN_TRUE_POSITIVES = 10
+
+ESTIMAND = ("TPR at the figure FPR of the ROC of the attack's guesses pooled over victim models, in the limit of "
+            "many victims trained as the run trains them (each attacked with the other models as shadows), "
+            "conditional on the run's audit samples; for a best of several variants, the largest such TPR")
+READING = ("plotting position (expected FPR equal to the figure FPR: k* = t (N + 1) - 1 false positives, "
+           "interpolated between order statistics, ties at random)")
+CI_METHOD = ("bootstrap over victim models (the run's draws, shared by every variant and level), percentile with "
+             "Hesterberg's small-sample expansion; a best of several: plausible set, median-adjusted point, "
+             "Bonferroni-t lower bound over it (harness/core/figure.py)")
 
 
 def fpr_key(t: float) -> str:
@@ -43,226 +61,165 @@ def headline_fpr(cfg: ExperimentConfig) -> float:
     return HEADLINE_FPR if HEADLINE_FPR in cfg.attack.fprs else min(cfg.attack.fprs, default=0.0)
 
 
-def _headline_key(hk: str):
-    """Order of candidates for a headline: TPR at the headline FPR, then at FPR 0, then AUC; a
-    remaining tie goes to the earlier candidate (attacks in run order)."""
-    return lambda e: (e["tpr_at_fpr"][hk], e["tpr_at_fpr"].get(fpr_key(0.0), 0), e["auc"])
+def level_fpr(cfg: ExperimentConfig, num_neg: int) -> float | None:
+    """The FPR a level with ``num_neg`` non-member guesses reads its figures at (None: none resolves)."""
+    return figure_fpr(headline_fpr(cfg), num_neg)
 
 
-def victim_weights(cfg: ExperimentConfig, num_models: int) -> VictimWeights:
-    """The run's victim weightings (bootstrap draws and cross-fitting halves), shared by every variant."""
-    return VictimWeights.make(num_models, cfg.attack.bootstrap, cfg.attack.crossfit_splits, cfg.seed,
-                              min(cfg.attack.crossfit_folds, num_models))
+def level_test_fprs(cfg: ExperimentConfig, num_neg: int) -> list[float]:
+    """The FPRs the headline test reads a level at: from its figure FPR up to the largest reported
+    FPR, every FPR of the figure grid (1, 2, 5 x 10^k) and every reported FPR there (each resolved:
+    at least 3 expected false positives), so that a gap between the declared headline and another
+    variant is looked for at the lowest FPRs the design resolves, not only at the reported ones."""
+    first = level_fpr(cfg, num_neg)
+    if first is None:
+        return []
+    top = max([first, *cfg.attack.fprs])
+    grid = [g for g in FIGURE_GRID if first <= g <= top]
+    return sorted({first, *grid, *(t for t in cfg.attack.fprs if t > first and resolves(t, num_neg))})
 
 
-#: the headline test looks at an FPR t only where t N_neg >= this: below, the threshold is among the
-#: few largest non-member scores, an extreme order statistic that the bootstrap does not reproduce (the
-#: bootstrap standard deviation of a TPR difference at one expected false positive was 11% too small
-#: in benchmarks/bench_headline_test.py's simulations, within 4% at three)
-TEST_MIN_FALSE_POSITIVES = 3
-
-
-def selection_fpr(cfg: ExperimentConfig, num_neg: int) -> float:
-    """The FPR a cross-fitted figure's choices are made at: the headline FPR where one fold of the
-    victims holds at least :data:`TEST_MIN_FALSE_POSITIVES` expected false positives there, else the
-    smallest FPR that does (3 / the fold's non-member guesses, ``num_neg`` the fewest of the
-    candidates'). A choice at one or two false positives is decided by the few largest non-member
-    scores of a fold, which picks among near-equal variants by chance."""
-    t = headline_fpr(cfg)
-    fold = num_neg / max(2, min(cfg.attack.crossfit_folds, cfg.audit.models))
-    if t == 0.0 or fold <= 0 or t * fold >= TEST_MIN_FALSE_POSITIVES:
-        return t
-    return min(1.0, TEST_MIN_FALSE_POSITIVES / fold)
+def reading_fprs(cfg: ExperimentConfig, negatives: dict[str, int]) -> tuple[float, ...]:
+    """Every FPR an attack variant is read at (plotting position) in a run whose levels hold
+    ``negatives`` non-member guesses: each level's test FPRs, and the ratio's FPR (the larger figure
+    FPR of the two levels)."""
+    out: set[float] = set()
+    figs = []
+    for n in negatives.values():
+        out.update(level_test_fprs(cfg, n))
+        figs.append(level_fpr(cfg, n))
+    if figs and all(f is not None for f in figs):
+        out.add(max(figs))
+    return tuple(sorted(out))
 
 
 @dataclass(frozen=True)
 class Candidate:
-    """One candidate of a best-of figure: an attack variant on one experiment, with its scores and,
-    when the run bootstraps, its per-replicate TPRs (the run's shared draws) and its TPRs on the
-    cross-fitting folds (:class:`~harness.core.crossfit.VictimWeights`)."""
+    """One attack variant on one experiment, as the level figures read it: ``entry`` (its
+    results.json entry), ``reading`` (TPR at each figure FPR, plotting position) and ``samples``
+    (the same in every bootstrap replicate of the run's shared draws; None without a bootstrap)."""
 
     label: str  # "<experiment>/<attack>:<variant>"
     entry: dict[str, Any]
-    #: (S, C_e), evaluated canaries only; None once ``samples`` and ``folds`` hold everything the
-    #: figures read (the attack phase drops each variant's scores as soon as it is measured)
-    scores: np.ndarray | None
-    membership: np.ndarray  # (S, C_e)
-    samples: dict[float, np.ndarray] | None = None  # AttackMetrics.samples
-    folds: FoldSamples | None = None  # AttackMetrics.folds
+    num_models: int
+    reading: dict[float, float]
+    samples: dict[float, np.ndarray] | None = None
+
+    @property
+    def num_neg(self) -> int:
+        return int(self.entry["num_neg"])
 
 
-@dataclass(frozen=True)
-class Selection:
-    """A figure's bootstrap: per target, each replicate's value of the figure as reported (the
-    candidate's own TPR for a single candidate, the cross-fitted value for a best-of), paired with
-    every other figure of the run by the shared draws."""
-
-    samples: dict[float, np.ndarray]
-
-
-def _targets(cfg: ExperimentConfig) -> list[float]:
-    return [0.0, *cfg.attack.fprs]
-
-
-def _fold_targets(cfg: ExperimentConfig, select_at: float) -> list[float]:
-    """The FPRs a candidate's fold TPRs are computed at: the reported ones and the selection FPR."""
-    return sorted({*_targets(cfg), select_at})
-
-
-def _filled(candidates: list[Candidate], cfg: ExperimentConfig, folds: bool = True,
-            select_at: float | None = None) -> list[Candidate]:
-    """The candidates with their replicate TPRs and (``folds``) their fold TPRs at the reported FPRs
-    and ``select_at``, computed from their scores with the run's weights where a caller built them
-    without."""
-    boot = cfg.attack.bootstrap > 0
-    want = _fold_targets(cfg, headline_fpr(cfg) if select_at is None else select_at)
-
-    def complete(c: Candidate) -> bool:
-        return ((not folds or (c.folds is not None and all(t in c.folds.picks for t in want)))
-                and (c.samples is not None or not boot))
-
-    if all(complete(c) for c in candidates):
-        return candidates
-    weights = victim_weights(cfg, candidates[0].membership.shape[0])
-    out = []
-    for c in candidates:
-        if complete(c):
-            out.append(c)
-            continue
-        if c.scores is None:
-            raise ValueError(f"{c.label}: its scores were dropped before its bootstrap and cross-fitting TPRs "
-                             f"at FPRs {want} were computed")
-        if folds:
-            samples, fs = weights.evaluate(c.scores, c.membership, want)
-            samples = {t: samples[t] for t in _targets(cfg)}
-        else:
-            samples, fs = weighted_tpr_samples(c.scores, c.membership, _targets(cfg), weights.replicates), c.folds
-        out.append(Candidate(c.label, c.entry, c.scores, c.membership, samples if boot else None, fs))
-    return out
-
-
-def select_best(candidates: list[Candidate], cfg: ExperimentConfig, what: str = "candidate",
-                select_at: float | None = None) -> tuple[dict[str, Any], Selection | None]:
-    """The best of ``candidates`` at the headline FPR, reported without the selection's bias.
-
-    One candidate: its TPRs and CIs as they are. Several: the cross-fitted best-of
-    (:func:`harness.core.crossfit.crossfit`; ``tpr_at_fpr``, ``tpr_ci``, ``resolved``), with the
-    plain maximum beside it as ``optimistic_max`` (the best candidate on all victims, :func:`_headline_key`,
-    and the percentile interval of the maximum re-made in every replicate): biased upward by the
-    choice among K. ``name``/``variant``/``source`` name the candidate best on all victims;
-    ``chosen`` the share of the cross-fit's choices each candidate won; its choices are made at
-    ``select_at`` (default :func:`selection_fpr` of the candidates' fewest non-member guesses;
-    ``selected_at``). Returns the record and the figure's :class:`Selection` (None without a
-    bootstrap). ``what`` names the candidates."""
-    from harness.core.metrics import select_from_samples
-
-    if any(c.membership.shape[0] != candidates[0].membership.shape[0] for c in candidates):
-        raise ValueError("every candidate must have the same victim models")
-    hk, sel_at = fpr_key(headline_fpr(cfg)), headline_fpr(cfg)
-    key = _headline_key(hk)
-    best = candidates[0]
-    for c in candidates[1:]:  # max() keeps the first of equals too; spelled out for the tie rule
-        if key(c.entry) > key(best.entry):
-            best = c
-    e = best.entry
-    targets = _targets(cfg)
-    boot = cfg.attack.bootstrap > 0
-    record: dict[str, Any] = {"name": e["name"], "variant": e["variant"], "access": e.get("access", "black-box"),
-                              "source": best.label, "candidates": [c.label for c in candidates]}
-    if len(candidates) == 1:
-        record.update({"tpr_at_fpr": e["tpr_at_fpr"], "tpr_ci": e["tpr_ci"], "tpr_ci_variant": e["tpr_ci"],
-                       "resolved": e["resolved"], "estimator": "single",
-                       "ci_method": "percentile bootstrap over victim models"})
-        c = candidates[0]
-        samples = _filled(candidates, cfg, folds=False)[0].samples if boot else None
-        return record, Selection(samples) if samples is not None else None
-    choose_at = select_at if select_at is not None else selection_fpr(cfg, min(int((~c.membership).sum()) for c in candidates))
-    filled = _filled(candidates, cfg, select_at=choose_at)
-    cf = crossfit([c.folds for c in filled], _fold_targets(cfg, choose_at), select_at=choose_at,
-                  confidence=cfg.attack.confidence)
-    nan = [float("nan"), float("nan")]
-    if boot:
-        mx = select_from_samples([c.samples for c in filled], targets, select_at=sel_at, confidence=cfg.attack.confidence)
-        max_ci = {fpr_key(t): list(v) for t, v in mx.ci.items()}
+def _best(cands: list[Candidate], fpr: float, cfg: ExperimentConfig) -> BestOf:
+    s = cands[0].num_models
+    tprs = np.array([c.reading[fpr] for c in cands])
+    if cfg.attack.bootstrap > 0 and all(c.samples is not None for c in cands):
+        reps = np.stack([c.samples[fpr] for c in cands])
     else:
-        max_ci = {fpr_key(t): nan for t in targets}
-    record.update({
-        "tpr_at_fpr": {fpr_key(t): cf.estimate[t] for t in targets},
-        "tpr_ci": {fpr_key(t): (list(cf.ci[t]) if boot else nan) for t in targets},
-        "tpr_ci_variant": e["tpr_ci"],
-        "resolved": {fpr_key(t): cf.resolved[t] for t in targets},
-        "selected_at": choose_at,
-        "estimator": "cross-fitted",
-        "folds": min(cfg.attack.crossfit_folds, candidates[0].membership.shape[0]),
-        "splits": cfg.attack.crossfit_splits,
-        "chosen": {c.label: float(s) for c, s in zip(candidates, cf.shares) if s > 0},
-        "ci_method": (f"cross-fitted best of the {len(candidates)} {what}s: chosen at {100 * choose_at:.3g}% FPR on one fold "
-                      f"of a random partition of the victim models and read on the other folds, averaged over the "
-                      f"folds and {cfg.attack.crossfit_splits} partitions; percentile bootstrap over victim models "
-                      f"that re-does the whole procedure in every replicate"),
-        "optimistic_max": {
-            "tpr_at_fpr": e["tpr_at_fpr"], "tpr_ci": max_ci, "resolved": e["resolved"],
-            "note": (f"the plain maximum over the {len(candidates)} {what}s on all victims: biased upward by the "
-                     f"choice (its CI re-makes the choice in every replicate and carries the same bias)"),
-        },
-    })
-    return record, Selection({t: cf.replicates[t] for t in targets}) if boot else None
+        reps = np.full((len(cands), 0), np.nan)
+    return best_of(tprs, reps, s, cfg.attack.confidence, false_positives=fpr * min(c.num_neg for c in cands))
 
 
-def select_headline(candidates: list[Candidate], cfg: ExperimentConfig) -> dict[str, Any]:
-    """The headline over ``candidates`` (primary variants of the defense's adaptive attacks):
-    :func:`select_best`'s record."""
-    return select_best(candidates, cfg)[0]
+def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, what: str) -> tuple[dict[str, Any], BestOf]:
+    """The record of the best of ``cands`` at ``fpr`` (:func:`harness.core.figure.best_of`): its
+    point ``tpr``, one-sided ``lower`` bound, the variant giving the point, the plausible set; with
+    one candidate, also its two-sided ``ci``."""
+    b = _best(cands, fpr, cfg)
+    src = cands[b.source]
+    rec: dict[str, Any] = {
+        "tpr": b.point, "lower": None if np.isnan(b.lower) else b.lower, "confidence": cfg.attack.confidence,
+        "name": src.entry["name"], "variant": src.entry["variant"], "access": src.entry.get("access", "black-box"),
+        "source": src.label, "candidates": len(cands), "plausible": [cands[i].label for i in b.plausible],
+        "estimator": "single" if len(cands) == 1 else "best-of",
+    }
+    if len(cands) == 1 and src.samples is not None and cfg.attack.bootstrap > 0:
+        rec["ci"] = list(interval(src.reading[fpr], src.samples[fpr], src.num_models, cfg.attack.confidence,
+                                  false_positives=fpr * src.num_neg))
+    rec["what"] = what
+    return rec, b
 
 
-#: why an attack is left out of the strongest figure: it reads outputs the deployed model never serves
+def level_figure(headline: list[Candidate], pool: list[Candidate], num_neg: int, cfg: ExperimentConfig,
+                 excluded: dict[str, str]) -> tuple[dict[str, Any], dict[str, BestOf]]:
+    """A level's ``figure`` record: its FPR, the leak over ``pool`` (every served variant) and the
+    declared headline over ``headline`` (the primary variants of the declared attacks), both there.
+    Returns the record and the two :class:`~harness.core.figure.BestOf` (for the ratio)."""
+    fpr = level_fpr(cfg, num_neg)
+    base: dict[str, Any] = {"fpr": fpr, "num_neg": num_neg, "min_false_positives": MIN_FALSE_POSITIVES,
+                            "estimand": ESTIMAND, "reading": READING, "ci_method": CI_METHOD,
+                            "excluded_attacks": dict(excluded)}
+    if fpr is None:
+        base.update({"expected_false_positives": None, "leak": None, "declared": None,
+                     "reason": f"{num_neg} non-member guesses resolve no FPR up to 50% with {MIN_FALSE_POSITIVES} "
+                               f"expected false positives: train more models (--models) or audit more samples"})
+        return base, {}
+    leak, b_leak = figure_record(pool, fpr, cfg, "every attack variant that ran on what the deployed model serves")
+    declared, b_decl = figure_record(headline, fpr, cfg, "the primary variants of the defense's declared adaptive attacks")
+    base.update({"expected_false_positives": fpr * num_neg, "leak": leak, "declared": declared})
+    return base, {"leak": b_leak, "declared": b_decl}
+
+
+def best_entry(headline: list[Candidate], declared: dict[str, Any] | None) -> dict[str, Any]:
+    """results.json's ``best``: the declared variant that gives the declared figure (the first
+    candidate where the level has no figure), with its own values at the reported FPRs as the paper
+    reads them (not selection-adjusted: the figure is in ``figure``)."""
+    src = next((c for c in headline if declared is not None and c.label == declared["source"]), headline[0])
+    e = src.entry
+    return {"name": e["name"], "variant": e["variant"], "access": e.get("access", "black-box"), "source": src.label,
+            "candidates": [c.label for c in headline], "tpr_at_fpr": e["tpr_at_fpr"], "tpr_ci": e["tpr_ci"],
+            "resolved": e["resolved"],
+            "note": ("the declared headline variant's own TPRs at the reported FPRs, read as the paper reads them "
+                     "(expected FPR (floor(tN) + 1)/(N + 1)) with percentile-bootstrap CIs; the level's figure, "
+                     "selection-adjusted and calibrated, is ``figure``")}
+
+
+#: why an attack is left out of the leak: it reads outputs the deployed model never serves
 PRE_DEFENSE = NOT_SERVED["raw_query"]  # lira-raw, HAMP's ablation
 SPLIT_AI = NOT_SERVED["splitai_query"]  # lira-neighbour, the paper's splitai_nn on SELENA
 
 
-def strongest_figure(pool: list[Candidate], cfg: ExperimentConfig, excluded: dict[str, str],
-                     select_at: float | None = None) -> dict[str, Any]:
-    """The strongest figure of a level: the best of *every* attack variant that ran on what the
-    deployed model serves (``pool``: the headline's candidates first, so that a tie keeps the
-    headline's), cross-fitted like a best-of headline (:func:`select_best`), so that looking at
-    many variants does not inflate it. Whether it beats the headline is :func:`headline_test`'s
-    question (``beats_headline``, set there; False until then)."""
-    record, _ = select_best(pool, cfg, what="attack variant", select_at=select_at)
-    record["excluded_attacks"] = dict(excluded)
-    record["beats_headline"] = False
-    return record
-
-
 @dataclass(frozen=True)
 class LevelFamily:
-    """What the headline test compares at one level: the headline's candidates and every other
-    variant of the strongest figure's pool."""
+    """What the headline test compares at one level: the declared headline's candidates and every
+    variant of the leak's pool, read at ``fprs``."""
 
     headline: list[Candidate]
     others: list[Candidate]
+    fprs: list[float]
 
 
+TEST_METHOD = ("Hansen's SPA test on logit TPRs, single step over every variant x level x FPR of the figure grid from "
+               "the level's figure FPR up to the largest reported FPR (each with at least 3 expected false positives); "
+               "studentized by the bootstrap standard deviation, the null re-centred at the replicates' mean, with "
+               "t_{S-1} tails (small-sample correction) and widened by sqrt(1 + 1/k) at k expected false positives; "
+               "comparisons whose bootstrap puts over half its replicates on one value are untestable and left out; "
+               "paired bootstrap over victim models (the run's draws)")
 
-TEST_METHOD = ("Hansen's SPA test (consistent re-centring), studentized by the bootstrap standard deviation, "
-               "single step over every variant x level x positive FPR with at least 3 expected false positives; paired "
-               "bootstrap over "
-               "victim models (the run's draws, shared by the headline and every variant)")
+#: what a level without a flag says: the test's power is limited, silence is not proof
+NO_FLAG_NOTE = ("no flag is not evidence that the declared headline is the strongest attack: at 16-64 models a 1.5x "
+                "gap at 1% FPR is found in about a quarter to two thirds of runs (docs/protocol.md, Headlines); the "
+                "leak, not the declared headline, is what ranks")
+
+
+def _logit(p: Any, eps: float) -> Any:
+    """log(p / (1 - p)) with p clipped to [eps, 1 - eps] (eps: half a member guess): the test compares
+    TPRs on this scale, where a TPR near 0 or 1 is not squeezed against its bound (the same null
+    hypothesis, as the map is increasing)."""
+    q = np.clip(p, eps, 1 - eps)
+    return np.log(q / (1 - q))
 
 
 def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> dict[str, Any]:
-    """Test H0 "no attack variant beats the headline", at every level and positive reported FPR at
-    once, with family-wise error at most ``attack.alpha`` (:func:`harness.core.spa.spa_test`).
+    """Test H0 "no attack variant beats the declared headline", at every level and FPR of its
+    family at once, family-wise error at most ``attack.alpha`` (:func:`harness.core.spa.spa_test`).
 
-    Hypothesis (level, variant j, FPR t), for every variant of the level's strongest pool that is
-    not a headline candidate, at every positive reported FPR with at least
-    :data:`TEST_MIN_FALSE_POSITIVES` expected false positives (t N_neg >= 3): the difference
-    of j's TPR at t and the headline candidates' largest TPR at t, on all victims and in every
-    bootstrap replicate (the same draws). Against a best-of headline, the maximum of its candidates
-    is the comparison (biased upward, so the test stays conservative there). FPR 0, and FPRs with
-    fewer expected false positives, are left out: their threshold is an extreme order statistic,
-    which the bootstrap does not reproduce. Returns results.json's ``headline_test``: per level its
-    single-step adjusted p-value, whether it is flagged (p <= alpha) and the hypothesis with the
-    largest statistic."""
+    Hypothesis (level, variant j, FPR t) for every variant of the level's pool that is not a
+    headline candidate: the difference of j's TPR at t and the headline candidates' largest TPR at
+    t (plotting position), on all victims and in every bootstrap replicate (the same draws).
+    Against a declared headline that is itself a best of several, the largest of its candidates is
+    the comparison (biased upward: the test errs towards silence there). Returns results.json's
+    ``headline_test``: per level its single-step adjusted p-value, whether it is flagged, and the
+    comparison with the largest statistic (the row and FPR the flag comes from)."""
     from harness.core.spa import spa_test
 
     alpha = cfg.attack.alpha
@@ -271,31 +228,29 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
     if cfg.attack.bootstrap <= 0:
         out["reason"] = "no bootstrap replicates (attack.bootstrap = 0): the test needs them"
         return out
-    diffs, reps, where, info = [], [], [], []
+    diffs, reps, where, info, fps = [], [], [], [], []
     for level, fam in families.items():
-        heads = _filled(fam.headline, cfg, folds=False)
-        labels = {c.label for c in heads}
-        others = _filled([c for c in fam.others if c.label not in labels], cfg, folds=False)
-        negatives = min(c.entry["num_neg"] for c in heads + others)
-        fprs = [t for t in cfg.attack.fprs if t * negatives >= TEST_MIN_FALSE_POSITIVES]
-        for t in fprs:
-            k = fpr_key(t)
-            h_hat = max(c.entry["tpr_at_fpr"][k] for c in heads)
+        labels = {c.label for c in fam.headline}
+        others = [c for c in fam.others if c.label not in labels]
+        for t in fam.fprs:
+            h_hat = max(c.reading[t] for c in fam.headline)
             with np.errstate(invalid="ignore"):
-                h_star = np.nanmax(np.stack([c.samples[t] for c in heads]), axis=0) if len(heads) > 1 else heads[0].samples[t]
+                h_star = np.nanmax(np.stack([c.samples[t] for c in fam.headline]), axis=0)
+            eps = 0.5 / min(int(c.entry["num_pos"]) for c in fam.headline + others)
             for c in others:
-                diffs.append(c.entry["tpr_at_fpr"][k] - h_hat)
-                reps.append(c.samples[t] - h_star)
+                diffs.append(_logit(c.reading[t], eps) - _logit(h_hat, eps))
+                reps.append(_logit(c.samples[t], eps) - _logit(h_star, eps))
                 where.append(level)
                 info.append((c, t, h_hat))
-        out["levels"][level] = {"p_value": 1.0, "flagged": False, "hypotheses": len(fprs) * len(others),
-                                "fprs": fprs, "top": None}
+                fps.append(t * min(c.num_neg, fam.headline[0].num_neg))
+        out["levels"][level] = {"p_value": 1.0, "flagged": False, "hypotheses": len(fam.fprs) * len(others),
+                                "untestable": 0, "fprs": list(fam.fprs), "top": None, "note": NO_FLAG_NOTE}
     out["hypotheses"] = len(diffs)
     if not diffs:
         out["p_value"] = 1.0
         return out
-    num_units = next(iter(families.values())).headline[0].membership.shape[0]
-    res = spa_test(np.array(diffs), np.stack(reps), num_units)
+    num_units = next(iter(families.values())).headline[0].num_models
+    res = spa_test(np.array(diffs), np.stack(reps), num_units, false_positives=np.array(fps))
     out["p_value"] = res.p_value
     out["statistic"] = res.statistic
     where_arr = np.array(where)
@@ -303,56 +258,85 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
         mask = where_arr == level
         if not mask.any():
             continue
+        rec["untestable"] = int(res.untestable[mask].sum())
         p = res.p_value_of(mask)
         idx = np.flatnonzero(mask)
         ts = np.nan_to_num(res.t_stats[idx], nan=-np.inf)
-        i = int(idx[int(np.argmax(ts))])
-        c, t, h_hat = info[i]
-        rec.update({"p_value": p, "flagged": bool(p <= alpha), "top": {
-            "candidate": c.label, "name": c.entry["name"], "variant": c.entry["variant"],
-            "access": c.entry.get("access", "black-box"), "fpr": t, "tpr": c.entry["tpr_at_fpr"][fpr_key(t)],
-            "headline_tpr": h_hat, "statistic": float(res.t_stats[i])}})
+        rec.update({"p_value": p, "flagged": bool(p <= alpha)})
+        if rec["flagged"]:
+            rec.pop("note")
+        if np.isfinite(ts).any():
+            i = int(idx[int(np.argmax(ts))])
+            c, t, h_hat = info[i]
+            rec["top"] = {"candidate": c.label, "name": c.entry["name"], "variant": c.entry["variant"],
+                          "access": c.entry.get("access", "black-box"), "fpr": t, "tpr": c.reading[t],
+                          "headline_tpr": h_hat, "statistic": float(res.t_stats[i])}
     return out
 
 
-def headline_test_warning(level: str, test: dict[str, Any], headline: dict[str, Any]) -> str:
-    """The report's line for a level the headline test flags: the variant with the largest
-    statistic, its TPR and the headline's at that FPR, and the test's p-value."""
+def headline_test_warning(level: str, test: dict[str, Any], declared: dict[str, Any]) -> str:
+    """The report's line for a level the headline test flags: the comparison with the largest
+    statistic (its row and FPR), both TPRs and the adjusted p-value."""
     rec = test["levels"][level]
     top = rec["top"]
     f = top["fpr"]
     return (f"{level} level: {top['name']}:{top['variant']} ({top['access']}; {top['candidate'].split('/')[0]}) finds "
-            f"{100 * top['tpr']:.1f}% at {100 * f:g}% FPR where the headline ({headline['name']}:{headline['variant']}) "
-            f"finds {100 * top['headline_tpr']:.1f}%; the headline test rejects 'no attack variant beats the headline' "
-            f"(Hansen's SPA, p = {rec['p_value']:.3f} <= {test['alpha']:g}, family-wise over {test['hypotheses']} "
-            f"variant-FPR-level comparisons): the headline, taken over the defense's declared adaptive attacks, "
-            f"understates the leak")
+            f"{100 * top['tpr']:.1f}% at {fmt_fpr(f)} FPR where the declared headline ({declared['name']}:"
+            f"{declared['variant']}) finds {100 * top['headline_tpr']:.1f}%; the headline test rejects 'no attack "
+            f"variant beats the declared headline' (Hansen's SPA, adjusted p = {rec['p_value']:.3f} <= {test['alpha']:g}, "
+            f"family-wise over {test['hypotheses']} variant-FPR-level comparisons): the declared headline understates "
+            f"the leak")
 
 
-def ratio_json(results: dict[str, Any], selections: dict[str, Any], cfg: ExperimentConfig) -> dict[str, Any]:
-    """Sample-level over population-level headline TPR at the headline FPR, with a percentile
-    bootstrap CI over victim models: both levels share the S model indices and the run's draws, so
-    each replicate's ratio pairs the two levels' headlines, each re-computed as reported (cross-fitted
-    where it is a best-of), on the same victims
-    (:func:`harness.core.metrics.ratio_interval`). ``ratio`` is None when the population headline is 0
-    (infinite) or either figure is unresolved; ``ci`` is None without a bootstrap."""
-    from harness.core.metrics import ratio_interval
+def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg: ExperimentConfig) -> dict[str, Any]:
+    """The sample level's leak over the population level's, both at the larger of the two levels'
+    figure FPRs, with a paired expanded-percentile CI (each replicate: the two leaks' replicate
+    figures on the same victim draws, :attr:`harness.core.figure.BestOf.replicates`).
 
-    fpr = headline_fpr(cfg)
-    k = fpr_key(fpr)
-    p, s = results["population"]["best"], results["sample"]["best"]
-    resolved = bool(p["resolved"][k] and s["resolved"][k])
-    pv, sv = p["tpr_at_fpr"][k], s["tpr_at_fpr"][k]
-    out: dict[str, Any] = {"fpr": fpr, "population": pv, "sample": sv, "resolved": resolved,
-                           "ratio": sv / pv if resolved and pv > 0 else None, "ci": None, "replicates_used": 0}
-    pop, smp = selections.get("population"), selections.get("sample")
-    if resolved and pop is not None and smp is not None:
-        lo, hi, used = ratio_interval(smp.samples[fpr], pop.samples[fpr], cfg.attack.confidence)
-        if used:
-            out["ci"] = [lo, hi]
-        out["replicates_used"] = used
-    out["method"] = ("percentile bootstrap over victim models (inverted-CDF quantiles): each replicate draws the S "
-                     "victims once, re-computes both levels' headlines on them as reported (cross-fitted where a best-of) and "
-                     "takes the ratio; a replicate whose "
-                     "population figure is 0 has an infinite ratio (0 / 0 replicates are left out)")
+    A point ratio and its CI only where the population leak's lower bound is above 0 and its point
+    rests on at least :data:`RATIO_MIN_TRUE_POSITIVES` expected true positives; elsewhere ``ratio`` is
+    None, both TPRs stand and ``lower`` is the sample leak's lower bound over the population leak's
+    upper limit (each one-sided at half the error: a joint ``confidence`` statement), where that is finite."""
+    figs = {lv: level_fpr(cfg, n) for lv, n in negatives.items()}
+    out: dict[str, Any] = {"fpr": None, "population": None, "sample": None, "ratio": None, "ci": None, "lower": None,
+                           "confidence": cfg.attack.confidence}
+    if any(f is None for f in figs.values()):
+        out["reason"] = "a level resolves no figure FPR"
+        return out
+    fpr = max(figs.values())
+    pop, smp = _best(pools["population"], fpr, cfg), _best(pools["sample"], fpr, cfg)
+    s = pools["sample"][0].num_models
+    npos = min(int(c.entry["num_pos"]) for c in pools["population"])
+    out.update({"fpr": fpr, "population": pop.point, "sample": smp.point,
+                "population_lower": None if np.isnan(pop.lower) else pop.lower,
+                "population_true_positives": pop.point * npos})
+    defined = (not np.isnan(pop.lower) and pop.lower > 0 and pop.point * npos >= RATIO_MIN_TRUE_POSITIVES)
+    if defined:
+        out["ratio"] = smp.point / pop.point
+        lo, hi = ratio_interval(smp.replicates, pop.replicates, s, cfg.attack.confidence)
+        out["ci"] = None if np.isnan(lo) else [lo, hi]
+    elif cfg.attack.bootstrap > 0:
+        half = 1 - (1 - cfg.attack.confidence) / 2
+        s_low = best_of(np.array([c.reading[fpr] for c in pools["sample"]]),
+                        np.stack([c.samples[fpr] for c in pools["sample"]]), s, half,
+                        false_positives=fpr * min(c.num_neg for c in pools["sample"])).lower
+        p_up = _upper(pools["population"], fpr, half)
+        if p_up > 0 and not np.isnan(s_low):
+            out["lower"] = s_low / p_up
+        out["reason"] = (f"the population leak cannot be told from 0 or rests on fewer than {RATIO_MIN_TRUE_POSITIVES} "
+                         f"expected true positives: no point ratio; both TPRs, and a lower bound where the population's "
+                         f"upper limit is above 0")
+    out["method"] = ("sample leak / population leak at the larger figure FPR; paired expanded-percentile bootstrap over "
+                     "victim models of the two leaks' replicate figures")
     return out
+
+
+def _upper(cands: list[Candidate], fpr: float, confidence: float) -> float:
+    """A one-sided upper limit of the largest TPR at ``fpr`` over ``cands``: each candidate's
+    expanded-percentile upper limit at a Bonferroni share of the error, the largest."""
+    from harness.core.figure import expanded_level
+
+    s = cands[0].num_models
+    a = expanded_level((1 - confidence) / len(cands), s)
+    ups = [float(np.nanquantile(c.samples[fpr], 1 - a)) for c in cands]
+    return max(max(ups), max(c.reading[fpr] for c in cands))

@@ -36,40 +36,42 @@ def _best_entry(level_result: dict[str, Any]) -> dict[str, Any]:
 
 
 def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
-    """One row per level: canary, test accuracy, headline attack, TPR@FPR with its (selection-aware)
-    CI, AUC and the empirical epsilon lower bounds of the headline variant."""
+    """One row per level: canary, test accuracy, the level's figure (its FPR, the leak with its lower
+    bound and the variant giving it, the declared headline with its interval, the headline test's
+    adjusted p-value and flag), the declared variant's AUC and the level's one-run epsilon."""
     rows = []
+    nan = float("nan")
     for level in _levels(results):
         r = results[level]
-        best = r["best"]
         entry = _best_entry(r)
+        fig = r.get("figure") or {}
+        leak, decl, flag = fig.get("leak") or {}, fig.get("declared") or {}, fig.get("flag") or {}
         row: dict[str, Any] = {
             "level": level,
             "canary": r["canary"],
             "test_acc_mean": r["test_accuracy"]["mean"],
             "test_acc_std": r["test_accuracy"]["std"],
-            "best_attack": f"{best['name']}:{best['variant']}",
-            "best_attack_access": best.get("access", "black-box"),
+            "figure_fpr": fig.get("fpr"),
+            "expected_false_positives": fig.get("expected_false_positives"),
+            "leak_tpr": leak.get("tpr", nan),
+            "leak_lower": nan if leak.get("lower") is None else leak["lower"],
+            "leak_attack": f"{leak['name']}:{leak['variant']}" if leak else None,
+            "leak_experiment": leak["source"].split("/")[0] if leak else None,
+            "leak_plausible": len(leak.get("plausible", [])) if leak else None,
+            "declared_tpr": decl.get("tpr", nan),
+            "declared_ci_low": (decl.get("ci") or [nan, nan])[0],
+            "declared_ci_high": (decl.get("ci") or [nan, nan])[1],
+            "declared_lower": nan if decl.get("lower") is None else decl["lower"],
+            "declared_attack": f"{decl['name']}:{decl['variant']}" if decl else None,
+            "declared_attack_access": decl.get("access") if decl else None,
+            "headline_test_p": flag.get("p_value"),
+            "headline_beaten": bool(flag.get("flagged", False)),
         }
-        for t in _targets(results):
-            k = fpr_key(t)
-            _tpr_columns(row, k, best["tpr_at_fpr"][k], best["tpr_ci"][k], best["resolved"][k])
         row["auc"] = entry["auc"]
-        row["eps_lower_one_run"] = (entry.get("eps_lower_one_run") or {}).get("epsilon")
-        row["eps_lower_nominal"] = entry["eps_lower"]["epsilon"] if "eps_lower" in entry else None
+        row["eps_lower_one_run"] = (r.get("one_run_epsilon") or {}).get("epsilon")
         row["num_guesses"] = r["num_guesses"]
-        st = r.get("strongest")
-        if st is not None:  # results.json files from before the strongest figure have none
-            row["strongest_attack"] = f"{st['name']}:{st['variant']}"
-            row["strongest_experiment"] = st["source"].split("/")[0]
-            for t in _targets(results):
-                k = fpr_key(t)
-                _tpr_columns(row, f"strongest_{k}", st["tpr_at_fpr"][k], st["tpr_ci"][k], st["resolved"][k])
-            row["strongest_beats_headline"] = st["beats_headline"]
-            row["headline_test_p"] = st.get("test_p_value")
         rows.append(row)
-    frame = pd.DataFrame(rows)
-    return frame.rename(columns={c: c.replace("tpr@strongest_", "strongest_tpr@") for c in frame.columns})
+    return pd.DataFrame(rows)
 
 
 def experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -175,12 +177,11 @@ def _pct(v: float) -> str:
 
 
 def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int, with_ci: bool = True) -> str:
-    """TPR with its CI, or a notice when the FPR is below the resolution 1/N_neg."""
+    """A variant's TPR at ``t`` as the paper reads it, with its CI, or a notice where the FPR holds
+    fewer than 3 expected false positives."""
     k = fpr_key(t)
     if not entry["resolved"][k]:
-        if entry.get("estimator") == "cross-fitted":  # read on half of the victims
-            return "[yellow]unresolved: FPR < 1/(negatives of half the victims)[/]"
-        return f"[yellow]unresolved: FPR < 1/{num_neg} negatives[/]"
+        return f"[yellow]unresolved: FPR x {num_neg} negatives < 3[/]"
     if not with_ci:
         return _pct(entry["tpr_at_fpr"][k])
     lo, hi = entry["tpr_ci"][k]
@@ -192,25 +193,37 @@ def _times(v: float) -> str:
     return "∞" if v == float("inf") else f"{v:.1f}"
 
 
+def figure_cell(rec: dict[str, Any] | None, ci: bool = True) -> str:
+    """A figure record (``figure.leak`` / ``figure.declared``): its TPR, then the interval of a
+    single variant or the one-sided lower bound of a best of several."""
+    if not rec:
+        return "[yellow]unresolved[/]"
+    out = _pct(rec["tpr"])
+    if ci and rec.get("ci"):
+        lo, hi = rec["ci"]
+        out += f" [dim][{100 * lo:.1f}, {100 * hi:.1f}][/]"
+    elif ci and rec.get("lower") is not None:
+        out += f" [dim](≥ {100 * rec['lower']:.1f})[/]"
+    return out
+
+
 def ratio_line(results: dict[str, Any]) -> str:
-    """Sample- vs population-level headline at the headline FPR: the ratio with its bootstrap CI
-    (``sample_population_ratio``), or the two figures alone where the ratio has no CI (no bootstrap,
-    or a results.json from before the CI) or is infinite."""
-    hk = fpr_key(results["headline_fpr"])
-    at = f"TPR@{100 * results['headline_fpr']:g}% FPR"
-    p, s = results["population"]["best"], results["sample"]["best"]
-    if not (p["resolved"][hk] and s["resolved"][hk]):
-        return (f"Sample vs population level at {100 * results['headline_fpr']:g}% FPR: unresolved "
-                "(too few non-member guesses for that FPR).")
-    pv, sv = p["tpr_at_fpr"][hk], s["tpr_at_fpr"][hk]
-    if pv == 0:
-        return f"Sample-level {at} is {_pct(sv)}; the population level found no member at this FPR."
+    """The sample level's leak over the population level's (``sample_population_ratio``): the ratio
+    with its CI where the population leak is told apart from 0 on enough true positives; else both
+    TPRs and, where finite, a lower bound on the ratio."""
     ratio = results.get("sample_population_ratio") or {}
-    if ratio.get("ci") is None or ratio.get("ratio") is None:
-        return f"Sample-level {at}: {_pct(sv)}; population level: {_pct(pv)} (no CI for their ratio: not shown)."
-    lo, hi = ratio["ci"]
-    return (f"Sample-level {at} is {_times(ratio['ratio'])}x [{_times(lo)}, {_times(hi)}] the population-level figure "
-            f"({_pct(sv)} vs {_pct(pv)}; 95% CI, bootstrap over victim models).")
+    if ratio.get("fpr") is None:
+        return "Sample vs population level: no figure FPR resolves at both levels (too few non-member guesses)."
+    at = f"at {100 * ratio['fpr']:g}% FPR"
+    sv, pv = ratio["sample"], ratio["population"]
+    if ratio.get("ratio") is not None and ratio.get("ci") is not None:
+        lo, hi = ratio["ci"]
+        return (f"Leak {at}: sample level {_pct(sv)} is {_times(ratio['ratio'])}x [{_times(lo)}, {_times(hi)}] the "
+                f"population level's {_pct(pv)} (95% CI, bootstrap over victim models).")
+    low = ratio.get("lower")
+    bound = f"; their ratio is at least {_times(low)} (95%)" if low is not None else ""
+    return (f"Leak {at}: sample level {_pct(sv)}, population level {_pct(pv)} (told apart from 0 on too few guesses "
+            f"for a point ratio{bound}).")
 
 
 def _is_primary(e: dict[str, Any]) -> bool:
@@ -251,65 +264,55 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     )
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
-                  caption="TPR@x%: TPR at FPR <= x% of the headline (the best primary variant of the defense's "
-                          "adaptive attacks, chosen at the headline FPR; cross-fitted over victim models where it is "
-                          "a best of several); strongest: the same over every attack and variant that ran; ! where "
-                          "the headline test (Hansen's SPA, family-wise over every variant, FPR and level) finds a "
-                          "variant that beats the headline; [..]: 95% CI, percentile bootstrap over victim models")
+                  caption="leak: the best TPR of every attack variant the harness ran on what the deployed model "
+                          "serves, selection-adjusted, with its one-sided 95% lower bound (≥); it ranks. declared "
+                          "headline: the same over the defense's declared adaptive attacks [95% CI]. Both at the "
+                          "level's figure FPR (at least 3 expected false positives), read at the plotting position; "
+                          "estimand: the many-victim TPR conditional on the audit samples; bootstrap over victim "
+                          "models (docs/protocol.md, Headlines). ! : the headline test (Hansen's SPA, family-wise "
+                          "over every variant, FPR and level) finds a variant that beats the declared headline")
     table.add_column("")
     for level in levels:
         table.add_column(f"{level} level", justify="right")
     bests = [_best_entry(results[lv]) for lv in levels]
-    heads = [results[lv]["best"] for lv in levels]
+    figs = [results[lv].get("figure") or {} for lv in levels]
     table.add_row("canary", *[results[lv]["canary"] for lv in levels])
     table.add_row("test accuracy", *[
         f"{100 * results[lv]['test_accuracy']['mean']:.1f} ± {100 * results[lv]['test_accuracy']['std']:.1f}%"
         for lv in levels])
     table.add_row("guesses (S x C)", *[str(results[lv]["num_guesses"]) for lv in levels])
-    for t in targets:
-        table.add_row(f"TPR@{100 * t:g}%", *[_tpr_cell(h, t, e["num_neg"]) for h, e in zip(heads, bests)])
-    table.add_row("AUC", *[f"{e['auc']:.3f}" for e in bests])
-    table.add_row("headline attack", *[f"{e['name']} {e['variant']} ({e.get('access', 'black-box')})" for e in bests])
-    strongest = [results[lv].get("strongest") for lv in levels]
-    if any(st is not None for st in strongest):  # every attack and variant that ran, beside the headline
-        hf = results["headline_fpr"]
-        test = results.get("headline_test") or {}
-        tops = {lv: (rec.get("top") or {}).get("fpr") for lv, rec in test.get("levels", {}).items() if rec.get("flagged")}
-        shown = [hf]  # where a level cannot resolve the headline FPR, the others too
-        if any(not h["resolved"][fpr_key(hf)] for h in heads):
-            shown += [t for t in targets if t > 0 and t != hf]
-        shown += [t for t in targets if t in tops.values() and t not in shown]  # where the test found the gap
-        for t in sorted(shown):
-            table.add_row(f"strongest TPR@{100 * t:g}% (any attack)",
-                          *["-" if st is None else _tpr_cell(st, t, e["num_neg"])
-                            + (" [bold yellow]![/]" if st.get("beats_headline") and tops.get(lv) == t else "")
-                            for lv, st, e in zip(levels, strongest, bests)])
-        if any(st is not None and "optimistic_max" in st for st in strongest):
-            table.add_row(f"  max over variants TPR@{100 * hf:g}% (optimistic)",
-                          *["-" if st is None or "optimistic_max" not in st else
-                            _tpr_cell(st["optimistic_max"], hf, e["num_neg"], with_ci=False)
-                            + f" of {len(st['candidates'])}" for st, e in zip(strongest, bests)])
-        if test.get("levels"):
-            table.add_row("headline test p (SPA)", *[
-                f"{test['levels'][lv]['p_value']:.3f}" + (" [bold yellow]![/]" if test["levels"][lv]["flagged"] else "")
-                if lv in test["levels"] else "-" for lv in levels])
-        table.add_row("strongest attack", *["-" if st is None else
-                                            f"{st['name']} {st['variant']} ({st.get('access', 'black-box')})"
-                                            + (f", {st['source'].split('/')[0]}" if lv == "sample" and
-                                               len(results.get("sample_by_canary", {})) > 1 else "")
-                                            for lv, st in zip(levels, strongest)])
-    # every non-ablation attack's primary variant, beside the headline (e.g. RMIA beside LiRA)
-    names = list(dict.fromkeys(e["name"] for lv in levels for e in results[lv]["attacks"]
-                               if _is_primary(e) and e["name"] != "lira-raw"))
-    for name in names:
-        cells = []
-        for lv in levels:
-            e = next((a for a in results[lv]["attacks"] if a["name"] == name and _is_primary(a)), None)
-            cells.append("-" if e is None else _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False))
-        table.add_row(f"  {name} TPR@{100 * results['headline_fpr']:g}%", *cells)
+    table.add_row("figure FPR (expected FP)", *["-" if f.get("fpr") is None else
+                                               f"{100 * f['fpr']:g}% ({f['expected_false_positives']:.1f})"
+                                               for f in figs])
+    table.add_row("[bold]leak TPR (ranked)[/]", *[figure_cell(f.get("leak")) for f in figs])
+    table.add_row("  by", *["-" if not f.get("leak") else
+                            f"{f['leak']['name']} {f['leak']['variant']} ({f['leak']['access']})"
+                            + (f", {f['leak']['source'].split('/')[0]}" if lv == "sample" and
+                               len(results.get("sample_by_canary", {})) > 1 else "")
+                            + (f"; {len(f['leak']['plausible'])} of {f['leak']['candidates']} plausible"
+                               if len(f['leak']['plausible']) > 1 else "")
+                            for lv, f in zip(levels, figs)])
+    table.add_row("declared headline TPR", *[figure_cell(f.get("declared")) for f in figs])
+    table.add_row("  attack", *["-" if not f.get("declared") else
+                                f"{f['declared']['name']} {f['declared']['variant']} ({f['declared']['access']})"
+                                for f in figs])
+    test = results.get("headline_test") or {}
+
+    def flag_cell(lv: str) -> str:
+        rec = (test.get("levels") or {}).get(lv)
+        if rec is None:
+            return "-" if test.get("levels") is not None else "-"
+        if not rec["flagged"]:
+            return f"p = {rec['p_value']:.3f}"
+        top = rec["top"]
+        return (f"[bold yellow]![/] p = {rec['p_value']:.3f}: {top['name']} {top['variant']} "
+                f"{_pct(top['tpr'])} vs {_pct(top['headline_tpr'])} at {100 * top['fpr']:g}% FPR")
+
+    table.add_row("headline test (adjusted p)", *[flag_cell(lv) for lv in levels])
+    table.add_row("AUC (declared variant)", *[f"{e['auc']:.3f}" for e in bests])
     table.add_row("empirical ε ≥ (one-run, 95%)",
-                  *[_eps((e.get("eps_lower_one_run") or {}).get("epsilon")) for e in bests])
-    table.add_row("empirical ε ≥ (nominal, 95%)",
+                  *[_eps((results[lv].get("one_run_epsilon") or {}).get("epsilon")) for lv in levels])
+    table.add_row("pooled ε (indicative, no confidence)",
                   *[_eps(e["eps_lower"]["epsilon"]) if "eps_lower" in e else "-" for e in bests])
     bounds = results.get("bounds")
     if bounds:
@@ -334,26 +337,29 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                         for _ in bests])
     if len(results.get("sample_by_canary", {})) > 1:
         for c, r in results["sample_by_canary"].items():
-            table.add_row(f"  sample, {c}", *(["" for _ in levels[:-1]] +
-                                              [f"{_tpr_cell(r['best'], results['headline_fpr'], _best_entry(r)['num_neg'], with_ci=False)} "
-                                               f"({r['best']['name']}, {r['best'].get('access', 'black-box')})"]))
+            f = r.get("figure") or {}
+            table.add_row(f"  leak, {c} canaries", *(["" for _ in levels[:-1]] + [
+                figure_cell(f.get("leak")) + ("" if f.get("fpr") is None else f" at {100 * f['fpr']:g}%")]))
     console.print(table)
     if "population" in results and "sample" in results:
         console.print(ratio_line(results), highlight=False)
     per_attack = Table(title="primary variant of each attack" if not details else "every attack variant",
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
-                       caption="headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
-                       + "; * primary variant; (headline): the experiment's headline (ties: TPR at FPR 0, then AUC, "
-                       "then attack order); ε: one-run lower bound (95%)")
-    for col in ("experiment", "attack", "access", "variant", f"TPR@{100 * results['headline_fpr']:g}%", "AUC", "ε ≥"):
+                       caption="declared headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
+                       + "; * primary variant; (headline): the experiment's declared headline variant; TPR: the "
+                       "variant's own at its experiment's figure FPR (not selection-adjusted); ε: this variant's "
+                       "one-run lower bound (95% for it alone)")
+    for col in ("experiment", "attack", "access", "variant", "TPR at figure FPR", "AUC", "ε ≥"):
         per_attack.add_column(col)
     for level, res in experiments(results):
+        fpr = (res.get("figure") or {}).get("fpr")
         for e in res["attacks"]:
             if not details and not _is_primary(e):
                 continue
+            v = (e.get("reading") or {}).get(fpr_key(fpr)) if fpr is not None else None
             per_attack.add_row(level, e["name"], e.get("access", "black-box"),
                                e["variant"] + (" *" if e.get("primary") else "") + (" (headline)" if _is_headline(e, res) else ""),
-                               _tpr_cell(e, results["headline_fpr"], e["num_neg"], with_ci=False), f"{e['auc']:.3f}",
+                               "-" if v is None else f"{_pct(v)} @{100 * fpr:g}%", f"{e['auc']:.3f}",
                                _eps((e.get("eps_lower_one_run") or {}).get("epsilon")))
     console.print(per_attack)
     for note in results.get("notes", []):

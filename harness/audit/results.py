@@ -22,101 +22,94 @@ from harness.core.errors import ConfigError
 
 @dataclass(frozen=True)
 class Figure:
-    """One headline-type figure of a level: which attack variant, its TPR at each reported FPR (0
-    included), the CI of each (selection-aware), and whether each FPR is resolvable. ``tpr`` holds
-    results.json's raw values (TPR at FPR 0 where an FPR is unresolved); :meth:`value` and ``str``
-    give NaN / "unresolved" there."""
+    """A level's figure (results.json ``figure.leak`` or ``figure.declared``; docs/protocol.md,
+    Headlines): the TPR at the level's figure FPR :attr:`fpr` (at least 3 expected false positives,
+    read at the plotting position), selection-adjusted where it is a best of several
+    (``estimator`` "best-of"), with its one-sided :attr:`lower` bound and, for a single variant, its
+    two-sided :attr:`ci`; the variant that gives it (attack, variant, access, experiment) and the
+    plausible set it was chosen among. :attr:`tpr` is NaN where the level resolves no figure FPR."""
 
     attack: str
     variant: str
     access: str
     experiment: str
-    tpr: dict[float, float]
-    ci: dict[float, tuple[float, float]]
-    resolved: dict[float, bool]
+    fpr: float
+    tpr: float
+    lower: float
+    ci: tuple[float, float] | None
+    confidence: float
+    estimator: str
+    plausible: tuple[str, ...]
     beats_headline: bool = False
-    #: "single" (one candidate's figures) or "cross-fitted" (a best of several, chosen on one fold of
-    #: the victim models and read on the others: docs/protocol.md, Headlines)
-    estimator: str = "single"
-    #: a cross-fitted figure's plain maximum over its candidates at each FPR (biased upward by the choice)
-    optimistic_max: dict[float, float] | None = None
 
     @classmethod
-    def from_json(cls, rec: dict[str, Any]) -> "Figure":
+    def from_json(cls, rec: dict[str, Any] | None, fpr: float | None, beaten: bool = False) -> "Figure":
+        nan = float("nan")
+        if not rec or fpr is None:
+            return cls("", "", "", "", nan if fpr is None else float(fpr), nan, nan, None, 0.95, "unresolved", ())
+        ci = rec.get("ci")
         return cls(attack=rec["name"], variant=rec["variant"], access=rec.get("access", "black-box"),
-                   experiment=str(rec.get("source", "")).split("/")[0],
-                   tpr={float(k): float(v) for k, v in rec["tpr_at_fpr"].items()},
-                   ci={float(k): (float(v[0]), float(v[1])) for k, v in rec["tpr_ci"].items()},
-                   resolved={float(k): bool(v) for k, v in rec["resolved"].items()},
-                   beats_headline=bool(rec.get("beats_headline", False)),
-                   estimator=str(rec.get("estimator", "single")),
-                   optimistic_max={float(k): float(v) for k, v in rec["optimistic_max"]["tpr_at_fpr"].items()}
-                   if rec.get("optimistic_max") else None)
-
-    def value(self, fpr: float) -> float:
-        """TPR at ``fpr``; NaN where the pooled guesses cannot resolve that FPR (0 < fpr < 1/negatives:
-        results.json then stores TPR at FPR 0 there, which is not a figure at ``fpr``)."""
-        return self.tpr[fpr] if self.resolved.get(fpr, True) else float("nan")
+                   experiment=str(rec.get("source", "")).split("/")[0], fpr=float(fpr), tpr=float(rec["tpr"]),
+                   lower=nan if rec.get("lower") is None else float(rec["lower"]),
+                   ci=(float(ci[0]), float(ci[1])) if ci else None, confidence=float(rec.get("confidence", 0.95)),
+                   estimator=str(rec.get("estimator", "single")), plausible=tuple(rec.get("plausible", ())),
+                   beats_headline=beaten)
 
     def __str__(self) -> str:
-        """``attack:variant (access, experiment): TPR x% [lo, hi] at y% FPR; ...`` (FPR 0 left out;
-        an unresolved FPR reads ``unresolved at y% FPR``, never a number)."""
-        def one(f: float, t: float) -> str:
-            if not self.resolved.get(f, True):
-                return f"unresolved at {100 * f:g}% FPR (too few negatives)"
-            ci = f" [{100 * self.ci[f][0]:.1f}, {100 * self.ci[f][1]:.1f}]" if f in self.ci else ""
-            return f"{100 * t:.1f}%{ci} at {100 * f:g}% FPR"
-
-        at = "; ".join(one(f, t) for f, t in sorted(self.tpr.items()) if f > 0)
-        return f"{self.attack}:{self.variant} ({self.access}, {self.experiment}): TPR {at}"
+        """``attack:variant (access, experiment): TPR x% [lo, hi] at y% FPR`` (a best of several: ``(>= lo)``)."""
+        if self.estimator == "unresolved":
+            return "unresolved (no FPR with 3 expected false positives)"
+        if self.ci is not None:
+            iv = f" [{100 * self.ci[0]:.1f}, {100 * self.ci[1]:.1f}]"
+        elif self.lower == self.lower:
+            iv = f" (>= {100 * self.lower:.1f}, {100 * self.confidence:g}%)"
+        else:
+            iv = ""
+        return (f"{self.attack}:{self.variant} ({self.access}, {self.experiment}): TPR {100 * self.tpr:.1f}%{iv} at "
+                f"{100 * self.fpr:g}% FPR")
 
 
 @dataclass(frozen=True)
 class Ratio:
-    """Sample-level over population-level headline TPR at :attr:`fpr` (results.json's
-    ``sample_population_ratio``): :attr:`value` is NaN where either figure is unresolved, infinite where
-    the population figure is 0; :attr:`ci` is the percentile bootstrap CI over victim models (each
-    replicate re-computes both headlines as reported), None without a bootstrap; an end may be
-    infinite (replicates whose population figure is 0)."""
+    """The sample level's leak over the population level's at :attr:`fpr` (results.json's
+    ``sample_population_ratio``): :attr:`value` and its :attr:`ci` only where the population leak is
+    told apart from 0 on at least 10 expected true positives (else NaN and None, with :attr:`lower`,
+    a lower bound on the ratio, where finite)."""
 
     fpr: float
     sample: float
     population: float
     value: float
     ci: tuple[float, float] | None
-    resolved: bool
-    replicates_used: int
+    lower: float | None
     method: str
 
     @classmethod
     def from_json(cls, rec: dict[str, Any]) -> "Ratio":
-        resolved = bool(rec.get("resolved", True))
-        pop, smp = float(rec.get("population") or 0.0), float(rec.get("sample") or 0.0)
-        if rec.get("ratio") is not None:
-            value = float(rec["ratio"])
-        elif resolved and pop == 0:
-            value = float("inf") if smp > 0 else float("nan")
-        else:
-            value = float("nan")
+        nan = float("nan")
         ci = rec.get("ci")
-        return cls(fpr=float(rec["fpr"]), sample=smp, population=pop, value=value,
-                   ci=(float(ci[0]), float(ci[1])) if ci is not None else None, resolved=resolved,
-                   replicates_used=int(rec.get("replicates_used") or 0), method=str(rec.get("method", "")))
+        return cls(fpr=nan if rec.get("fpr") is None else float(rec["fpr"]),
+                   sample=nan if rec.get("sample") is None else float(rec["sample"]),
+                   population=nan if rec.get("population") is None else float(rec["population"]),
+                   value=nan if rec.get("ratio") is None else float(rec["ratio"]),
+                   ci=(float(ci[0]), float(ci[1])) if ci is not None else None,
+                   lower=None if rec.get("lower") is None else float(rec["lower"]), method=str(rec.get("method", "")))
 
     def __str__(self) -> str:
-        """``32.6x [23.2, 38.5] (sample 98.8% / population 3.0% at 0.1% FPR)``."""
+        """``22.5x [14.6, 29.3] (sample 99.2% / population 4.4% at 0.2% FPR)``."""
         at = f"at {100 * self.fpr:g}% FPR"
-        if not self.resolved:
-            return f"unresolved {at} (too few non-member guesses)"
-        ci = f" [{self.ci[0]:.1f}, {self.ci[1]:.1f}]" if self.ci is not None else " (no CI)"
-        return f"{self.value:.1f}x{ci} (sample {100 * self.sample:.1f}% / population {100 * self.population:.1f}% {at})"
+        both = f"sample {100 * self.sample:.1f}% / population {100 * self.population:.1f}% {at}"
+        if self.value == self.value and self.ci is not None:
+            return f"{self.value:.1f}x [{self.ci[0]:.1f}, {self.ci[1]:.1f}] ({both})"
+        return f"no point ratio ({both}" + (f"; ratio >= {self.lower:.1f}" if self.lower is not None else "") + ")"
 
 
 class Results:
     """The results of one run (``harness.evaluate``, ``harness.attack``, ``harness.load_run``).
 
     - :attr:`path`: the run directory; :attr:`data`: results.json as a dict;
-    - :meth:`headline` / :meth:`strongest`: a level's :class:`Figure`; :attr:`headline_fpr`;
+    - :meth:`leak` (ranked) / :meth:`headline` (declared): a level's :class:`Figure` at its
+      :meth:`figure_fpr`; :meth:`tpr`: the leak's TPR;
     - :attr:`attacks`: every attack variant of every experiment (pandas, as attacks.csv);
       :attr:`summary`: one row per level (as table.csv);
     - :meth:`roc`: an attack variant's ROC curve as (fpr, tpr) arrays;
@@ -169,29 +162,47 @@ class Results:
             raise KeyError(f"this run has no {level!r} level (it has {', '.join(self.levels)})")
         return self.data[level]
 
-    def headline(self, level: str = "sample") -> Figure:
-        """The level's headline: the best primary variant of the defense's adaptive attacks."""
-        return Figure.from_json(self._level(level)["best"])
+    def figure_fpr(self, level: str = "sample") -> float | None:
+        """The FPR the level's figures are read at (at least 3 expected false positives)."""
+        return (self._level(level).get("figure") or {}).get("fpr")
 
-    def strongest(self, level: str = "sample") -> Figure | None:
-        """The level's strongest figure: the cross-fitted best of every attack variant that ran (None
-        in a results.json written before harness 0.3.0; before 0.4 the plain maximum)."""
-        rec = self._level(level).get("strongest")
-        return Figure.from_json(rec) if rec else None
+    def _flagged(self, level: str) -> bool:
+        return bool(((self._level(level).get("figure") or {}).get("flag") or {}).get("flagged", False))
+
+    def leak(self, level: str = "sample") -> Figure:
+        """The level's leak: the selection-adjusted best of every attack variant that ran on what the
+        deployed model serves; what the report leads with and the leaderboard ranks."""
+        fig = self._level(level).get("figure") or {}
+        return Figure.from_json(fig.get("leak"), fig.get("fpr"))
+
+    def headline(self, level: str = "sample") -> Figure:
+        """The level's declared headline: the same best over the defense's declared adaptive attacks
+        (``beats_headline``: the headline test finds a variant that beats it)."""
+        fig = self._level(level).get("figure") or {}
+        return Figure.from_json(fig.get("declared"), fig.get("fpr"), self._flagged(level))
+
+    def strongest(self, level: str = "sample") -> Figure:
+        """The leak (:meth:`leak`), under its name before harness 0.4."""
+        return self.leak(level)
 
     def tpr(self, level: str = "sample", fpr: float | None = None) -> float:
-        """The headline's TPR at ``fpr`` (default: the headline FPR); NaN where that FPR is unresolved
-        (fewer than 1/fpr negative guesses), as in attacks.csv."""
-        return self.headline(level).value(self.headline_fpr if fpr is None else fpr)
+        """The level's leak TPR at its figure FPR (NaN where the level resolves none). ``fpr``, where
+        given, must be that figure FPR: a variant's own TPR at another FPR is in :attr:`attacks`."""
+        have = self.figure_fpr(level)
+        if fpr is not None and (have is None or abs(float(fpr) - have) > 1e-12):
+            raise ValueError(f"the {level} level's figures are read at "
+                             f"{'no FPR' if have is None else f'{100 * have:g}% FPR'}, not {100 * float(fpr):g}%; "
+                             f"each variant's TPR at the reported FPRs {self.data['config']['attack']['fprs']} is in "
+                             f"Results.attacks")
+        return self.leak(level).tpr
 
     def test_accuracy(self, level: str = "sample") -> float:
         return float(self._level(level)["test_accuracy"]["mean"])
 
     @property
     def ratio(self) -> Ratio | None:
-        """Sample / population headline at the headline FPR with its bootstrap CI (a :class:`Ratio`;
-        results.json's ``sample_population_ratio``, docs/results-json.md); None in a results.json that
-        has no ratio record."""
+        """The sample level's leak over the population level's (a :class:`Ratio`; results.json's
+        ``sample_population_ratio``, docs/results-json.md); None in a results.json that has none."""
         rec = self.data.get("sample_population_ratio")
         return Ratio.from_json(rec) if rec else None
 
@@ -271,10 +282,9 @@ class Results:
         return np.asarray(entry["roc_curve"]["fpr"]), np.asarray(entry["roc_curve"]["tpr"])
 
     def __repr__(self) -> str:
-        k = fpr_key(self.headline_fpr)
         parts = []
         for lv in self.levels:
-            h = self.data[lv]["best"]
-            parts.append(f"{lv} {100 * h['tpr_at_fpr'][k]:.1f}% ({h['name']})" if h["resolved"][k] else f"{lv} unresolved")
-        return (f"Results({self.data['defense']}, {self.data['preset']}: TPR@{100 * self.headline_fpr:g}% FPR "
-                f"{'; '.join(parts)}; {self.path})")
+            f = self.leak(lv)
+            parts.append(f"{lv} unresolved" if f.estimator == "unresolved" else
+                         f"{lv} {100 * f.tpr:.1f}% at {100 * f.fpr:g}% FPR ({f.attack})")
+        return f"Results({self.data['defense']}, {self.data['preset']}: leak {'; '.join(parts)}; {self.path})"

@@ -150,10 +150,21 @@ class AttackConfig(_Strict):
     confidence: float = Field(default=0.95, gt=0, lt=1)
     alpha: float = Field(default=0.05, gt=0, lt=1, description=(
         "family-wise error rate of the headline test (does any attack variant beat the headline?)"))
-    crossfit_folds: int = Field(default=2, ge=2, description=(
-        "folds of the victim models a best-of figure is cross-fitted with: chosen on one, read on the others"))
-    crossfit_splits: int = Field(default=8, ge=1, le=1000, description=(
-        "random partitions of the victim models into folds that a best-of figure's estimate averages over"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_cross_fitting(cls, data: Any) -> Any:
+        """``crossfit_folds`` / ``crossfit_splits`` (0.3.x: the cross-fitted best-of figures) are gone:
+        a config.json of an older run that holds their defaults (2, 8) reads as before; any other value
+        is refused, since nothing reads it any more (docs/protocol.md, Headlines)."""
+        if isinstance(data, dict) and ("crossfit_folds" in data or "crossfit_splits" in data):
+            data = dict(data)
+            folds, splits = data.pop("crossfit_folds", 2), data.pop("crossfit_splits", 8)
+            if (folds, splits) != (2, 8):
+                raise ValueError("attack.crossfit_folds and attack.crossfit_splits were removed in 0.4: best-of "
+                                 "figures are no longer cross-fitted but selection-adjusted on all victims "
+                                 "(docs/protocol.md, Headlines); drop the setting")
+        return data
 
     @field_validator("fprs")
     @classmethod

@@ -4,8 +4,8 @@
   together, so a tie between a member and a non-member can never be split.
 - TPR at FPR t: the largest TPR over thresholds whose FPR is at most t (no interpolation), the
   paper's ``tpr[fpr <= t][-1]``. t = 0 gives the TPR before the first false positive.
-- Resolution: with N negative guesses the smallest non-zero FPR is 1/N; a target 0 < t < 1/N is
-  not resolvable (its TPR equals TPR at FPR 0) and is flagged so.
+- Resolution: a target t is read only where it holds at least 3 expected false positives
+  (t N >= 3 with N negative guesses); below, it is flagged unresolved.
 - AUC (trapezoid on the ROC, ties counted half) and balanced accuracy, the best
   ``(TPR + 1 - FPR) / 2`` over thresholds (Carlini et al. 2022).
 - Confidence intervals: percentile bootstrap over victim models. Guesses about the same victim are
@@ -117,8 +117,13 @@ def roc_on_grid(roc: Roc, grid: tuple[float, ...] = ROC_GRID) -> dict[str, list[
 
 
 def resolvable(target: float, num_neg: int) -> bool:
-    """Whether FPR ``target`` can be told apart from FPR 0 with ``num_neg`` negative guesses."""
-    return target == 0.0 or target >= 1.0 / num_neg
+    """Whether a TPR at FPR ``target`` is read with at least three expected false positives among
+    ``num_neg`` negative guesses (``harness.core.figure.MIN_FALSE_POSITIVES``, the one resolution
+    rule of every figure; below, the threshold is one of the few largest non-member scores). FPR 0
+    (the TPR before the first false positive) is always read."""
+    from harness.core.figure import resolves
+
+    return target == 0.0 or resolves(target, num_neg)
 
 
 def thin_roc(roc: Roc) -> Roc:
@@ -193,7 +198,8 @@ def weighted_tpr_samples(
     groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[float, np.ndarray]:
     """TPR@FPR of the pooled ROC under each row of victim ``weights``: {target: (rows,)} (NaN where a
-    row weighs no member or no non-member guess).
+    row weighs no member or no non-member guess), read as the paper reads it (:func:`tpr_at_fpr`:
+    the last ROC point with FPR <= t).
 
     ``scores`` and ``membership`` are (S, C); ``weights`` is (rows, S), non-negative: row b counts
     every guess about victim t ``weights[b, t]`` times (a bootstrap replicate's draw counts, or a
@@ -205,69 +211,164 @@ def weighted_tpr_samples(
     those of reading every row's whole ROC. ``chunk`` is accepted for compatibility and unused (the
     rows need O(rows x S) memory).
     """
-    s_models, c = scores.shape
-    flat = np.asarray(scores, dtype=np.float64).ravel()
-    y = np.asarray(membership, dtype=bool).ravel()
-    order, ends = groups if groups is not None else sorted_groups(flat)
-    y_o = y[order]
-    v_o = order // c  # the victim of each sorted guess
-    mem = np.asarray(membership, dtype=bool)
-    tot_pos = mem.sum(axis=1).astype(np.float64)
-    tot_neg = (~mem).sum(axis=1).astype(np.float64)
-    # Only the low-FPR start of the sorted guesses matters: a row's TPR@t is read at its last point
-    # with FPR <= t, so columns (groups of tied scores) past the first one where every row's FPR
-    # exceeds the largest target change nothing. The prefix starts where the unweighted FPR is twice
-    # that target and doubles until, at its last column, every row's FPR is past it.
-    t_max = max(targets, default=0.0)
-    w_all = np.asarray(weights, dtype=np.float64)
-    npos_all, nneg_all = w_all @ tot_pos, w_all @ tot_neg
-    defined = (npos_all > 0) & (nneg_all > 0)
-    neg_denominator = np.where(nneg_all > 0, nneg_all, 1.0)
-    unweighted_fp = np.cumsum(~y_o)[ends]
-    width = min(len(ends), max(256, int(np.searchsorted(unweighted_fp, 2 * t_max * tot_neg.sum(), side="right")) + 1))
-    del unweighted_fp
-    while width < len(ends):
-        upto = ends[width - 1] + 1
-        neg_last = np.bincount(v_o[:upto][~y_o[:upto]], minlength=s_models).astype(np.float64)
-        if np.all(~defined | ((w_all @ neg_last) / neg_denominator > t_max + 1e-12)):
-            break
-        width = min(len(ends), 2 * width)
-    upto = ends[width - 1] + 1
-    y_p, v_p = y_o[:upto], v_o[:upto]
-    del y_o, v_o
-    column = np.repeat(np.arange(width), np.diff(np.r_[-1, ends[:width]]))  # each sorted guess's group
-    # the columns that hold a non-member guess: a row's FPR changes only there, so its last point with
-    # FPR <= t is the column before the first of them where its FPR exceeds t (or the prefix's last)
-    neg_cols = np.unique(column[~y_p])
-    k = len(neg_cols)
-    neg_k = np.searchsorted(neg_cols, column[~y_p])
-    pos_k = np.searchsorted(neg_cols, column[y_p], side="right")
-    # neg_cum[s, j]: victim s's non-member guesses in columns <= neg_cols[j]; pos_before[s, j]: its
-    # member guesses in columns < neg_cols[j] (j = k: the whole prefix)
-    neg_cum = np.cumsum(np.bincount(v_p[~y_p] * k + neg_k, minlength=s_models * k).reshape(s_models, k), axis=1)
-    pos_before = np.cumsum(np.bincount(v_p[y_p] * (k + 1) + pos_k, minlength=s_models * (k + 1))
-                           .reshape(s_models, k + 1), axis=1)
-    del column, neg_k, pos_k, y_p, v_p
+    pre = _LowFprPrefix.build(scores, membership, max(targets, default=0.0), weights, groups)
+    w_all, k = pre.weights, pre.k
     stats: dict[float, np.ndarray] = {}
     for t in targets:
-        # the first column j (of neg_cols) where the row's FPR exceeds t, by bisection (FPR never
-        # decreases along the columns); k where there is none
-        lo, hi = np.zeros(len(w_all), np.int64), np.full(len(w_all), k, np.int64)
+        # the first column j (of neg_cols) where the row's FPR exceeds t; k where there is none
+        lo = pre.first_over(t, denominator=np.where(pre.nneg > 0, pre.nneg, 1.0))
+        last = np.where(lo < k, pre.neg_cols[np.minimum(lo, k - 1)] - 1, pre.width - 1) if k else \
+            np.full(len(w_all), pre.width - 1)
+        tp = pre.weighted(pre.pos_before, lo)  # exact: integers in float64
+        with np.errstate(invalid="ignore", divide="ignore"):
+            v = np.where(last >= 0, tp / pre.npos, 0.0)
+        stats[t] = np.where(~pre.defined, np.nan, v)
+    return stats
+
+
+def weighted_tpr_plotting(
+    scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray,
+    groups: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict[float, np.ndarray]:
+    """TPR at FPR t of the pooled ROC under each row of victim ``weights`` (as
+    :func:`weighted_tpr_samples`), read at the **plotting position** with ties broken at random:
+    {target: (rows,)}, NaN where a row weighs no member or no non-member guess.
+
+    With N non-member guesses, the members above the (k+1)-th largest non-member score, c(k), sit at
+    a true FPR whose expectation is (k+1)/(N+1) (the (k+1)-th largest of N uniform order statistics,
+    Beta(k+1, N-k)). The paper's reading, the last ROC point with FPR <= t, takes k = floor(tN) and
+    so reads at an expected FPR of (floor(tN) + 1)/(N + 1), above t (0.125% for a 0.1% target at
+    N = 3 200). This reading puts k* = t(N+1) - 1 and interpolates linearly between c(floor k*) and
+    c(floor k* + 1), so the read sits at an expected FPR of t. Within a group of tied scores holding
+    a non-members and p members, c runs along the ROC's diagonal (the expected count under a random
+    order of the tied guesses): c(k) = members above the group + p (k - non-members above it) / a,
+    so that the read is continuous in the data instead of jumping a whole tie group. For
+    k* < 0 (t < 1/(N+1)) the read is interpolated from (0, 0): (k* + 1) c(0)."""
+    t_max = max(targets, default=0.0)
+    pre = _LowFprPrefix.build(scores, membership, t_max, weights, groups, margin=2.0, through=True)
+    n = pre.nneg
+    stats: dict[float, np.ndarray] = {}
+    for t in targets:
+        kstar = t * (n + 1.0) - 1.0
+        k1 = np.floor(kstar)
+        lam = kstar - k1
+        c1, c2 = pre.corner(k1), pre.corner(k1 + 1.0)
+        c = np.where(k1 < 0, (kstar + 1.0) * c2, (1.0 - lam) * c1 + lam * c2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            stats[t] = np.where(~pre.defined, np.nan, c / np.where(pre.npos > 0, pre.npos, 1.0))
+    return stats
+
+
+@dataclass(frozen=True)
+class _LowFprPrefix:
+    """The low-FPR start of a variant's sorted pooled guesses, counted per victim, under rows of
+    victim weights (:func:`weighted_tpr_samples`, :func:`weighted_tpr_plotting`).
+
+    ``neg_cols``: the columns (groups of tied scores) of the prefix that hold a non-member guess;
+    ``neg_cum[s, j]``: victim s's non-member guesses in columns <= neg_cols[j]; ``pos_before[s, j]``:
+    its member guesses in columns < neg_cols[j] (j = k: the whole prefix); ``pos_through[s, j]``
+    (when built ``through``): its member guesses in columns <= neg_cols[j]."""
+
+    weights: np.ndarray
+    npos: np.ndarray
+    nneg: np.ndarray
+    defined: np.ndarray
+    width: int
+    neg_cols: np.ndarray
+    neg_cum: np.ndarray
+    pos_before: np.ndarray
+    pos_through: np.ndarray | None
+
+    @property
+    def k(self) -> int:
+        return len(self.neg_cols)
+
+    @classmethod
+    def build(cls, scores: np.ndarray, membership: np.ndarray, t_max: float, weights: np.ndarray,
+              groups: tuple[np.ndarray, np.ndarray] | None, margin: float = 0.0, through: bool = False
+              ) -> "_LowFprPrefix":
+        """The prefix up to the first column where every row has more than ``t_max`` N + ``margin``
+        weighted non-member guesses above it (or the whole ROC)."""
+        s_models, c = scores.shape
+        flat = np.asarray(scores, dtype=np.float64).ravel()
+        y = np.asarray(membership, dtype=bool).ravel()
+        order, ends = groups if groups is not None else sorted_groups(flat)
+        y_o = y[order]
+        v_o = order // c  # the victim of each sorted guess
+        mem = np.asarray(membership, dtype=bool)
+        tot_pos = mem.sum(axis=1).astype(np.float64)
+        tot_neg = (~mem).sum(axis=1).astype(np.float64)
+        # Only the low-FPR start of the sorted guesses matters: a row's TPR@t is read at its last
+        # point with FPR <= t, so columns (groups of tied scores) past the first one where every
+        # row's FPR exceeds the largest target change nothing. The prefix starts where the
+        # unweighted FPR is twice that target and doubles until, at its last column, every row's
+        # FPR is past it.
+        w_all = np.asarray(weights, dtype=np.float64)
+        npos_all, nneg_all = w_all @ tot_pos, w_all @ tot_neg
+        defined = (npos_all > 0) & (nneg_all > 0)
+        unweighted_fp = np.cumsum(~y_o)[ends]
+        width = min(len(ends), max(256, int(np.searchsorted(unweighted_fp, 2 * t_max * tot_neg.sum() + margin,
+                                                            side="right")) + 1))
+        del unweighted_fp
+        while width < len(ends):
+            upto = ends[width - 1] + 1
+            neg_last = np.bincount(v_o[:upto][~y_o[:upto]], minlength=s_models).astype(np.float64)
+            neg_denominator = np.where(nneg_all > 0, nneg_all, 1.0)
+            if np.all(~defined | ((w_all @ neg_last - margin) / neg_denominator > t_max + 1e-12)):
+                break
+            width = min(len(ends), 2 * width)
+        upto = ends[width - 1] + 1
+        y_p, v_p = y_o[:upto], v_o[:upto]
+        del y_o, v_o
+        column = np.repeat(np.arange(width), np.diff(np.r_[-1, ends[:width]]))  # each sorted guess's group
+        neg_cols = np.unique(column[~y_p])
+        k = len(neg_cols)
+        neg_k = np.searchsorted(neg_cols, column[~y_p])
+        pos_k = np.searchsorted(neg_cols, column[y_p], side="right")
+        neg_cum = np.cumsum(np.bincount(v_p[~y_p] * k + neg_k, minlength=s_models * k).reshape(s_models, k), axis=1)
+        pos_before = np.cumsum(np.bincount(v_p[y_p] * (k + 1) + pos_k, minlength=s_models * (k + 1))
+                               .reshape(s_models, k + 1), axis=1)
+        pos_through = None
+        if through:
+            pos_in = np.searchsorted(neg_cols, column[y_p], side="left")  # the first neg column at or after
+            pos_through = np.cumsum(np.bincount(v_p[y_p] * (k + 1) + pos_in, minlength=s_models * (k + 1))
+                                    .reshape(s_models, k + 1), axis=1)[:, :k]
+        return cls(w_all, npos_all, nneg_all, defined, width, neg_cols, neg_cum, pos_before, pos_through)
+
+    def weighted(self, counts: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """Each row's weighted count ``sum_s w[b, s] counts[s, j[b]]``."""
+        return np.einsum("bs,sb->b", self.weights, counts[:, j].astype(np.float64))
+
+    def first_over(self, level: np.ndarray | float, denominator: np.ndarray | float = 1.0) -> np.ndarray:
+        """Per row, the first index j of ``neg_cols`` whose weighted non-member count, divided by
+        ``denominator``, exceeds ``level`` (each per row, or one for all; 1e-12 of slack) by
+        bisection (the count never decreases along the columns); k where there is none."""
+        k, rows = self.k, len(self.weights)
+        lo, hi = np.zeros(rows, np.int64), np.full(rows, k, np.int64)
+        if not k:
+            return lo
         while True:
             active = lo < hi
             if not active.any():
                 break
-            mid = np.minimum((lo + hi) // 2, max(k - 1, 0))
-            fp = np.einsum("bs,sb->b", w_all, neg_cum[:, mid]) if k else np.zeros(len(w_all))
-            over = fp / neg_denominator > t + 1e-12
+            mid = np.minimum((lo + hi) // 2, k - 1)
+            over = self.weighted(self.neg_cum, mid) / denominator > level + 1e-12
             hi = np.where(active & over, mid, hi)
             lo = np.where(active & ~over, mid + 1, lo)
-        last = np.where(lo < k, neg_cols[np.minimum(lo, k - 1)] - 1, width - 1) if k else np.full(len(w_all), width - 1)
-        tp = np.einsum("bs,sb->b", w_all, pos_before[:, lo].astype(np.float64))  # exact: integers in float64
-        with np.errstate(invalid="ignore", divide="ignore"):
-            v = np.where(last >= 0, tp / npos_all, 0.0)
-        stats[t] = np.where(~defined, np.nan, v)
-    return stats
+        return lo
+
+    def corner(self, kk: np.ndarray) -> np.ndarray:
+        """c(k) of :func:`weighted_tpr_plotting` per row: the weighted member count at the point of
+        the ROC (ties along the diagonal) with ``kk`` weighted non-member guesses above it."""
+        k = self.k
+        j = np.minimum(self.first_over(kk), k - 1)  # the prefix ends past every row's count (build's margin)
+        fp_at = self.weighted(self.neg_cum, j)
+        fp_prev = np.where(j > 0, self.weighted(self.neg_cum, np.maximum(j - 1, 0)), 0.0)
+        before = self.weighted(self.pos_before, j)
+        after = self.weighted(self.pos_through, j)
+        a = np.maximum(fp_at - fp_prev, 1e-300)
+        frac = np.clip((kk - fp_prev) / a, 0.0, 1.0)
+        return before + (after - before) * frac
 
 
 def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
@@ -400,11 +501,12 @@ class AttackMetrics:
     num_neg: int
     roc: Roc
     #: each bootstrap replicate's TPR per target (the draws of :func:`bootstrap_draws` with the run's
-    #: seed, shared by every variant), for selection-aware intervals; None without a bootstrap
+    #: seed, shared by every variant), as the paper reads it; None without a bootstrap
     samples: dict[float, np.ndarray] | None = None
-    #: its TPRs on the cross-fitting folds (harness.core.crossfit.FoldSamples), when evaluated with
-    #: the run's VictimWeights
-    folds: Any = None
+    #: TPR at each of the figure FPRs read at the plotting position (:func:`weighted_tpr_plotting`)
+    reading: dict[float, float] | None = None
+    #: the same in every bootstrap replicate (the same draws), None without a bootstrap
+    reading_samples: dict[float, np.ndarray] | None = None
 
 
 def evaluate_scores(
@@ -416,15 +518,11 @@ def evaluate_scores(
     bootstrap: int,
     confidence: float,
     seed: int,
-    weights: Any = None,
-    fold_targets: tuple[float, ...] = (),
+    reading_fprs: tuple[float, ...] = (),
 ) -> AttackMetrics:
-    """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses.
-
-    ``weights`` (harness.core.crossfit.VictimWeights, built with the same ``bootstrap`` and
-    ``seed``): the replicates come from its draws (the same as without it) and the variant's TPRs on
-    its cross-fitting folds are kept (``folds``), at the reported FPRs and ``fold_targets`` (the
-    selection FPR of a cross-fitted choice)."""
+    """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses: the
+    paper's reading at ``fprs`` (FPR 0 added) with percentile-bootstrap CIs, and the plotting-position
+    reading (harness.core.figure) at ``reading_fprs`` with its replicates, on the run's draws."""
     every = bool(np.all(evaluated))
     sc = scores if every else scores[:, evaluated]  # no copy where every audit sample is evaluated
     mem = membership if every else membership[:, evaluated]
@@ -434,14 +532,16 @@ def evaluate_scores(
     groups = sorted_groups(flat)  # one sort for the ROC and every bootstrap replicate
     roc = roc_curve(flat, mem, groups)
     targets = [0.0, *fprs]
-    samples, folds = None, None
-    if weights is not None:
-        if weights.replicates.shape != (bootstrap, sc.shape[0]):
-            raise ValueError("the victim weights were built for another number of models or replicates")
-        samples, folds = weights.evaluate(sc, mem, sorted({*targets, *fold_targets}), groups)
-        samples = {t: samples[t] for t in targets} if bootstrap > 0 else None
-    elif bootstrap > 0:
-        samples = bootstrap_tpr_samples(sc, mem, targets, bootstrap_draws(sc.shape[0], bootstrap, seed), groups=groups)
+    readings = sorted(set(reading_fprs))
+    samples, reading, reading_samples = None, None, None
+    if readings:
+        reading = {t: float(v[0]) for t, v in
+                   weighted_tpr_plotting(sc, mem, readings, np.ones((1, sc.shape[0])), groups).items()}
+    if bootstrap > 0:
+        counts = victim_counts(bootstrap_draws(sc.shape[0], bootstrap, seed), sc.shape[0])
+        samples = weighted_tpr_samples(sc, mem, targets, counts, groups=groups)
+        if readings:
+            reading_samples = weighted_tpr_plotting(sc, mem, readings, counts, groups)
     del groups
     if samples is not None:
         ci = {t: percentile_interval(samples[t], confidence) for t in targets}
@@ -457,5 +557,6 @@ def evaluate_scores(
         num_neg=roc.num_neg,
         roc=roc,
         samples=samples,
-        folds=folds,
+        reading=reading,
+        reading_samples=reading_samples,
     )
