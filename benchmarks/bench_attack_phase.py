@@ -162,12 +162,16 @@ def attack_once(code: Path, run_path: Path, log: Path) -> dict[str, Any]:
 
 
 def headline(results: dict[str, Any]) -> dict[str, Any]:
-    """The figures a reader looks at: headline and strongest TPR at 0.1% FPR, the primary LiRA's AUC."""
+    """The figures a reader looks at: the declared variant's own TPR at 0.1% FPR with its CI, the
+    leak (the strongest figure in a results.json from before harness 0.4, which a --vs REV run may
+    write), the primary LiRA's AUC."""
     lv = results["population"]
     k = "0.001"
     lira = next(a for a in lv["attacks"] if a["name"] == "lira" and a["primary"])
+    leak = ((lv.get("figure") or {}).get("leak") or {}).get("tpr") if "figure" in lv else \
+        lv["strongest"]["tpr_at_fpr"][k]
     return {"headline": f"{lv['best']['name']}:{lv['best']['variant']}", "tpr@0.1%": lv["best"]["tpr_at_fpr"][k],
-            "ci": lv["best"]["tpr_ci"][k], "strongest@0.1%": lv["strongest"]["tpr_at_fpr"][k],
+            "ci": lv["best"]["tpr_ci"][k], "strongest@0.1%": float("nan") if leak is None else leak,
             "lira_auc": lira["auc"], "variants": len(lv["attacks"])}
 
 
@@ -254,7 +258,7 @@ def main() -> None:
                               f"peak RSS {r['peak_rss_mib']:.0f} MiB, "
                               f"wrote {r['bytes_written'] / 2**20:.1f} MiB (ROC {r['roc_bytes'] / 2**20:.1f} MiB in "
                               f"{r['roc_files']} files); headline {h['headline']} TPR@0.1% {100 * h['tpr@0.1%']:.2f}% "
-                              f"[{100 * h['ci'][0]:.2f}, {100 * h['ci'][1]:.2f}], strongest "
+                              f"[{100 * h['ci'][0]:.2f}, {100 * h['ci'][1]:.2f}], leak "
                               f"{100 * h['strongest@0.1%']:.2f}%, LiRA AUC {h['lira_auc']:.4f}", flush=True)
                     if other is not None:
                         a = json.loads((where / "results-this.json").read_text())

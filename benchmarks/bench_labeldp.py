@@ -10,6 +10,10 @@ label-flip memorization game on one model: the paper's weighted-ACGR game at its
 with a Bonferroni correction over the 50 taus, and the Clopper-Pearson game). Prints a Markdown
 table (the README's and docs/defenses.md's) and whether every lower bound stays below E and the
 game's bound grows with E.
+
+    python benchmarks/bench_labeldp.py --noise
+
+prints AGIBI's noise at several label epsilons against the authors' conversion (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -37,7 +41,38 @@ def nominal_eps(level: dict) -> float:
     return float(e["eps_lower"]["epsilon"])
 
 
+def noise(epsilons: list[float], delta: float = 1e-5) -> None:
+    """AGIBI's noise at a nominal label epsilon: the harness's sigma (opacus 1.6's RDP-to-(eps, delta)
+    conversion, Balle et al. 2020) against the authors' (opacus 0.x's classic conversion, Mironov
+    2017: min over orders of rdp + log(1/delta)/(alpha - 1)), on the same RDP curve and orders."""
+    import math
+
+    import numpy as np
+
+    from defenses.labeldp import RDP_ORDERS, _opacus_rdp, gaussian_sigma_for
+
+    rdp = _opacus_rdp()
+
+    def classic(sigma: float) -> float:
+        r = np.asarray(rdp.compute_rdp(q=1.0, noise_multiplier=sigma / math.sqrt(2.0), steps=1, orders=list(RDP_ORDERS)))
+        return float(np.min(r + math.log(1 / delta) / (np.asarray(RDP_ORDERS) - 1)))
+
+    print(f"| label ε (δ = {delta:g}) | σ, harness (opacus 1.6) | σ, the authors' code (opacus 0.x) | less noise |")
+    print("|---|---|---|---|")
+    for eps in epsilons:
+        mine = gaussian_sigma_for(eps, delta)
+        lo, hi = math.log(1e-3), math.log(1e3)
+        while hi - lo > 1e-7:
+            mid = 0.5 * (lo + hi)
+            lo, hi = (mid, hi) if classic(math.exp(mid)) > eps else (lo, mid)
+        theirs = math.exp(hi)
+        print(f"| {eps:g} | {mine:.4f} | {theirs:.4f} | {100 * (1 - mine / theirs):.1f}% |")
+
+
 def main() -> None:
+    if "--noise" in sys.argv:
+        noise([0.5, 1, 2, 4, 8, 16, 19, 32])
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--defense", default="alibi")
     ap.add_argument("--epsilons", default="8,4,2.5")

@@ -10,8 +10,9 @@ instead). Sources (``audit.canary_params.ood.source``):
   [500, 3, 32, 32] (one ImageNet train image per class for 500 classes). When the folder lacks it
   and ``data.download`` is set (cifar10), it is fetched from the paper's public repository at a
   pinned commit and kept only if its SHA-256 is the published file's
-  (:func:`harness.core.data.paper_ood_file`). Its MD5 is recorded and compared with the paper's
-  (``47acc093c6ce95b2d453dff3a97f2500``);
+  (:func:`harness.core.data.paper_ood_file`). A file already there is read only if its MD5 is the
+  paper's (``47acc093c6ce95b2d453dff3a97f2500``), as the paper's code checks it; another file
+  under that name is refused (name it as ``source`` to use it anyway);
 - a path: a tensor file in that format (any N >= C, [N, 1 or 3, H, W]), or a folder of image files
   (read in sorted name order);
 - ``photos``: patches of scikit-learn's two bundled sample photos (china.jpg, flower.jpg), cut at
@@ -155,6 +156,10 @@ class OutOfDistribution(CanaryGenerator):
             if path.is_file():
                 md5 = _md5(path)
                 record.update(md5=md5, is_papers_file=md5 == PAPER_MD5)
+                if self.source is None and md5 != PAPER_MD5:  # the paper's file, by name: its code raises here too
+                    raise ValueError(f"{path} is not the paper's {PAPER_OOD_FILE} (MD5 {md5}, the paper's is "
+                                     f"{PAPER_MD5}): a different or damaged file; replace it, or read it as your "
+                                     f"own source with --set audit.canary_params.ood.source={path}")
             if len(raw) < c:
                 raise ValueError(f"OOD source {str(path)!r} has {len(raw)} images, the audit needs {c}")
             raw = raw[:c]

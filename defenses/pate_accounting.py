@@ -18,8 +18,9 @@ One query of Confident-GNMax (the paper's Algorithm 1):
 
 **Data-independent bound** (:func:`data_independent_rdp`): RDP composes additively over queries,
 so ``rdp(alpha) = asked * alpha / (2 sigma1^2) + answered * alpha / sigma2^2``. Whether a query was
-answered is itself an output of step 1, so step 2's cost is charged exactly on the answered
-queries (as the paper's accountant does).
+answered is itself an output of step 1, so step 2's cost is charged on the realized answered
+queries: sound, and not what the references do (Papernot et al.'s accountant charges every query
+asked step 2's *expected* cost, Pr[answered] times GNMax's; both are valid statements).
 
 **Data-dependent bound** (:func:`data_dependent_rdp`): Papernot et al.'s Theorem 6 with the union
 bound of Proposition 7 on q = Pr[GNMax does not return the plurality] and the orders of

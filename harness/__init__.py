@@ -2,7 +2,7 @@
 
     from harness import evaluate, attack, load_run, compare
     r = evaluate("undefended", overrides={"audit.models": 8})
-    print(r.headline("sample"), r.strongest("sample"))
+    print(r.leak("sample"), r.headline("sample"))
 
 The API (:mod:`harness.api`) is loaded on first use, so that importing a lower layer
 (``harness.core``, which the defenses, attacks and canaries build on) stays light.

@@ -2,7 +2,7 @@
 
     from harness import evaluate, attack, load_run
     r = evaluate("hamp", preset="quick", overrides={"audit.models": 8}, progress=print)
-    r.headline("sample"), r.strongest("sample"), r.attacks, r.roc("population", "lira")
+    r.leak("sample"), r.headline("sample"), r.attacks, r.roc("population", "lira")
     r = attack(r.path, overrides={"attack.params.rmia.gamma": 2})   # re-score, no retraining
     r = load_run("runs/hamp-quick-0123456789ab")
     p = plan("plans/digits", overrides={"audit.models": 16})      # for models trained elsewhere ...

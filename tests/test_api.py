@@ -61,13 +61,15 @@ def test_evaluate_returns_results_equal_to_the_cli_for_the_same_config(api_run, 
 
 def test_results_views(api_run):
     r, _ = api_run
-    k = r.headline_fpr
-    h, st = r.headline("sample"), r.strongest("sample")
-    assert h.attack == r.data["sample"]["best"]["name"] and h.tpr[k] == r.data["sample"]["best"]["tpr_at_fpr"][repr(k)]
-    assert st.tpr[k] >= h.tpr[k] and h.ci[k][0] <= h.ci[k][1]
-    assert r.tpr("population") == r.headline("population").tpr[k]
-    lo, hi = h.ci[k]
-    assert f": TPR {100 * h.tpr[k]:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] at {100 * k:g}% FPR" in str(h)
+    fig = r.data["sample"]["figure"]
+    h, lk = r.headline("sample"), r.leak("sample")
+    assert h.attack == fig["declared"]["name"] and h.tpr == fig["declared"]["tpr"] and h.fpr == fig["fpr"]
+    assert lk.tpr == fig["leak"]["tpr"] and lk.lower <= lk.tpr and r.strongest("sample") == lk
+    assert r.tpr("sample") == lk.tpr and r.tpr("population") == r.leak("population").tpr
+    lo, hi = h.ci
+    assert f": TPR {100 * h.tpr:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}] at {100 * h.fpr:g}% FPR" in str(h)
+    with pytest.raises(ValueError, match="figures are read at"):  # a variant's TPR at another FPR: r.attacks
+        r.tpr("sample", 0.0001)
     assert isinstance(r.attacks, pd.DataFrame) and {"experiment", "attack", "variant", "auc"} <= set(r.attacks.columns)
     assert list(r.summary["level"]) == ["population", "sample"]
     assert r.bounds is None and 0 < r.test_accuracy("sample") <= 1
@@ -127,12 +129,12 @@ def test_compare_lines_up_two_runs(api_run, tmp_path):
     other = evaluate("undefended", overrides={**SMALL, "seed": 1, "run.out": str(tmp_path)})
     c = compare(r, other)
     assert c.config_differences["seed"] == (0, 1)
-    assert list(c.headlines["figure"]) == ["headline", "strongest", "headline", "strongest"]
-    row = c.headlines.iloc[2]  # sample headline
+    assert list(c.headlines["figure"]) == ["leak", "declared", "leak", "declared"]
+    row = c.headlines.iloc[3]  # sample declared headline: one variant, a two-sided CI
     assert row["difference"] == pytest.approx(row["tpr_b"] - row["tpr_a"])
     lo_a, hi_a = row["ci_a"]
     lo_b, hi_b = row["ci_b"]
-    assert row["cis_overlap"] == (lo_a <= hi_b and lo_b <= hi_a)
+    assert row["cis_overlap"] == (lo_a <= row["tpr_b"] <= hi_a and lo_b <= row["tpr_a"] <= hi_b)
     assert len(c.attacks) == len(r.attacks)  # the same attacks ran in both
     res = runner.invoke(app, ["compare", str(r.path), str(other.path)], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
@@ -164,8 +166,8 @@ def test_the_cli_orchestrates_nothing():
 def test_figures_are_finite_where_resolved(api_run):
     r, _ = api_run
     for lv in r.levels:
-        h = r.headline(lv)
-        assert all(math.isfinite(v) for f, v in h.tpr.items() if h.resolved[f])
+        for fig in (r.headline(lv), r.leak(lv)):
+            assert math.isfinite(fig.tpr) and math.isfinite(fig.lower) and fig.fpr == 0.01  # 8 models: 1% resolves
 
 
 @pytest.mark.parametrize("how", ["file", "stdin"])
@@ -197,21 +199,22 @@ def test_python_dash_m_harness_cli_runs_once_with_a_pool(tmp_path):
     assert proc.stdout.count("Results:") == 1
 
 
-def test_an_unresolved_fpr_is_never_a_number_in_the_api():
-    """results.json stores TPR at FPR 0 at an unresolved FPR (with resolved=false); the API's Figure
-    must not print or return it as the TPR at that FPR (8 models x 100 canaries: 0.1% is unresolved)."""
+def test_an_unresolved_level_is_never_a_number_in_the_api():
+    """A level that resolves no figure FPR (too few non-member guesses for 3 expected false positives)
+    has no figure: the API's Figure prints "unresolved" and its TPR is NaN, never TPR at FPR 0."""
     from harness.audit.results import Results
 
     best = {"name": "lira", "variant": "v", "access": "black-box", "source": "sample-mislabeled/lira:v",
-            "tpr_at_fpr": {"0.0": 0.5875, "0.001": 0.5875, "0.01": 0.975},
-            "tpr_ci": {"0.0": [0.56, 0.97], "0.001": [0.56, 0.97], "0.01": [0.95, 0.99]},
-            "resolved": {"0.0": True, "0.001": False, "0.01": True}}
-    r = Results("run", {"defense": "undefended", "preset": "quick", "headline_fpr": 0.001, "sample": {"best": best}})
+            "tpr_at_fpr": {"0.0": 0.5875, "0.001": 0.5875}, "tpr_ci": {"0.0": [0.56, 0.97], "0.001": [0.56, 0.97]},
+            "resolved": {"0.0": True, "0.001": False}}
+    fig = {"fpr": None, "leak": None, "declared": None, "reason": "..."}
+    r = Results("run", {"defense": "undefended", "preset": "quick", "headline_fpr": 0.001,
+                        "sample": {"best": best, "figure": fig}, "config": {"attack": {"fprs": [0.001]}}})
     h = r.headline("sample")
-    assert "58.8%" not in str(h) and "unresolved at 0.1% FPR" in str(h) and "97.5% [95.0, 99.0] at 1% FPR" in str(h)
-    assert math.isnan(r.tpr("sample")) and math.isnan(h.value(0.001))
-    assert r.tpr("sample", 0.01) == 0.975 and h.value(0.0) == 0.5875
-    assert "sample unresolved" in repr(r)
+    assert "58.8%" not in str(h) and str(h).startswith("unresolved") and math.isnan(h.tpr)
+    assert math.isnan(r.tpr("sample")) and "sample unresolved" in repr(r)
+    with pytest.raises(ValueError, match="read at no FPR"):
+        r.tpr("sample", 0.001)
 
 
 def test_load_run_takes_the_results_file_and_names_a_missing_directory(api_run, tmp_path):
@@ -237,12 +240,11 @@ def _results_dir(tmp_path: Path, name: str, data: dict) -> Path:
 
 
 def _records(data: dict):
-    """Every record with TPRs in a results dict: each level's best and strongest, every attack entry."""
+    """Every record with TPRs at the reported FPRs in a results dict: each level's best, every attack entry."""
     from harness.audit.report import experiments
 
     for lv in ("population", "sample"):
         yield data[lv]["best"]
-        yield data[lv]["strongest"]
     for _, res in experiments(data):
         yield from res["attacks"]
 
@@ -265,16 +267,15 @@ def test_compare_prints_an_unresolved_fpr_as_unresolved(api_run, tmp_path):
     for rec in _records(b):  # B cannot resolve the headline FPR (too few non-member guesses)
         rec["resolved"][k] = False
     c = compare(r, Results(r.path, b))
-    assert c.headlines["resolved_b"].eq(False).all() and c.headlines["tpr_b"].isna().all()
-    assert c.headlines["resolved_a"].eq(True).all() and c.headlines["difference"].isna().all()
+    assert c.attacks["resolved_b"].eq(False).all() and c.attacks["tpr_b"].isna().all()
+    assert c.attacks["resolved_a"].eq(True).all() and c.attacks["difference"].isna().all()
     res = _compare_cli(r.path, _results_dir(tmp_path, "b", b))
     assert res.exit_code == 0, res.output
-    rows = [line.split() for line in res.output.splitlines() if line.split()[:1] in (["population"], ["sample"])
-            or line.split()[:1] == ["sample-mislabeled"]]
-    assert len(rows) == 4 + len(c.attacks[c.attacks["primary"]])
+    rows = [line.split() for line in res.output.splitlines() if line.split()[:1] == ["sample-mislabeled"]]
+    assert len(rows) == len(c.attacks[(c.attacks["primary"]) & (c.attacks["experiment"] == "sample-mislabeled")])
     for row in rows:  # A's TPR, then B's and the difference: unresolved
         assert row[-2:] == ["unresolved", "unresolved"] and "-" not in row, row
-    assert "fewer than 1/FPR non-member guesses" in res.output
+    assert "fewer than 3 expected false positives" in res.output
 
 
 def test_compare_at_another_reported_fpr_and_refuses_one_not_reported(api_run, tmp_path):
@@ -283,8 +284,10 @@ def test_compare_at_another_reported_fpr_and_refuses_one_not_reported(api_run, t
     r, _ = api_run  # attack.fprs [0.01]: TPRs at 0 and 0.01
     c = compare(r, r, fpr=0)
     assert c.fpr == 0.0 and c.fprs == [0.0, 0.01]
-    row = c.headlines.iloc[2]  # the sample headline, at FPR 0
-    assert row["tpr_a"] == r.data["sample"]["best"]["tpr_at_fpr"]["0.0"] and row["difference"] == 0
+    best = r.data["sample"]["best"]
+    row = c.attacks[(c.attacks["experiment"] == "sample-mislabeled") & (c.attacks["attack"] == best["name"])
+                    & (c.attacks["variant"] == best["variant"])].iloc[0]  # the declared variant, at FPR 0
+    assert row["tpr_a"] == best["tpr_at_fpr"]["0.0"] and row["difference"] == 0
     for bad in (0.001, 0.05, -1.0, float("nan")):
         with pytest.raises(ConfigError, match=r"both runs report TPRs only at 0, 0\.01"):
             compare(r, r, fpr=bad)
@@ -379,30 +382,29 @@ def test_the_preset_help_names_every_preset():
 
 
 def test_ratio_is_a_typed_figure(api_run):
-    """Results.ratio is a Ratio (value, CI, the two figures), not results.json's raw dict (issue 36, 9)."""
+    """Results.ratio is a Ratio (value, CI, the two leaks), not results.json's raw dict (issue 36, 9)."""
     from harness import Ratio
 
     r, _ = api_run
-    k, raw = r.headline_fpr, r.data["sample_population_ratio"]
+    raw = r.data["sample_population_ratio"]
     q = r.ratio
-    assert isinstance(q, Ratio) and q.fpr == k and q.resolved == raw["resolved"]
-    assert q.sample == r.headline("sample").tpr[k] and q.population == r.headline("population").tpr[k]
+    assert isinstance(q, Ratio) and q.fpr == raw["fpr"] == r.figure_fpr("sample")
+    assert q.sample == r.leak("sample").tpr and q.population == r.leak("population").tpr
     if raw["ratio"] is not None:
         assert q.value == raw["ratio"] == q.sample / q.population
         assert q.ci == tuple(raw["ci"]) and f"{q.value:.1f}x" in str(q)
     else:
-        assert not math.isfinite(q.value)
+        assert not math.isfinite(q.value) and "no point ratio" in str(q)
 
 
-def test_ratio_reads_an_unresolved_and_an_infinite_record():
+def test_ratio_reads_a_record_without_a_point_ratio():
     from harness import Ratio
 
-    inf = Ratio.from_json({"fpr": 0.001, "population": 0.0, "sample": 0.5, "resolved": True, "ratio": None,
-                           "ci": None, "replicates_used": 0})
-    assert inf.value == float("inf") and inf.ci is None and "(no CI)" in str(inf)
-    un = Ratio.from_json({"fpr": 0.001, "population": 0.0, "sample": 0.0, "resolved": False, "ratio": None,
-                          "ci": None, "replicates_used": 0})
-    assert math.isnan(un.value) and str(un).startswith("unresolved")
+    low = Ratio.from_json({"fpr": 0.001, "population": 0.0, "sample": 0.5, "ratio": None, "ci": None, "lower": 12.5})
+    assert math.isnan(low.value) and low.ci is None and low.lower == 12.5
+    assert str(low) == "no point ratio (sample 50.0% / population 0.0% at 0.1% FPR; ratio >= 12.5)"
+    none = Ratio.from_json({"fpr": None, "population": None, "sample": None, "ratio": None, "ci": None, "lower": None})
+    assert math.isnan(none.value) and math.isnan(none.fpr)
 
 
 def test_roc_takes_the_level_names_that_headline_takes(api_run):

@@ -363,10 +363,18 @@ def golden_results(where: Path) -> dict:
 #: keys results.json gained after the golden file was written (c8b0d8b), none of them a number of the
 #: attack phase: the declared defense name (the leaderboard's label) and the random-serving check
 ADDED_SINCE_GOLDEN = {"defense_name", "serving"}
+#: what issue 44 changed by design (docs/protocol.md, Headlines): the level figures (`figure` replaced
+#: `strongest`; `best` is now the declared variant's own record), the headline test, the ratio, the
+#: one-run epsilon's family correction, each variant's plotting-position `reading` and the resolution
+#: rule (3 expected false positives, `resolved`); every other per-variant number is c8b0d8b's
+CHANGED_BY_ISSUE_44 = {"best", "strongest", "figure", "one_run_epsilon", "headline_test", "sample_population_ratio",
+                       "warnings", "reading", "resolved"}
 
 
 def _differences(a, b, path=""):
     if isinstance(a, dict) and isinstance(b, dict):
+        a = {k: v for k, v in a.items() if k not in CHANGED_BY_ISSUE_44}
+        b = {k: v for k, v in b.items() if k not in CHANGED_BY_ISSUE_44}
         if set(a) - ADDED_SINCE_GOLDEN != set(b):
             yield f"{path}: keys {sorted((set(a) - ADDED_SINCE_GOLDEN) ^ set(b))}"
         for k in set(a) & set(b):

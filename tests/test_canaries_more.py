@@ -75,9 +75,13 @@ def test_ood_photo_patches_and_the_papers_default_source(tmp_path):
     with pytest.raises(ValueError, match="no data folder"):
         OutOfDistribution().apply(*_audit(4, shape=(1, 8, 8)), ctx(0))
     torch.save(torch.full((6, 3, 32, 32), 7, dtype=torch.uint8), tmp_path / "ood_imagenet_samples.pt")
-    gen = OutOfDistribution()
+    # another file under the paper's name is refused (the paper's code raises on a wrong MD5) ...
+    with pytest.raises(ValueError, match=r"is not the paper's ood_imagenet_samples.pt \(MD5 [0-9a-f]{32}"):
+        OutOfDistribution().apply(*_audit(4), ctx(0, data_dir=str(tmp_path)))
+    # ... and read when named as the source, its MD5 recorded
+    gen = OutOfDistribution(source=str(tmp_path / "ood_imagenet_samples.pt"))
     c = gen.apply(*_audit(4), ctx(0, data_dir=str(tmp_path)))
-    assert (c.x == 7).all() and gen.describe()["is_papers_file"] is False  # another file: MD5 recorded
+    assert (c.x == 7).all() and gen.describe()["is_papers_file"] is False
 
 
 def test_ood_from_the_papers_tensor_file():

@@ -38,13 +38,13 @@ def results(tmp_path_factory) -> dict:
 
 
 def _variant(results: dict, defense: str, acc: float, tpr: float, fingerprint: str) -> dict:
-    """A copy of ``results`` as another defense's entry with the given accuracy and sample TPR@0.1%."""
+    """A copy of ``results`` as another defense's entry with the given accuracy and sample-level leak
+    (the ranked figure)."""
     r = copy.deepcopy(results)
     r["defense"], r["fingerprint"] = defense, fingerprint
     for lv in ("population", "sample"):
         r[lv]["test_accuracy"]["mean"] = acc
-    r["sample"]["best"]["tpr_at_fpr"]["0.001"] = tpr
-    r["sample"]["best"]["resolved"]["0.001"] = True
+    r["sample"]["figure"]["leak"].update(tpr=tpr, lower=0.8 * tpr)
     return r
 
 
@@ -95,7 +95,7 @@ def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
     html, key, tip = _index_cells(page, "relaxloss")["DP ε"]  # carries a label-DP record
     assert html == "label 8" and key == "8.000000" and "(labels only)" in tip
     assert page.count("(labels only)") == 1  # only the entry with a label-DP record
-    # ranks follow the ranking figure (sample TPR 1, 2, 5, 8, 50, 90%); every header is short, with a tooltip
+    # ranks follow the leak (1, 2, 5, 8, 50, 90%); every header is short, with a tooltip
     assert [_index_cells(page, d)["rank"][0] for d in ("dpsgd-medium", "hamp", "relaxloss", "dpsgd-high",
                                                         "undefended")] == ["1", "2", "3", "4", "6"]
     heads = re.findall(r'<th class="[^"]*" data-col="([^"]*)" title="([^"]+)">([^<]*)</th>', page)
@@ -159,14 +159,14 @@ def test_a_results_json_without_an_absolute_path_is_published_byte_for_byte(resu
     assert copy.read_bytes() == src.read_bytes()
 
 
-def test_unresolved_tpr_is_shown_as_text(results, tmp_path):
+def test_a_level_without_a_figure_is_shown_as_text(results, tmp_path):
     r = copy.deepcopy(results)
-    r["population"]["best"]["resolved"]["0.001"] = False
+    r["population"]["figure"].update(fpr=None, leak=None, declared=None, reason="too few")
     d = tmp_path / "entries" / entry_id(r)
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps(r))
     rows = rebuild(tmp_path)
-    assert rows[0]["population TPR"] == "unresolved"
+    assert rows[0]["population leak TPR"] == "unresolved"
     assert "unresolved" in (tmp_path / "index.html").read_text()
 
 
@@ -413,11 +413,9 @@ def test_the_privacy_utility_figure_keys_labels_that_do_not_fit_and_fits_its_tit
     assert f"<title>{title}</title>" in svg
 
 
-def test_an_unresolved_entry_is_drawn_at_its_upper_bound_with_its_own_marker(results, tmp_path):
+def test_an_entry_without_a_figure_is_ranked_last_and_drawn_at_its_upper_bound(results, tmp_path):
     r = _variant(results, "coarse", 0.93, 0.0, f"{9:064x}")
-    r["sample"]["best"]["resolved"]["0.001"] = False
-    r["sample"]["best"]["tpr_at_fpr"]["0.01"], r["sample"]["best"]["resolved"]["0.01"] = 0.25, True
-    r["sample"]["strongest"]["beats_headline"] = False
+    r["sample"]["figure"].update(fpr=None, leak=None, declared=None, flag=None, reason="too few")
     ok = _variant(results, "fine", 0.95, 0.1, f"{8:064x}")
     for x in (r, ok):
         d = tmp_path / "entries" / entry_id(x)
@@ -426,18 +424,11 @@ def test_an_unresolved_entry_is_drawn_at_its_upper_bound_with_its_own_marker(res
     rows = rebuild(tmp_path)
     assert [x["defense"] for x in rows] == ["fine", "coarse"]  # no figure: ranked last
     page = (tmp_path / "index.html").read_text()
-    html, _, tip = _index_cells(page, "coarse")["sample TPR"]
-    assert html == "unresolved" and "at most 25.0% (its TPR at 1% FPR)" in tip
+    html, _, tip = _index_cells(page, "coarse")["leak TPR"]
+    assert html == "unresolved" and "no FPR with 3 expected false positives" in tip
     assert _index_cells(page, "coarse")["rank"][0] == "-"
-    (bound,) = re.findall(r'<path class="point bound" d="M[\d.]+,([\d.]+) ', page)
     assert page.count('class="point') == 2 and "unresolved (upper bound)" in page
-    assert "coarse: accuracy 93.0%, TPR at most 25.0% (unresolved at 0.1% FPR)" in page
-    # drawn at 25% on the log axis from 0.1% (bottom, y = 398) to 100% (top, y = 30)
-    assert float(bound) + 5 == pytest.approx(398 - (398 - 30) * (math.log10(0.25) + 3) / 3, abs=0.2)
-    r["sample"]["best"]["resolved"]["0.01"] = False  # nothing above 0.1% resolved: the trivial bound, 100%
-    (next(tmp_path.glob("entries/coarse-*/results.json"))).write_text(json.dumps(r))
-    rebuild(tmp_path)
-    assert "TPR at most 100.0% (unresolved" in (tmp_path / "index.html").read_text()
+    assert "coarse: accuracy 93.0%, TPR at most 100.0%" in page
 
 
 def test_each_setting_has_its_own_ranked_table_and_figure(results, tmp_path):
@@ -477,31 +468,28 @@ def _md_rows(md: str) -> list[dict[str, str]]:
     return [dict(zip(head, (c.strip() for c in ln.strip("|").split(" | ")))) for ln in lines[1:]]
 
 
-def test_a_beaten_headline_gets_a_mark_and_one_footnote_and_the_strongest_figures_stay_in_the_entry_page(
-        results, tmp_path):
-    r = _variant(results, "popleak", 0.9, 0.2, f"{7:064x}")
-    for lv, tpr, beats in (("population", 0.777, True), ("sample", 0.333, False)):
-        r[lv]["strongest"]["tpr_at_fpr"]["0.001"], r[lv]["strongest"]["resolved"]["0.001"] = tpr, True
-        r[lv]["strongest"]["beats_headline"] = beats
+def test_a_beaten_declared_headline_gets_a_mark_naming_the_comparison_and_one_footnote(results, tmp_path):
+    r = _variant(results, "declares-weak", 0.9, 0.2, f"{7:064x}")
+    top = {"candidate": "sample-mislabeled/rmia:online-noaug", "name": "rmia", "variant": "online-noaug",
+           "access": "black-box", "fpr": 0.05, "tpr": 0.777, "headline_tpr": 0.111, "statistic": 4.0}
+    r["sample"]["figure"]["flag"] = {"flagged": True, "p_value": 0.004, "top": top}
+    r["population"]["figure"]["flag"] = {"flagged": False, "p_value": 0.6, "top": None}
     d = tmp_path / "entries" / entry_id(r)
     d.mkdir(parents=True)
     (d / "results.json").write_text(json.dumps(r))
     rebuild(tmp_path)
     page = (tmp_path / "index.html").read_text()
-    cells = _index_cells(page, "popleak")
-    name = f'{r["population"]["strongest"]["name"]} ({r["population"]["strongest"]["variant"]})'
-    html, _, _ = cells["population TPR"]  # the population headline carries the population level's mark
-    assert 'class="flag" href="#fn-flag"' in html and "77.7%" in html and name in html
-    html, key, tip = cells["strongest sample TPR"]  # the sample level is not flagged: no mark
-    assert html.startswith("33.3%") and key == "0.333000" and "flag" not in html
+    cells = _index_cells(page, "declares-weak")
+    html, _, _ = cells["declared TPR"]  # the declared headline carries the mark, naming the comparison
+    assert 'class="flag" href="#fn-flag"' in html and "rmia (online-noaug) finds 77.7% at 5% FPR" in html
+    assert "where the declared headline finds 11.1% (adjusted p = 0.004" in html
+    html, key, tip = cells["leak TPR"]  # the leak (ranked) has no mark: it does not depend on the declaration
+    assert html.startswith("20.0%") and key == "0.200000" and "flag" not in html
     assert page.count('id="fn-flag"') == 1 and page.count("finds an attack variant that beats") == 1
-    assert "above the headline" not in page  # the mark and its footnote, no repeated warning text
     (row,) = _md_rows((tmp_path / "leaderboard.md").read_text())
-    assert row["strongest population TPR"] == "77.7% ⚠" and row["strongest sample TPR"] == "33.3%"
-    assert row["strongest population attack"] == name
-    assert MD_COLUMNS.index("strongest population TPR") == MD_COLUMNS.index("population TPR") + 1
+    assert row["declared TPR"].endswith(" ⚠") and row["leak TPR"] == "20.0%"
     entry = (d / "index.html").read_text()
-    assert f"77.7% at 0.1% FPR: {name}; beats the headline (headline test)" in entry
+    assert "rmia (online-noaug) finds 77.7% at 5% FPR vs 11.1%, adjusted p = 0.004" in entry
 
 
 def test_models_compute_and_epsilons_are_on_the_entry_page_and_in_the_markdown(site, results):

@@ -374,7 +374,7 @@ def test_lira_neighbour_is_the_papers_splitai_nn_on_the_splitai_signal():
 @pytest.mark.slow
 def test_selena_reports_lira_neighbour_beside_lira_on_near_duplicate_canaries(tmp_path):
     """A tiny SELENA run: lira-neighbour (Split-AI at the neighbour) is a headline candidate, white-box
-    and left out of the strongest figure; lira-neighbour-student (the student there) is reported
+    and left out of the leak; lira-neighbour-student (the student there) is reported
     beside it. Then the same run as an older version left it (no Split-AI signal): the attack phase
     still works, lists lira-neighbour as skipped and takes the headline without it."""
     from harness.audit.headline import SPLIT_AI
@@ -390,9 +390,10 @@ def test_selena_reports_lira_neighbour_beside_lira_on_near_duplicate_canaries(tm
     assert sample["canary"] == "near-duplicates" and sample["headline_attacks"] == ["lira", "lira-neighbour"]
     access = {a["name"]: a["access"] for a in sample["attacks"]}
     assert access == {"lira": "black-box", "lira-neighbour": "white-box", "lira-neighbour-student": "black-box"}
-    assert sample["strongest"]["excluded_attacks"] == {"lira-neighbour": SPLIT_AI}
-    assert not any(c.split("/")[1].startswith("lira-neighbour:") for c in sample["strongest"]["candidates"])
-    assert any(c.split("/")[1].startswith("lira-neighbour-student:") for c in sample["strongest"]["candidates"])
+    leak = sample["figure"]["leak"]
+    assert sample["figure"]["excluded_attacks"] == {"lira-neighbour": SPLIT_AI}
+    assert not any(c.split("/")[1].startswith("lira-neighbour:") for c in leak["labels"])
+    assert any(c.split("/")[1].startswith("lira-neighbour-student:") for c in leak["labels"])
     assert "not applicable" in r["population"]["skipped_attacks"]["lira-neighbour"]
     assert sample["canary_info"]["embedder"] == "pixels"
     design = np.load(run_dir / "sample-near-duplicates" / "design.npz")

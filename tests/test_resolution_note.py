@@ -1,5 +1,6 @@
-"""Before training, a run with too few non-member guesses for a reported FPR says so, and which S
-would resolve it (issue 36, item 8); what it says agrees with what the attack phase then reports."""
+"""Before training, a run with too few non-member guesses for a reported FPR says so, which S would
+resolve it and the FPR the level figures are read at instead (one rule: 3 expected false
+positives); what it says agrees with what the attack phase then reports."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from harness.audit.headline import TEST_MIN_FALSE_POSITIVES, fpr_key
-from harness.audit.resolution import fewest_read_negatives, level_needs, negatives, plan_note, run_needs
+from harness.audit.headline import fpr_key
+from harness.audit.resolution import negatives, plan_note, run_needs
 from harness.cli import app
-from harness.core.design import make_design
+from harness.core.figure import MIN_FALSE_POSITIVES
 from harness.core.metrics import resolvable
 from harness.defense_config import build_config
 from harness.run.runner import plan_run
@@ -26,22 +27,13 @@ def _plan(**overrides):
 
 
 def test_the_models_named_are_the_smallest_that_resolve():
-    cfg, plan, pool, k = _plan(**{"audit.models": 8})  # N_neg = 8 x 100 = 800 < 1000
-    ld = plan.designs[0]
-    (at_01, at_1) = level_needs(cfg, ld.design.membership, ld.canaries.evaluated, pool, k)
-    assert at_1.resolved and at_1.best_of and at_1.tested and at_1.models_resolved is None
-    assert at_01.negatives == 800 and not (at_01.resolved or at_01.best_of or at_01.tested)
-    c, t = 200, 0.001
-    s = at_01.models_resolved
-    assert resolvable(t, negatives(s, c)) and not resolvable(t, negatives(s - 2, c)) and s == 10
-    s = at_01.models_tested
-    assert t * negatives(s, c) >= TEST_MIN_FALSE_POSITIVES > t * negatives(s - 2, c) and s == 30
-
-    def fewest(models: int) -> int:  # the reads of the design `--models S` draws, under the run's partitions
-        return fewest_read_negatives(cfg, make_design(pool, c, models, cfg.seed).membership)
-
-    s = at_01.models_best_of  # more than the 2/t = 2000 guesses (S = 20): the folds' counts differ
-    assert resolvable(t, fewest(s)) and not resolvable(t, fewest(s - 2)) and s > 20
+    cfg, _, _, _ = _plan(**{"audit.models": 8})  # N_neg = 8 x 100 = 800: 0.8 expected false positives at 0.1%
+    at_01, at_1 = run_needs(cfg, 200)
+    assert at_1.resolved and at_1.models is None
+    assert at_01.negatives == 800 and not at_01.resolved
+    c, t, s = 200, 0.001, at_01.models
+    assert t * negatives(s, c) >= MIN_FALSE_POSITIVES > t * negatives(s - 2, c) and s == 30
+    assert resolvable(t, negatives(s, c)) and not resolvable(t, negatives(s - 2, c))
 
 
 def test_a_design_that_resolves_every_reported_fpr_says_nothing():
@@ -58,19 +50,19 @@ def test_the_note_comes_before_training_and_agrees_with_the_results(tmp_path):
     notes = [i for i, e in enumerate(events) if e.kind == "note" and e.message.startswith("S = 6 models")]
     assert len(notes) == 1 and notes[0] < min(i for i, e in enumerate(events) if e.kind == "train")
     note = events[notes[0]].message
-    assert "N_neg = 180" in note and "at 0.1% FPR: TPR unresolved" in note and "--models 34" in note
-    assert "at 1% FPR: cross-fitted best-of figures unresolved" in note and "--models 10)" in note
+    assert "N_neg = 180" in note and "at 0.1% FPR every TPR is unresolved" in note and "--models 100)" in note
+    assert "at 1% FPR every TPR is unresolved" in note and "--models 10)" in note
+    assert "the level figures (leak, declared headline, test) are read at 2% FPR instead" in note
 
-    cfg, plan, pool, k = _plan(**tiny_overrides(**{"run.out": str(tmp_path), "run.level": "population"}))
-    needs = run_needs(cfg, plan.designs, pool, k)
+    cfg, plan, _, _ = _plan(**tiny_overrides(**{"run.out": str(tmp_path), "run.level": "population"}))
+    fewest = min(int(ld.canaries.evaluated.sum()) for ld in plan.designs)
+    needs = run_needs(cfg, fewest)
     res = json.loads((r.path / "results.json").read_text())
     level = res["population"]
-    assert level["strongest"]["estimator"] == "cross-fitted" and level["best"]["estimator"] == "single"
+    assert level["figure"]["fpr"] == 0.02 and level["figure"]["expected_false_positives"] == pytest.approx(3.6)
     for n in needs:
-        assert level["best"]["resolved"][fpr_key(n.fpr)] == n.resolved
-        assert level["strongest"]["resolved"][fpr_key(n.fpr)] == n.best_of
-    assert res["headline_test"]["levels"]["population"]["fprs"] == [n.fpr for n in needs if n.tested]
-    assert [n.resolved for n in needs] == [False, True] and [n.best_of for n in needs] == [False, False]
+        assert level["best"]["resolved"][fpr_key(n.fpr)] == n.resolved == False  # noqa: E712
+    assert res["headline_test"]["levels"]["population"]["fprs"][0] == 0.02
 
 
 @pytest.mark.parametrize("fprs, says", [("[0.001,0.01]", True), ("[0.1]", False)])

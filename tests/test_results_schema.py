@@ -28,7 +28,8 @@ def test_a_real_results_json_passes_and_violations_are_caught(finished_run):
         lambda r: r.__setitem__("undocumented", 1),  # a key docs/results-json.md does not list
         lambda r: r["population"]["best"].__setitem__("access", "grey-box"),
         lambda r: r["population"]["attacks"][0]["tpr_at_fpr"].__setitem__("0.001", "high"),
-        lambda r: r["population"]["strongest"].pop("beats_headline"),
+        lambda r: r["population"]["figure"].pop("leak"),
+        lambda r: r["population"]["figure"]["leak"].__setitem__("estimator", "cross-fitted"),
         lambda r: r["population"]["attacks"][0].__setitem__("auc", 1.5),
     ):
         bad = copy.deepcopy(results)
@@ -54,10 +55,11 @@ def test_tprs_and_their_ci_limits_are_bounded_to_0_1_and_a_nan_ci_passes(finishe
         for mutate in (
             lambda r, v: r["population"]["attacks"][0]["tpr_at_fpr"].__setitem__(k, v),
             lambda r, v: r["population"]["best"]["tpr_at_fpr"].__setitem__(k, v),
-            lambda r, v: r["population"]["strongest"]["tpr_at_fpr"].__setitem__(k, v),
+            lambda r, v: r["population"]["figure"]["leak"].__setitem__("tpr", v),
+            lambda r, v: r["population"]["figure"]["declared"].__setitem__("lower", v),
             lambda r, v: r["population"]["attacks"][0]["tpr_ci"].__setitem__(k, [0.1, v] if v > 1 else [v, 0.1]),
             lambda r, v: r["population"]["best"]["tpr_ci"].__setitem__(k, [0.1, v] if v > 1 else [v, 0.1]),
-            lambda r, v: r["population"]["best"]["tpr_ci_variant"].__setitem__(k, [0.1, v] if v > 1 else [v, 0.1]),
+            lambda r, v: r["population"]["figure"]["declared"].__setitem__("ci", [0.1, v] if v > 1 else [v, 0.1]),
             lambda r, v: r["population"]["attacks"][0]["roc_curve"]["tpr"].__setitem__(-1, v),
             lambda r, v: r.__setitem__("bounds", {"mechanism": "poisson-subsampled gaussian", "sample_rate": 0.01,
                                                   "noise_multiplier": 1.0, "steps": 100, "epsilon": 1.0,
@@ -68,6 +70,6 @@ def test_tprs_and_their_ci_limits_are_bounded_to_0_1_and_a_nan_ci_passes(finishe
             with pytest.raises(jsonschema.ValidationError):
                 check_schema(bad)
     nan = copy.deepcopy(results)  # what a run without a bootstrap writes
-    for rec in (*nan["population"]["attacks"], nan["population"]["best"], nan["population"]["strongest"]):
+    for rec in (*nan["population"]["attacks"], nan["population"]["best"]):
         rec["tpr_ci"] = {f: [float("nan"), float("nan")] for f in rec["tpr_ci"]}
     check_schema(json.loads(json.dumps(nan)))

@@ -362,21 +362,15 @@ def test_leaderboard_skips_and_names_a_broken_results_json(finished_run, tmp_pat
 # --- one headline, marked the same everywhere; unresolved never printed as a number -------------
 
 
-def _entry(name, tpr_head, tpr0, auc):
-    return {"name": name, "variant": "v", "tpr_at_fpr": {"0.0": tpr0, "0.001": tpr_head},
-            "tpr_ci": {"0.0": [0, 1], "0.001": [0, 1]}, "resolved": {"0.0": True, "0.001": True}, "auc": auc}
+def test_a_tie_in_a_figure_goes_to_the_earlier_candidate():
+    """The declared attacks come first in the leak's pool, in run order: equal TPRs at the figure
+    FPR keep the earlier one (no replicates: the plain maximum, which then has no selection to adjust)."""
+    from harness.core.figure import best_of
 
-
-def test_headline_tie_rule_is_tpr_then_tpr_at_zero_then_auc_then_order():
-    from harness.audit.headline import Candidate, select_headline
-
-    cfg = build_config("quick", {"attack.bootstrap": 0})
-    z = np.zeros((2, 2))
-    pick = lambda *es: select_headline([Candidate(e["name"], e, z, z.astype(bool)) for e in es], cfg)["name"]
-    assert pick(_entry("a", 0.2, 0.0, 0.6), _entry("b", 0.3, 0.0, 0.5)) == "b"  # TPR at the headline FPR
-    assert pick(_entry("a", 0.2, 0.0, 0.9), _entry("b", 0.2, 0.1, 0.5)) == "b"  # then TPR at FPR 0
-    assert pick(_entry("a", 0.2, 0.1, 0.6), _entry("b", 0.2, 0.1, 0.7)) == "b"  # then AUC
-    assert pick(_entry("a", 0.2, 0.1, 0.7), _entry("b", 0.2, 0.1, 0.7)) == "a"  # then the earlier attack
+    assert best_of(np.array([0.2, 0.3]), np.zeros((2, 0)), 16, 0.95).source == 1  # the larger TPR
+    assert best_of(np.array([0.3, 0.3, 0.1]), np.zeros((3, 0)), 16, 0.95).source == 0  # a tie: the earlier
+    reps = np.random.default_rng(0).normal(0.3, 0.02, (1, 500))
+    assert best_of(np.array([0.3, 0.3]), np.vstack([reps, reps]), 16, 0.95).source == 0  # twins: the earlier
 
 
 def test_report_tables_and_csv_mark_the_same_headline_and_blank_unresolved(finished_run):
@@ -403,7 +397,7 @@ def test_report_tables_and_csv_mark_the_same_headline_and_blank_unresolved(finis
     assert not pop["best"]["resolved"]["0.001"]
     assert frame["tpr@0.001"].isna().all() and not frame["tpr@0.001_resolved"].any()
     assert frame["tpr@0.001_ci_low"].isna().all()
-    assert summary_frame(results)["tpr@0.001"].isna().all()
+    assert (summary_frame(results)["figure_fpr"] == 0.05).all()  # the figures are read where 3 false positives are
     assert frame["tpr@0.0"].notna().all()  # resolved figures stay
     assert "unresolved" in text and "25.0%" not in text
 

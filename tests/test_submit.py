@@ -276,18 +276,19 @@ def test_unlisted_files_and_links_are_refused(bundle, tmp_path):
     assert "'results.json' is a symlink" in _refusal(_add(link, tmp_path / "site"))
 
 
-def _fake_rerun(run_dir: Path, dst: Path, seed: int, ci: list | None = None) -> Path:
-    """The results.json of a maintainer's re-run with another seed (only its results are read)."""
+def _fake_rerun(run_dir: Path, dst: Path, seed: int, leak: tuple[float, float] | None = None) -> Path:
+    """The results.json of a maintainer's re-run with another seed (only its results are read);
+    ``leak``: its sample-level leak (point, lower bound)."""
     r = json.loads((run_dir / "results.json").read_text())
     r["seed"] = r["config"]["seed"] = seed
-    if ci is not None:
-        r["sample"]["best"]["tpr_ci"]["0.001"] = ci
+    if leak is not None:
+        r["sample"]["figure"]["leak"].update(tpr=leak[0], lower=leak[1])
     dst.mkdir()
     (dst / "results.json").write_text(json.dumps(r))
     return dst
 
 
-def test_verify_refuses_the_entry_own_seed_disjoint_cis_and_a_reused_seed(bundle, run_dir, tmp_path):
+def test_verify_refuses_the_entry_own_seed_a_disagreeing_leak_and_a_reused_seed(bundle, run_dir, tmp_path):
     site = tmp_path / "site"
     assert _add(bundle, site).exit_code == 0
     (entry,) = (site / "entries").iterdir()
@@ -297,10 +298,12 @@ def test_verify_refuses_the_entry_own_seed_disjoint_cis_and_a_reused_seed(bundle
 
     line = _refusal(verify(entry.name, run_dir), "error: not verified:")
     assert "the entry's own seed" in line
-    lo, hi = json.loads((entry / "results.json").read_text())["sample"]["best"]["tpr_ci"]["0.001"]
-    far = [hi + 0.01, hi + 0.02] if hi < 0.9 else [lo - 0.02, lo - 0.01]
+    leak = json.loads((entry / "results.json").read_text())["sample"]["figure"]["leak"]
+    # a re-run whose lower bound lies above the entry's leak: the entry's figure is not reproduced
+    far = (min(1.0, leak["tpr"] + 0.2), min(1.0, leak["tpr"] + 0.1)) if leak["tpr"] < 0.85 else \
+        (max(0.0, leak["lower"] - 0.2), max(0.0, leak["lower"] - 0.3))
     line = _refusal(verify(entry.name, _fake_rerun(run_dir, tmp_path / "far", 8, far)), "error: not verified:")
-    assert "disjoint 95% CIs" in line
+    assert "disagree: one lies below the other's 95% lower bound" in line
     assert json.loads((entry / "entry.json").read_text())["verified"] is False
     res = verify(entry.name, _fake_rerun(run_dir, tmp_path / "ok", 12345))
     assert res.exit_code == 0, res.output

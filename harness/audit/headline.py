@@ -129,7 +129,8 @@ def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, wha
     rec: dict[str, Any] = {
         "tpr": b.point, "lower": None if np.isnan(b.lower) else b.lower, "confidence": cfg.attack.confidence,
         "name": src.entry["name"], "variant": src.entry["variant"], "access": src.entry.get("access", "black-box"),
-        "source": src.label, "candidates": len(cands), "plausible": [cands[i].label for i in b.plausible],
+        "source": src.label, "candidates": len(cands), "labels": [c.label for c in cands],
+        "plausible": [cands[i].label for i in b.plausible],
         "estimator": "single" if len(cands) == 1 else "best-of",
     }
     if len(cands) == 1 and src.samples is not None and cfg.attack.bootstrap > 0:
