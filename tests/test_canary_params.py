@@ -77,7 +77,14 @@ def test_the_paper_preset_reads_the_papers_ood_file_from_the_data_folder(tmp_pat
                         np.zeros(2, np.int64), 10, (0.5,) * 3, (0.2,) * 3, AugmentSpec(True, 4))
     with pytest.raises(ConfigError, match="ood_imagenet_samples.pt.*data.download is false"):
         build_level(cfg, data, "sample-ood", "ood")
+    # another file under the paper's name is refused before any training (its MD5 is not the paper's)
     torch.save(torch.full((4, 3, 32, 32), 9, dtype=torch.uint8), tmp_path / "ood_imagenet_samples.pt")
+    with pytest.raises(ConfigError, match="is not the paper's ood_imagenet_samples.pt"):
+        build_level(cfg, data, "sample-ood", "ood")
+    # ... named as the source, it is read
+    cfg = build_config("paper", {"defense": "dpsgd-medium", "data.path": str(tmp_path), "audit.size": 4,
+                                 "audit.models": 6, "audit.population_samples": 0, "data.download": False,
+                                 "audit.canary_params.ood.source": str(tmp_path / "ood_imagenet_samples.pt")})
     ld = build_level(cfg, data, "sample-ood", "ood")
     assert (ld.canaries.x == 9).all() and ld.canary_info["source"].endswith("ood_imagenet_samples.pt")
 
