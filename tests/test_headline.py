@@ -178,3 +178,38 @@ def test_the_best_of_equal_candidates_is_not_inflated_where_the_plain_maximum_is
     assert np.mean(maximum) > 1.1 * truth, (np.mean(maximum), truth)
     assert abs(np.mean(point) / truth - 1) < 0.06, (np.mean(point), truth)
     assert np.mean(below) >= 0.9, np.mean(below)
+
+
+def test_spa_p_value_by_hand():
+    """Two hypotheses, 6 replicates, n = 16 units: T_k = d_k / sd(d*_k) taken with the unbiased
+    standard deviation (x sqrt(15/16)); the null re-centres d* at its own mean for hypotheses above
+    Hansen's threshold and keeps the others' observed mean; its maximum gets t_15 tails."""
+    from scipy.stats import t as student_t
+
+    from harness.core.spa import recentring_threshold, spa_test
+
+    d = np.array([0.2, -1.0])
+    reps = np.array([[0.1, 0.3, 0.2, 0.2, 0.15, 0.25], [-1.0, -1.2, -0.8, -1.0, -0.9, -1.1]])
+    res = spa_test(d, reps, num_units=16)
+    w = reps.std(axis=1)
+    scale = np.sqrt(15 / 16)
+    assert res.statistic == pytest.approx(0.2 / w[0] * scale)
+    assert recentring_threshold(16) == pytest.approx(-np.sqrt(2 * np.log(np.log(16))))
+    assert -1.0 / w[1] < recentring_threshold(16)  # the second keeps its negative mean
+    z = np.stack([(reps[0] - reps[0].mean()) / w[0], (reps[1] - reps[1].mean() + d[1]) / w[1]])
+    null = np.maximum(0, student_t.ppf(norm.cdf(np.maximum(0, z.max(axis=0))), 15))
+    assert res.p_value == pytest.approx(np.mean(null >= 0.2 / w[0] * scale))
+    # no positive difference: nothing to reject
+    assert spa_test(np.array([-0.1]), np.array([[-0.1, 0.0, -0.2]]), 16).p_value == 1.0
+
+
+def test_a_gap_the_bootstrap_cannot_spread_is_untestable_not_proof():
+    """A comparison whose replicates do not vary, or put over half of them on one value (a TPR pinned
+    at 0 or 1, a tie group at the operating point), is left out: never p = 0."""
+    from harness.core.spa import spa_test
+
+    flat = spa_test(np.array([0.1]), np.array([[0.1, 0.1, 0.1, 0.1]]), 16)
+    assert flat.p_value == 1.0 and flat.untestable.tolist() == [True]
+    mass = np.r_[np.zeros(60), np.linspace(0.01, 0.3, 40)]  # 60% of the replicates exactly 0
+    res = spa_test(np.array([0.2, 0.05]), np.stack([mass, np.linspace(-0.1, 0.2, 100)]), 16)
+    assert res.untestable.tolist() == [True, False] and np.isnan(res.t_stats[0])
