@@ -285,7 +285,7 @@ class LiRANeighbour(LiRA):
     (``online-{logit|hinge}-noaug-{persample|global}``); primary ``online-logit-noaug-persample``,
     the paper's ``splitai_nn_lira_logit``. Needs the ``splitai_query`` access (SELENA only), which
     the deployed student does not serve: a headline attack of SELENA (declared, as in the paper),
-    left out of the strongest figure. It applies to experiments whose canaries have neighbours only."""
+    left out of the leak. It applies to experiments whose canaries have neighbours only."""
 
     name = "lira-neighbour"
     description = ("the paper's splitai_nn: LiRA on SELENA's Split-AI answer at each canary's near-duplicate, "

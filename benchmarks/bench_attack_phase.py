@@ -1,6 +1,6 @@
 """The whole attack phase at population scale: ``harness attack RUN_DIR`` on a synthetic run directory
 of S models x C audit samples x A query views x K classes (the paper preset's attacks: LiRA, RMIA and
-the global threshold, 14 variants; metrics, 1000 bootstrap replicates, cross-fitted figures, the
+the global threshold, 14 variants; metrics, 1000 bootstrap replicates, the level figures, the
 headline test, both epsilon lower bounds, results.json, the CSVs and the ROC files).
 
     python benchmarks/bench_attack_phase.py [--models 16 32 64] [--samples 5000 20000 50000]

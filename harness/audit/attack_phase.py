@@ -313,9 +313,11 @@ def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
 
 
 def strongest_pool(candidates: list[Candidate], others: list[Candidate], excluded: dict[str, str]) -> list[Candidate]:
-    """The leak's candidates: the declared headline's (first, so that a tie keeps the headline's),
-    but attacks on outputs the deployed model does not serve, then every other variant."""
-    return [c for c in candidates if c.entry["name"] not in excluded] + others
+    """The leak's candidates: every variant that ran on what the deployed model serves (the declared
+    headline's but attacks on outputs the deployed model does not serve, and every other variant), in
+    one canonical order (by label), so that nothing about the leak, its source in a tie included,
+    depends on which attacks the defense declares."""
+    return sorted([c for c in candidates if c.entry["name"] not in excluded] + others, key=lambda c: c.label)
 
 
 @dataclass(frozen=True)
@@ -323,7 +325,7 @@ class LevelEvaluation:
     result: dict[str, Any]
     curves: dict[tuple[str, str], AttackMetrics]
     candidates: list[Candidate]  # the headline's: primary variants of the headline attacks
-    others: list[Candidate]  # every other variant in the strongest figure's pool
+    others: list[Candidate]  # every other served variant in the leak's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
     one_runs: list[tuple[str, dict[str, Any]]]  # each served primary variant's one-run bound at the family's error
 

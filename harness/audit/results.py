@@ -1,8 +1,8 @@
 """A finished run's results, for notebooks and scripts: :class:`Results`.
 
 It wraps ``RUN_DIR/results.json`` (docs/results-json.md; the raw dict is :attr:`Results.data`)
-with views of what a reader wants first: the headline and the strongest figure of each level
-(:class:`Figure`), the per-attack table and the one-row-per-level summary as pandas DataFrames,
+with views of what a reader wants first: each level's figure, the leak (ranked) and the declared
+headline (:class:`Figure`), the per-attack table and the one-row-per-level summary as pandas DataFrames,
 the ROC curves as arrays, the bounds, the ratio and the warnings.
 """
 
@@ -231,7 +231,7 @@ class Results:
 
     @property
     def summary(self) -> pd.DataFrame:
-        """One row per level: headline, strongest figure, CIs, AUC, epsilon bounds (table.csv's columns)."""
+        """One row per level: the declared headline, the leak, their bounds, AUC, epsilon bounds (table.csv's columns)."""
         from harness.audit.report import summary_frame
 
         return summary_frame(self.data)

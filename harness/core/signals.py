@@ -20,7 +20,7 @@ SignalFn = Callable[[Any, np.ndarray, AugmentSpec, int], "np.ndarray | None"]
 CONTRASTIVE_REPETITIONS = 6
 
 #: the served-model accesses (``Signal.requires``) that the deployed model does not serve to the
-#: public, each with why an attack that reads one is left out of the strongest figure
+#: public, each with why an attack that reads one is left out of the leak
 #: (:mod:`harness.audit.headline`; ``excluded_attacks`` in results.json)
 NOT_SERVED = {
     "raw_query": "reads the outputs before the defense's test-time step (raw_query), which the deployed model "

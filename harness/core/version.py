@@ -7,7 +7,7 @@ from importlib.metadata import PackageNotFoundError, version
 try:
     __version__ = version("privacy-harness")
 except PackageNotFoundError:  # running from a source tree that is not installed
-    __version__ = "0.3.0"
+    __version__ = "0.4.0"
 
 #: The version of the code that trains the models: part of every run fingerprint
 #: (:func:`harness.run.runner.run_fingerprint`) and recorded in each run's manifest (``models_version``).
