@@ -89,22 +89,28 @@ def power(sims: int) -> None:
               f"{100 * r.rate:.1f}% {_wilson(r.rate, sims)} |", flush=True)
 
 
-def coverages(sims: int) -> None:
+def coverages(sims: int, widening: float = 1.0, rows: tuple[tuple[int, int], ...] = ()) -> None:
+    """``widening`` c: the intervals' threshold factor sqrt(1 + c/k) in place of the harness's c = 1
+    (:func:`harness.core.figure.threshold_factor`), to see what a wider rule would cover."""
+    import harness.core.figure as figure
+
+    if widening != 1.0:
+        figure.threshold_factor = lambda k: 1.0 if not k else float(np.sqrt(1 + widening / max(float(k), 1.0)))
+        print(f"\n(threshold factor sqrt(1 + {widening:g}/k), not the harness's sqrt(1 + 1/k))")
     cfg = build_config("quick", {"attack.bootstrap": 400, "attack.fprs": [0.001, 0.002, 0.005, 0.01, 0.02]})
     print(f"\n## 3. Coverage at the figure FPR ({sims} simulations per row, 400 bootstrap replicates; 8 equally "
           "strong variants)\n")
     print("| S x C | figure FPR | truth | declared mean | declared 95% CI covers (truth below it) | paper reading's "
           "percentile CI covers | leak point mean | leak 95% lower bound holds | ratio 95% CI covers (runs with a ratio) |")
     print("|---|---|---|---|---|---|---|---|---|")
-    for s in (16, 32, 64):
-        for c in (50, 200):
-            seed = s * 7 + c
-            cv = coverage(cfg, sims, models=s, samples=c, variants=Variants((1.0,) * 8), seed=seed)
-            rc = ratio_coverage(cfg, sims, models=s, samples=c, seed=seed)
-            print(f"| {s} x {c} | {100 * cv.fpr:g}% | {100 * cv.rows['truth_declared']:.1f}% | "
-                  f"{100 * cv.declared_mean:.1f}% | {100 * cv.declared_covers:.1f}% ({100 * cv.declared_below:.1f}%) | "
-                  f"{100 * cv.old_covers:.1f}% | {100 * cv.leak_mean:.1f}% (truth {100 * cv.truth:.1f}%) | "
-                  f"{100 * cv.leak_lower_covers:.1f}% | {100 * rc[0]:.1f}% ({rc[3]}) |", flush=True)
+    for s, c in rows or tuple((s, c) for s in (16, 32, 64) for c in (50, 200)):
+        seed = s * 7 + c
+        cv = coverage(cfg, sims, models=s, samples=c, variants=Variants((1.0,) * 8), seed=seed)
+        rc = ratio_coverage(cfg, sims, models=s, samples=c, seed=seed)
+        print(f"| {s} x {c} | {100 * cv.fpr:g}% | {100 * cv.rows['truth_declared']:.1f}% | "
+              f"{100 * cv.declared_mean:.1f}% | {100 * cv.declared_covers:.1f}% ({100 * cv.declared_below:.1f}%) | "
+              f"{100 * cv.old_covers:.1f}% | {100 * cv.leak_mean:.1f}% (truth {100 * cv.truth:.1f}%) | "
+              f"{100 * cv.leak_lower_covers:.1f}% | {100 * rc[0]:.1f}% ({rc[3]}) |", flush=True)
 
 
 def runs(out: Path, seeds: int) -> None:
@@ -148,6 +154,9 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("runs/headline"))
     ap.add_argument("--parts", default="size,power,coverage,runs", help="which parts: size, power, coverage, runs")
+    ap.add_argument("--threshold-widening", type=float, default=1.0,
+                    help="coverage part: the threshold factor sqrt(1 + c/k) with this c (the harness: 1)")
+    ap.add_argument("--rows", default="", help="coverage part: S x C rows, e.g. 64x200,16x50 (default: all six)")
     a = ap.parse_args()
     parts = set(a.parts.split(","))
     t0 = time.time()
@@ -156,7 +165,8 @@ def main() -> None:
     if "power" in parts:
         power(a.power_sims)
     if "coverage" in parts:
-        coverages(a.cover_sims)
+        rows = tuple(tuple(int(v) for v in r.split("x")) for r in a.rows.split(",") if r)
+        coverages(a.cover_sims, a.threshold_widening, rows)
     if "runs" in parts:
         runs(a.out, a.seeds)
     print(f"\n({time.time() - t0:.0f} s)")
