@@ -408,7 +408,7 @@ def audit_dp_one_run(defense: str, preset: str = "quick", overrides: dict[str, A
     from harness.audit.dp_one_run import OneRunSpec, audit, check_overrides, plan as plan_audit
     from harness.core.atomic import atomic_write_bytes
     from harness.core.install_check import check_torch_builds
-    from leaderboard.bracket import one_run_page
+    from leaderboard.one_run_page import one_run_page
 
     emit = _emitter(progress)
     check_torch_builds()

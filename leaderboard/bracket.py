@@ -9,7 +9,8 @@
 - :func:`bracket_table`: every bound with its confidence, what it assumes, its paper and
   "claimed / this" for the PLD and the accountant's epsilon; the best lower bound and the ratio.
 - :func:`bracket_section`: both, for the run's page and the leaderboard entry
-  (:func:`leaderboard.site.entry_html`); :func:`one_run_page`: the page of ``harness audit-one-run``.
+  (:func:`leaderboard.site.entry_html`) and the page of ``harness audit-one-run``
+  (:func:`leaderboard.one_run_page.one_run_page`).
 """
 
 from __future__ import annotations
@@ -127,27 +128,3 @@ def bracket_section(bracket: dict[str, Any] | None) -> str:
             "proves at 95% confidence, each bound named with what it assumes (docs/bounds.md, The audit bracket).")
     return (f'<h2>Audit bracket</h2><p class="muted">{escape(note)}</p><div class="plots">'
             f"{bracket_svg(bracket, title)}</div>{bracket_table(bracket)}")
-
-
-def one_run_page(result: dict[str, Any]) -> str:
-    """The self-contained page of one ``harness audit-one-run`` DP audit: the bracket, the design and
-    the config."""
-    from harness.core import jsonio
-    from leaderboard.site import _page
-
-    spec = result["spec"]
-    tgt = result["target"]
-    facts = {
-        "defense": f"{result['defense']} ({result['dataset']}/{result['preset']})",
-        "design": (f"{spec['canaries']} {spec['canary']} canaries of the {result['pool_size']}-sample pool, each in the "
-                   f"target's training set with probability 1/2 ({result['bracket']['attack']['members']} were)"),
-        "attack": (f"{result['bracket']['attack']['variant']}" + (f", {spec['shadows']} shadow models"
-                                                                 if spec["shadows"] else ", no shadow model")),
-        "target's test accuracy": f"{100 * tgt['test_accuracy']:.1f}% ({tgt['train_size']} training samples)",
-        "seed": str(result["seed"]),
-    }
-    rows = "".join(f'<tr><th class="name">{escape(k)}</th><td class="wrap">{escape(v)}</td></tr>' for k, v in facts.items())
-    title = f"audit-one-run: {result['defense']} ({result['dataset']}/{result['preset']})"
-    return _page(title, f"""<h1>{escape(title)}</h1><p><a href="result.json" download>download result.json</a></p>
-<table class="summary">{rows}</table>{bracket_section(result['bracket'])}
-<h2>Config</h2><pre>{escape(jsonio.dumps(result.get('config', {}), indent=2, sort_keys=True))}</pre>""")

@@ -37,6 +37,7 @@ from harness.run.runstore import atomic_write_bytes
 from harness.core.registry import is_file_reference
 from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
                                strip_paths, to_markdown)
+from leaderboard.bracket import bracket_section
 from leaderboard.plots import Point, privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -564,7 +565,7 @@ adaptive attacks (declared before any result); strongest: the best of every atta
 served outputs; a best of several is cross-fitted over victim models (chosen on one half, measured on the other;
 "optimistic max": the plain maximum, biased upward by the choice); each CI resamples the whole procedure.
 &#9888;: the headline test (Hansen's SPA) finds a variant that beats the headline.</p>{_figures_table(results, targets)}
-<div class="plots">{''.join(figures)}</div>
+<div class="plots">{''.join(figures)}</div>{bracket_section(results.get("bracket"))}
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's headline; 95% CIs from a bootstrap
 over victim models; "unresolved": the FPR is below 1 / (number of negative guesses).</p>{''.join(tables)}
 <h2>Provenance</h2><table>{prov_rows}</table>

@@ -38,7 +38,7 @@ def bracket_rows(bracket: dict[str, Any]) -> list[dict[str, str]]:
     if claimed.get("epsilon_rdp") is not None:
         rows.append({"side": "claimed", "bound": f"accountant ({claimed.get('accountant', 'rdp')}, Opacus)",
                      "epsilon": _eps(claimed["epsilon_rdp"]), "mu": "-", "confidence": "proof",
-                     "assumes": f"the DP-SGD analysis; δ = {claimed.get('accountant_delta', d)}", "ratio_pld": "",
+                     "assumes": f"the DP-SGD analysis; δ = {delta_text(claimed.get('accountant_delta') or bracket['delta'])}", "ratio_pld": "",
                      "ratio_rdp": ""})
     if claimed.get("epsilon_pld") is not None:
         rows.append({"side": "claimed", "bound": "PLD of the same mechanism (tight)", "epsilon": _eps(claimed["epsilon_pld"]),

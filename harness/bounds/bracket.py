@@ -88,10 +88,11 @@ def build_bracket(*, claimed: dict[str, Any], one_run: dict[str, Any], gdp: dict
     }
 
 
-def claimed_record(privacy: dict[str, Any], delta: float) -> dict[str, Any] | None:
+def claimed_record(privacy: dict[str, Any], delta: float, sgm: Any = None) -> dict[str, Any] | None:
     """The upper side from a DP-SGD model's privacy record (defense_info: epsilon, accountant,
     sample_rate, noise_multiplier, steps, delta): the accountant's epsilon, the PLD epsilon at
-    ``delta`` and the provable curve; None where the record is not a Poisson-subsampled Gaussian's."""
+    ``delta`` and the provable curve; None where the record is not a Poisson-subsampled Gaussian's.
+    ``sgm``: the mechanism's :class:`~harness.bounds.sgm.SgmBound`, when the caller has it."""
     from harness.bounds.sgm import SgmBound
 
     try:
@@ -100,7 +101,7 @@ def claimed_record(privacy: dict[str, Any], delta: float) -> dict[str, Any] | No
         return None
     if not (0 < q <= 1 and z > 0 and t >= 1):
         return None
-    b = SgmBound.compute(q, z, t)
+    b = sgm if sgm is not None else SgmBound.compute(q, z, t)
     rdp = privacy.get("epsilon")
     return {
         "epsilon_rdp": None if rdp is None else float(rdp),
