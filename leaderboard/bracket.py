@@ -24,6 +24,8 @@ import numpy as np
 from harness.audit.bracket_text import _eps, bracket_rows, delta_text, summary_line, tpr_points
 from leaderboard.plots import LOG_MIN, _label, _log_pos, _points
 
+#: legend names of the lower bounds
+SHORT_LEGEND = {"steinke": "Steinke et al.", "fdp": "f-DP (one run)", "gdp": "GDP reading"}
 #: colours: attack, provable bound, Steinke, f-DP, GDP reading
 COLOURS = {"roc": "#1f77b4", "upper": "#222222", "steinke": "#d62728", "fdp": "#2ca02c", "gdp": "#ff7f0e"}
 
@@ -39,15 +41,15 @@ def lower_curves(bracket: dict[str, Any], fprs: np.ndarray) -> list[tuple[str, s
             continue
         if lb.get("mu") is not None:
             tpr = blow_up(fprs, float(lb["mu"]))
-            label = f"{lb['name']}: μ ≥ {float(lb['mu']):.3g}"
+            label = f"{SHORT_LEGEND[lb['key']]}: μ ≥ {float(lb['mu']):.3g}"
         else:
             tpr = np.minimum(1.0, np.exp(min(float(lb["epsilon"]), 700.0)) * fprs + delta)
-            label = f"{lb['name']}: ε ≥ {_eps(lb['epsilon'])}"
+            label = f"{SHORT_LEGEND[lb['key']]}: ε ≥ {_eps(lb['epsilon'])}"
         out.append((lb["key"], label, np.asarray(tpr, dtype=np.float64)))
     return out
 
 
-def bracket_svg(bracket: dict[str, Any], title: str, width: int = 620, height: int = 440) -> str:
+def bracket_svg(bracket: dict[str, Any], title: str, width: int = 660, height: int = 440) -> str:
     """The bracket's figure (module docstring); every label escaped."""
     left, right, top, bottom = 60, width - 250, 30, height - 45
     fprs = np.logspace(math.log10(LOG_MIN), 0, 61)
@@ -80,11 +82,11 @@ def bracket_svg(bracket: dict[str, Any], title: str, width: int = 620, height: i
     claimed = bracket.get("claimed") or {}
     if claimed.get("tpr_curve"):
         c = claimed["tpr_curve"]
-        curve(f"provable TPR ≤ (claimed mechanism, ε {_eps(claimed.get('epsilon_pld'))})", c["fpr"], c["tpr"],
+        curve(f"provable TPR ≤ (PLD ε {_eps(claimed.get('epsilon_pld'))})", c["fpr"], c["tpr"],
               COLOURS["upper"], "", 2.0)
     roc = bracket["attack"]["roc"]
     att = bracket["attack"]
-    curve(f"attack ROC: {att.get('variant', att.get('name'))}", roc["fpr"], roc["tpr"], COLOURS["roc"], "", 1.8)
+    curve(f"attack: {att.get('variant', att.get('name'))}", roc["fpr"], roc["tpr"], COLOURS["roc"], "", 1.8)
     for key, label, tpr in lower_curves(bracket, fprs):
         curve(label, fprs, tpr, COLOURS[key], "2 2" if key == "steinke" else "6 3", 1.4)
     for i, (label, colour, dash) in enumerate(legend):
@@ -93,7 +95,7 @@ def bracket_svg(bracket: dict[str, Any], title: str, width: int = 620, height: i
         parts.append(f'<line x1="{right + 10}" y1="{ly - 4}" x2="{right + 30}" y2="{ly - 4}" stroke="{colour}" '
                      f'stroke-width="2"{d}/>')
         parts.append(f'<text x="{right + 34}" y="{ly}" font-size="10"><title>{escape(label, quote=True)}</title>'
-                     f'{_label(label, 36)}</text>')
+                     f'{_label(label, 40)}</text>')
     ly = top + 12 + 16 * len(legend) + 6
     parts.append(f'<text x="{right + 10}" y="{ly}" font-size="9" fill="#666">dashed/dotted: the mechanism each</text>')
     parts.append(f'<text x="{right + 10}" y="{ly + 11}" font-size="9" fill="#666">lower bound rules out</text>')
@@ -106,7 +108,7 @@ def bracket_table(bracket: dict[str, Any]) -> str:
     bound at 0.1%, 1% and 10% FPR."""
     heads = ("side", "bound", f"ε (δ = {delta_text(bracket['delta'])})", "μ (GDP)", "confidence", "valid under",
              "claimed PLD ε / this", "accountant's ε / this")
-    cls = {"side": ' class="name"', "bound": ' class="name"', "assumes": ' class="wrap"'}
+    cls = {"side": ' class="name"', "bound": ' class="wrap"', "assumes": ' class="wrap"'}
     head = "".join(f"<th{cls['side'] if i < 2 else ''}>{escape(h)}</th>" for i, h in enumerate(heads))
     keys = ("side", "bound", "epsilon", "mu", "confidence", "assumes", "ratio_pld", "ratio_rdp")
     body = "".join("<tr>" + "".join(f"<td{cls.get(k, '')}>{escape(r[k])}</td>" for k in keys) + "</tr>"

@@ -65,7 +65,7 @@ def test_fdp_rejects_an_interval_of_mu_and_only_with_evidence():
 
 
 def test_the_fdp_bound_is_tighter_than_steinke_on_the_same_guesses():
-    # the paper's point (Mahloujifar et al. 2025, sec. 6): the same counts read through the Gaussian
+    # the paper's point (Mahloujifar et al. 2025): the same counts read through the Gaussian
     # curve rule out a larger epsilon than Steinke et al.'s (eps, delta) analysis
     for r, v in ((100, 100), (200, 180), (1000, 700)):
         mu = gdp_mu_lower(1000, [r], [v], 0.05)[0]
@@ -187,8 +187,8 @@ def test_tiny_dpsgd_one_run_audit_stays_below_the_accountant(tmp_path):
                                    "--set", "defense_params.noise_multiplier=0.05", *TINY])
     assert res.exit_code == 0, res.output
     out = " ".join(res.output.split())
-    for words in ("DP audit bracket", "accountant (rdp, Opacus)", "PLD of the same mechanism", "one-run ε, Steinke",
-                  "one-run f-DP μ", "GDP reading of the ROC", "provable ≤", "Claimed / best lower bound"):
+    for words in ("DP audit bracket", "accountant (rdp)", "PLD, same mechanism", "one-run ε (Steinke",
+                  "one-run f-DP (Mahloujifar", "GDP reading (Nasr", "provable ≤", "Claimed / best lower bound"):
         assert words in out, words
     (folder,) = tmp_path.glob("audit-one-run-dpsgd-medium-quick-*")
     r = json.loads((folder / "result.json").read_text())

@@ -36,12 +36,12 @@ def bracket_rows(bracket: dict[str, Any]) -> list[dict[str, str]]:
     d = delta_text(bracket["delta"])
     rows = []
     if claimed.get("epsilon_rdp") is not None:
-        rows.append({"side": "claimed", "bound": f"accountant ({claimed.get('accountant', 'rdp')}, Opacus)",
+        rows.append({"side": "claimed", "bound": f"accountant ({claimed.get('accountant', 'rdp')})",
                      "epsilon": _eps(claimed["epsilon_rdp"]), "mu": "-", "confidence": "proof",
                      "assumes": f"the DP-SGD analysis; δ = {delta_text(claimed.get('accountant_delta') or bracket['delta'])}", "ratio_pld": "",
                      "ratio_rdp": ""})
     if claimed.get("epsilon_pld") is not None:
-        rows.append({"side": "claimed", "bound": "PLD of the same mechanism (tight)", "epsilon": _eps(claimed["epsilon_pld"]),
+        rows.append({"side": "claimed", "bound": "PLD, same mechanism (tight)", "epsilon": _eps(claimed["epsilon_pld"]),
                      "mu": "-", "confidence": "proof",
                      "assumes": (f"Poisson-subsampled Gaussian, q {claimed['sample_rate']:.4g}, noise "
                                  f"{claimed['noise_multiplier']:g}, {claimed['steps']} steps; δ = {d}"),
@@ -84,8 +84,8 @@ def summary_line(bracket: dict[str, Any]) -> str:
 
 
 #: short names of the rows in the terminal table
-SHORT = {"steinke": "one-run ε, Steinke et al. 2023", "fdp": "one-run f-DP μ, Mahloujifar et al. 2025",
-         "gdp": "GDP reading of the ROC, Nasr et al. 2023"}
+SHORT = {"steinke": "one-run ε (Steinke et al. 2023)", "fdp": "one-run f-DP (Mahloujifar+ 2025)",
+         "gdp": "GDP reading (Nasr et al. 2023)"}
 
 
 def print_bracket(console: Any, bracket: dict[str, Any], title: str) -> None:
@@ -96,7 +96,7 @@ def print_bracket(console: Any, bracket: dict[str, Any], title: str) -> None:
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
     for col, just in (("", "left"), ("bound", "left"), (f"ε (δ={delta_text(bracket['delta'])})", "right"), ("μ", "right"),
-                      ("conf.", "right"), ("claimed ε / this", "right")):
+                      ("conf.", "right"), ("PLD ε / this", "right")):
         table.add_column(col, justify=just)
     rows = bracket_rows(bracket)
     lows = [lb for lb in bracket["lower"]]

@@ -1,8 +1,8 @@
 """The one-run canary design for DP audits (``harness audit-one-run`` on a DP-SGD defense; docs/bounds.md,
 "The audit bracket").
 
-The design the one-run theorems assume (Steinke, Nasr and Jagielski 2023, section 3; Mahloujifar,
-Melis and Chaudhuri 2025, section 3): m canaries, each **included independently with probability 1/2**
+The design the one-run theorems assume (Steinke, Nasr and Jagielski 2023, Theorem 3.3; Mahloujifar,
+Melis and Chaudhuri 2025): m canaries, each **included independently with probability 1/2**
 in ONE model's training set (the target), that model trained once, its canaries guessed, and the
 guesses turned into lower bounds.
 

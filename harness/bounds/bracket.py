@@ -30,9 +30,9 @@ CURVE_FPRS = tuple(float(f) for f in np.logspace(-5, 0, 26))
 LOWER_BOUNDS = {
     "steinke": ("one-run ε (Steinke et al.)", "Steinke, Nasr, Jagielski, NeurIPS 2023, Thm 3.3 + Prop. 5.7",
                 "one training run, any dependence between the guesses; bounds the trainer's (ε, δ)"),
-    "fdp": ("one-run f-DP μ (Mahloujifar et al.)", "Mahloujifar, Melis, Chaudhuri, ICML 2025, sec. 4-5",
+    "fdp": ("one-run f-DP μ (Mahloujifar et al.)", "Mahloujifar, Melis, Chaudhuri, ICML 2025 (arXiv 2410.22235)",
             "one training run, any dependence between the guesses; bounds the Gaussian μ (ε: that of μ-GDP)"),
-    "gdp": ("GDP reading of the ROC (Nasr et al.)", "Nasr et al., USENIX Security 2023, sec. 4",
+    "gdp": ("GDP reading of the ROC (Nasr et al.)", "Nasr et al., USENIX Security 2023 (GDP reading)",
             "Clopper-Pearson on FPR and FNR, threshold choice corrected; treats the guesses as independent trials "
             "(ε: that of μ-GDP)"),
 }

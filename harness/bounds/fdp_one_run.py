@@ -2,11 +2,13 @@
 Run", ICML 2025, arXiv 2410.22235), for the Gaussian-DP family, beside Steinke, Nasr and Jagielski's
 epsilon (:mod:`harness.bounds.one_run`) for the same guesses.
 
-**Setting** (their section 3, the game of Steinke et al.): m canaries, each included in the training
+**Setting** (the game of Steinke et al., which the paper generalizes): m canaries, each included in the training
 set independently with probability 1/2; one model is trained; the auditor makes r guesses
 ("member" / "non-member") and abstains on the other m - r; W of the r guesses are correct.
 
-**The bound** (their section 4; the recursion of their numerical procedure, section 5). For a mechanism
+**The bound** (the paper's main theorem for guesses with abstention, and the recursion of its numerical
+procedure; section numbers are not cited here: only the paper's first page and the authors' code
+could be read where this was written, docs/bounds.md). For a mechanism
 that is f-DP with respect to each canary, write B(x) = 1 - f(x) (the "blow-up function": the largest
 probability of an event under one neighbour when it has probability x under the other; for mu-GDP
 B(x) = Phi(Phi^-1(x) + mu), :func:`harness.bounds.gdp.blow_up`). For canary i and any event E that

@@ -9,7 +9,7 @@ the trade-off of N(0, 1) vs N(mu, 1),
 
 for every threshold of every attack; the curve is symmetric, so the complementary test gives the
 same condition. Equivalently TPR <= Phi(Phi^-1(FPR) + mu) = :func:`blow_up` (FPR), the "blow-up
-function" B = 1 - G_mu of Mahloujifar, Melis and Chaudhuri (ICML 2025, section 3).
+function" B = 1 - G_mu of Mahloujifar, Melis and Chaudhuri (ICML 2025).
 
 **(epsilon, delta) of mu-GDP** (Dong et al., Corollary 2.13; Balle and Wang 2018, Theorem 8): mu-GDP
 implies (eps, delta(eps))-DP for every eps >= 0 with
@@ -24,8 +24,8 @@ report it. Only Steinke et al.'s bound (:mod:`harness.bounds.one_run`) is a lowe
 trainer's (eps, delta) itself.
 
 **The GDP reading of a ROC** (Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Choquette-Choo and
-Carlini, "Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023,
-section 4 "auditing with GDP"): at a threshold with FP false positives out of N non-members and FN
+Carlini, "Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023, which
+reads its audits' (FPR, FNR) through the GDP trade-off curve): at a threshold with FP false positives out of N non-members and FN
 false negatives out of P members, Clopper-Pearson upper limits FPR_hi and FNR_hi give, by the
 condition above,
 
@@ -71,8 +71,8 @@ def tradeoff(fpr: float | np.ndarray, mu: float) -> float | np.ndarray:
 
 
 def blow_up(x: float | np.ndarray, mu: float | np.ndarray) -> np.ndarray:
-    """B(x) = 1 - G_mu(x) = Phi(Phi^-1(x) + mu): the largest TPR at FPR x (Mahloujifar et al. 2025,
-    section 3, "blow-up function")."""
+    """B(x) = 1 - G_mu(x) = Phi(Phi^-1(x) + mu): the largest TPR at FPR x (Mahloujifar et al. 2025's
+    "blow-up function")."""
     return ndtr(ndtri(np.clip(x, 0.0, 1.0)) + mu)
 
 

@@ -69,8 +69,7 @@ def audit_one_run(
 ) -> None:
     """One trained model: the DP audit bracket from m canaries (membership design, DP-SGD) or the
     label-flip memorization game (Malek et al. 2021, Game 3): epsilon lower bounds from one run."""
-    with guard(debug, interrupted="finished models are kept in the audit folder; the same command resumes"
-               if design != "label-flip" else "nothing was saved"):
+    with guard(debug, interrupted="nothing was saved"):
         from harness.api import audit_dp_one_run, audit_one_run as play  # inside the guard: Ctrl-C while it loads
         from harness.core.errors import ConfigError
 
@@ -83,7 +82,8 @@ def audit_one_run(
             _refuse(("--tau", bool(tau)), ("--game", game != "weighted"), design="membership")
             from harness.cli.common import ProgressView
 
-            with ProgressView() as view:
+            with guard(debug, interrupted="every finished model is kept in the audit's folder; the same command "
+                       "resumes"), ProgressView() as view:
                 res, folder = audit_dp_one_run(defense, preset, overrides, canaries=canaries or 1000, canary=canary,
                                                shadows=shadows, attack=attack, confidence=confidence,
                                                gdp_correction=gdp_correction, wait=wait, progress=view)
