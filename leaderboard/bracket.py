@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from harness.audit.bracket_text import _eps, bracket_rows, delta_text, summary_line, tpr_points
-from leaderboard.plots import LOG_MIN, _label, _log_pos, _points
+from leaderboard.plots import LOG_MIN, _label, _points, roc_axes
 
 #: legend names of the lower bounds
 SHORT_LEGEND = {"steinke": "Steinke et al.", "fdp": "f-DP (one run)", "gdp": "GDP reading"}
@@ -57,19 +57,7 @@ def bracket_svg(bracket: dict[str, Any], title: str, width: int = 660, height: i
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_label(title, 200)}">',
              f'<title>{escape(title, quote=True)}</title>',
              f'<text x="{(left + right) / 2}" y="18" text-anchor="middle" font-size="13">{_label(title, 60)}</text>']
-    for k in range(-5, 1):
-        x = _log_pos(10.0**k, LOG_MIN, 1.0, left, right)
-        y = _log_pos(10.0**k, LOG_MIN, 1.0, bottom, top)
-        parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" stroke="#e5e5e5"/>')
-        parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#e5e5e5"/>')
-        parts.append(f'<text x="{x:.1f}" y="{bottom + 15}" text-anchor="middle" font-size="10">1e{k}</text>')
-        parts.append(f'<text x="{left - 5}" y="{y + 3:.1f}" text-anchor="end" font-size="10">1e{k}</text>')
-    parts.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="none" stroke="#444"/>')
-    parts.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{top}" stroke="#bbb" stroke-dasharray="2 3"/>')
-    parts.append(f'<text x="{(left + right) / 2}" y="{height - 8}" text-anchor="middle" font-size="11">'
-                 'false positive rate</text>')
-    parts.append(f'<text x="14" y="{(top + bottom) / 2}" text-anchor="middle" font-size="11" '
-                 f'transform="rotate(-90 14 {(top + bottom) / 2})">true positive rate</text>')
+    parts += roc_axes(left, right, top, bottom, height)
     legend: list[tuple[str, str, str]] = []  # (label, colour, dash)
 
     def curve(label: str, f: Any, t: Any, colour: str, dash: str, w: float) -> None:

@@ -206,3 +206,18 @@ def test_tiny_dpsgd_one_run_audit_stays_below_the_accountant(tmp_path):
     again = CliRunner().invoke(app, ["audit-one-run", "dpsgd-medium", "--canaries", "300", "--out", str(tmp_path),
                                      "--set", "defense_params.noise_multiplier=0.05", *TINY])
     assert again.exit_code == 0 and "reused from model_000.npz" in again.output  # resumes, no retraining
+
+
+@pytest.mark.slow
+def test_cifar10_preset_one_run_audit_runs_end_to_end(cifar_subset, tmp_path):
+    """The membership design at the cifar10 preset (the CIFAR-10 subset, cnn-gn DP-SGD), cut to one
+    epoch without augmentation multiplicity: blank canaries, the bracket saved with the claim."""
+    res = CliRunner().invoke(app, ["audit-one-run", "dpsgd-medium", "--preset", "cifar10", "--data-dir",
+                                   str(cifar_subset), "--canaries", "200", "--canary", "blank", "--out", str(tmp_path),
+                                   "--epochs", "1", "--set", "defense_params.augmult=1"])
+    assert res.exit_code == 0, res.output
+    (folder,) = tmp_path.glob("audit-one-run-dpsgd-medium-cifar10-*")
+    r = json.loads((folder / "result.json").read_text())
+    assert r["dataset"] == "cifar10" and r["spec"]["canary"] == "blank"
+    assert r["bracket"]["claimed"]["epsilon_rdp"] > 0
+    assert all(lb["epsilon"] <= r["bracket"]["claimed"]["epsilon_pld"] for lb in r["bracket"]["lower"])

@@ -269,22 +269,17 @@ def audit(p: Plan, progress: ProgressFn | None = None) -> dict[str, Any]:
         seed_global_rngs(seed)
         t0 = time.perf_counter()
         where = f"the one-run {role}"
-        try:
-            served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
-        except (ConfigError, KeyboardInterrupt):
-            raise
-        except Exception as e:  # the defense's own failure, with its own frames
-            raise plugin_errors.wrap(e, defense, cfg.defense, "fit", where) from None
+        ctx = FitContext(seed=seed, device=device, train=cfg.train, params=defense.params)
+        served = plugin_errors.call_defense(lambda: defense.fit(train, ctx), defense, cfg.defense, "fit", where)
         train_s = time.perf_counter() - t0
         checked = plugin_errors.check_served(served, canaries.x, data.num_classes, cfg.defense, where)
-        try:
+
+        def ask() -> tuple[dict[str, np.ndarray], dict[str, Any], float]:
             sig, serving = collect_signals(checked, cfg, defense, canaries.x, data.augment, data.x_test[pop_idx])
             checked.during = "test accuracy on the test set"
-            acc = float((checked.query(data.x_test).argmax(1) == data.y_test).mean())
-        except (ConfigError, plugin_errors.PluginFailure, KeyboardInterrupt):
-            raise
-        except Exception as e:
-            raise plugin_errors.wrap(e, served, cfg.defense, "query", where) from None
+            return sig, serving, float((checked.query(data.x_test).argmax(1) == data.y_test).mean())
+
+        sig, serving, acc = plugin_errors.call_defense(ask, served, cfg.defense, "query", where)
         keep_sig = {k: sig[k] for k in ("logits", "population_logits") if k in sig}
         meta = {"model_index": j, "role": role, "seed": seed, "train_size": len(train), "test_accuracy": acc,
                 "train_seconds": train_s, "device": device, "defense_info": served.info(), "serving": serving}
