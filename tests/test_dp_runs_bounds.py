@@ -82,6 +82,11 @@ def test_empirical_epsilon_never_exceeds_the_accountants(tmp_path, noise, epochs
     assert br["one_run"]["epsilon_steinke"] == pytest.approx(head["eps_lower_one_run"]["epsilon"])
     if min_eps_lower:  # the strong run: the rigorous one-run bounds see the leak too
         assert br["best_lower"]["epsilon"] > 0 and br["one_run"]["mu"] > 0
+    (run_dir,) = tmp_path.iterdir()  # the run's page (and so its leaderboard entry) shows the bracket
+    page = CliRunner().invoke(app, ["report", str(run_dir), "--html"])
+    assert page.exit_code == 0 and "DP audit bracket" in page.output, page.output
+    html = (run_dir / "report.html").read_text()
+    assert 'class="plot bracket"' in html and ("Claimed / best lower bound" in html or "No lower bound" in html)
     fpr_hi, tpr_lo = np.array(points).T
     assert (tpr_lo <= curve.tpr_upper(fpr_hi) + 1e-9).all()  # one call: the curve's eps grid is the slow part
     assert tpr_lo.max() > 0
