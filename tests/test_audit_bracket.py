@@ -151,6 +151,7 @@ def test_bracket_record_ratios_and_best_bound():
 
 @pytest.mark.parametrize("args,message", [
     (["--canaries", "5000"], "--canaries must be between 2 and the training pool size 1300"),
+    (["--canaries", "0"], "--canaries must be between 2 and the training pool size 1300"),
     (["--canary", "near-duplicates"], "--canary must be one of mislabeled, blank, ood, uniform"),
     (["--shadows", "3"], "--shadows must be an even number"),
     (["--shadows", "2", "--attack", "lira"], "--attack lira needs --shadows >= 4"),

@@ -41,22 +41,25 @@ def audit_one_run(
                                "membership for DP-SGD defenses, label-flip otherwise"),
     canaries: Optional[int] = typer.Option(None, help="number of canaries (default: 1000 for the membership design, "
                                            "100 for the label-flip game)"),
-    canary: str = typer.Option("mislabeled", help="membership design: the canary kind (mislabeled, blank, ood, "
-                               "uniform)"),
-    shadows: int = typer.Option(0, help="membership design: shadow models for LiRA or RMIA (even; 0: the loss "
-                                "threshold on the target alone)"),
+    canary: Optional[str] = typer.Option(None, help="membership design: the canary kind (mislabeled, blank, ood, "
+                                         "uniform; default mislabeled)"),
+    shadows: Optional[int] = typer.Option(None, help="membership design: shadow models for LiRA or RMIA (even; "
+                                          "default 0: the loss threshold on the target alone)"),
     attack: Optional[str] = typer.Option(None, help="membership design: loss, lira or rmia (default: lira with "
                                          "--shadows, loss without)"),
-    confidence: float = typer.Option(0.95, help="membership design: confidence of every lower bound"),
-    gdp_correction: str = typer.Option("bonferroni", "--gdp-correction", help="membership design: how the GDP "
-                                       "reading of the ROC accounts for its threshold choice: bonferroni (over every "
-                                       "threshold) or split (chosen on half of the guesses, read on the other)"),
+    confidence: Optional[float] = typer.Option(None, help="membership design: confidence of every lower bound "
+                                               "(default 0.95)"),
+    gdp_correction: Optional[str] = typer.Option(None, "--gdp-correction", help="membership design: how the GDP "
+                                                 "reading of the ROC accounts for its threshold choice: bonferroni "
+                                                 "(over every threshold, the default) or split (chosen on half of the "
+                                                 "guesses, read on the other)"),
     tau: list[float] = typer.Option([], help="label-flip game: abstention thresholds in [0.5, 0.99] (default: "
                                     "0.50, 0.51, ... 0.99 for the weighted game, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99 for "
                                     "paper and clopper-pearson)"),
-    game: str = typer.Option("weighted", help="label-flip game: the headline game: weighted (the paper's text: all "
-                             "C-2 alternatives, weighted ACGR), paper (the same guesses, the authors' code's estimator) "
-                             "or clopper-pearson (one alternative, exact binomial); all three are saved"),
+    game: Optional[str] = typer.Option(None, help="label-flip game: the headline game: weighted (the paper's text: "
+                                       "all C-2 alternatives, weighted ACGR; the default), paper (the same guesses, the "
+                                       "authors' code's estimator) or clopper-pearson (one alternative, exact binomial); "
+                                       "all three are saved"),
     epochs: Optional[int] = typer.Option(None, help="training epochs"),
     seed: Optional[int] = typer.Option(None),
     device: Optional[str] = typer.Option(None),
@@ -79,23 +82,25 @@ def audit_one_run(
         overrides = {**parse_set_options(set_),
                      **flag_overrides(epochs=epochs, seed=seed, device=device, out=out, data_dir=data_dir)}
         if chosen == "membership":
-            _refuse(("--tau", bool(tau)), ("--game", game != "weighted"), design="membership")
+            _refuse(("--tau", bool(tau)), ("--game", game is not None), design="membership")
             from harness.cli.common import ProgressView
 
             with guard(debug, interrupted="every finished model is kept in the audit's folder; the same command "
                        "resumes"), ProgressView() as view:
-                res, folder = audit_dp_one_run(defense, preset, overrides, canaries=canaries or 1000, canary=canary,
-                                               shadows=shadows, attack=attack, confidence=confidence,
-                                               gdp_correction=gdp_correction, wait=wait, progress=view)
+                res, folder = audit_dp_one_run(defense, preset, overrides, canaries=1000 if canaries is None else canaries,
+                                               canary=canary or "mislabeled", shadows=shadows or 0, attack=attack,
+                                               confidence=0.95 if confidence is None else confidence,
+                                               gdp_correction=gdp_correction or "bonferroni", wait=wait, progress=view)
             if as_json:
                 print(json.dumps(res))
                 return
             _print_bracket(res, folder)
             return
-        _refuse(("--canary", canary != "mislabeled"), ("--shadows", shadows != 0), ("--attack", attack is not None),
-                ("--confidence", confidence != 0.95), ("--gdp-correction", gdp_correction != "bonferroni"),
+        _refuse(("--canary", canary is not None), ("--shadows", shadows is not None), ("--attack", attack is not None),
+                ("--confidence", confidence is not None), ("--gdp-correction", gdp_correction is not None),
                 ("--wait", wait), design="label-flip")
-        n = canaries or 100
+        game = game or "weighted"
+        n = 100 if canaries is None else canaries
         with console.status(f"training one {defense} model with {n} label-flip canaries..."):
             res, path = play(defense, preset, overrides, canaries=n, taus=tau or None, game=game)
     if as_json:
