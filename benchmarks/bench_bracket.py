@@ -78,10 +78,11 @@ def train(preset: str, defense: str, canaries: int, kinds: list[str], shadows: i
         curve = dict(zip(c["tpr_curve"]["fpr"], c["tpr_curve"]["tpr"]))
         up = min((v for f, v in curve.items() if f >= 0.01 - 1e-12), default=float("nan"))
         ratio = br["ratio_pld"]
+        ratio_text = "∞" if ratio in (float("inf"), "Infinity") else f"{ratio:.3g}x"
         print(f"| {kind} | {br['attack']['variant']} | {100 * r['target']['test_accuracy']:.1f}% | "
               f"{c['epsilon_rdp']:.3g} | {c['epsilon_pld']:.3g} | {lo['steinke']['epsilon']:.3g} | "
               f"{lo['fdp']['mu']:.3g} ({lo['fdp']['epsilon']:.3g}) | {lo['gdp']['mu']:.3g} ({lo['gdp']['epsilon']:.3g}) | "
-              f"{100 * tpr1:.1f}% ({100 * up:.1f}%) | {'∞' if ratio == float('inf') or ratio == 'Infinity' else f'{ratio:.3g}x'} | "
+              f"{100 * tpr1:.1f}% ({100 * up:.1f}%) | {ratio_text} | "
               f"{time.perf_counter() - t0:.0f} |", flush=True)
 
 

@@ -101,8 +101,8 @@ def bracket_table(bracket: dict[str, Any]) -> str:
     keys = ("side", "bound", "epsilon", "mu", "confidence", "assumes", "ratio_pld", "ratio_rdp")
     body = "".join("<tr>" + "".join(f"<td{cls.get(k, '')}>{escape(r[k])}</td>" for k in keys) + "</tr>"
                    for r in bracket_rows(bracket))
-    tprs = "; ".join(f"TPR@{100 * f:g}%: attack {100 * t:.1f}%" + (f", provable ≤ {100 * u:.1f}%" if u is not None else "")
-                     for f, t, u in tpr_points(bracket))
+    tprs = "; ".join(f"TPR@{100 * f:g}%: attack {100 * t:.1f}%"
+                     + (f", provable ≤ {100 * u:.1f}%" if u is not None else "") for f, t, u in tpr_points(bracket))
     return (f'<table class="bracket"><tr>{head}</tr>{body}</table>'
             f"<p><b>{escape(summary_line(bracket))}</b></p><p class=\"muted\">{escape(tprs)}</p>")
 

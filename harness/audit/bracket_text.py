@@ -38,8 +38,8 @@ def bracket_rows(bracket: dict[str, Any]) -> list[dict[str, str]]:
     if claimed.get("epsilon_rdp") is not None:
         rows.append({"side": "claimed", "bound": f"accountant ({claimed.get('accountant', 'rdp')})",
                      "epsilon": _eps(claimed["epsilon_rdp"]), "mu": "-", "confidence": "proof",
-                     "assumes": f"the DP-SGD analysis; δ = {delta_text(claimed.get('accountant_delta') or bracket['delta'])}", "ratio_pld": "",
-                     "ratio_rdp": ""})
+                     "assumes": f"the DP-SGD analysis; δ = {delta_text(claimed.get('accountant_delta') or d)}",
+                     "ratio_pld": "", "ratio_rdp": ""})
     if claimed.get("epsilon_pld") is not None:
         rows.append({"side": "claimed", "bound": "PLD, same mechanism (tight)", "epsilon": _eps(claimed["epsilon_pld"]),
                      "mu": "-", "confidence": "proof",
@@ -54,7 +54,8 @@ def bracket_rows(bracket: dict[str, Any]) -> list[dict[str, str]]:
     return rows
 
 
-def tpr_points(bracket: dict[str, Any], fprs: tuple[float, ...] = (0.001, 0.01, 0.1)) -> list[tuple[float, float, float | None]]:
+def tpr_points(bracket: dict[str, Any],
+               fprs: tuple[float, ...] = (0.001, 0.01, 0.1)) -> list[tuple[float, float, float | None]]:
     """(FPR, the attack's TPR, the provable TPR bound) at a few FPRs."""
     roc = bracket["attack"]["roc"]
     curve = (bracket.get("claimed") or {}).get("tpr_curve")
@@ -95,8 +96,9 @@ def print_bracket(console: Any, bracket: dict[str, Any], title: str) -> None:
     from rich.table import Table
 
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
-    for col, just in (("", "left"), ("bound", "left"), (f"ε (δ={delta_text(bracket['delta'])})", "right"), ("μ", "right"),
-                      ("conf.", "right"), ("PLD ε / this", "right")):
+    eps_col = f"ε (δ={delta_text(bracket['delta'])})"
+    for col, just in (("", "left"), ("bound", "left"), (eps_col, "right"), ("μ", "right"), ("conf.", "right"),
+                      ("PLD ε / this", "right")):
         table.add_column(col, justify=just)
     rows = bracket_rows(bracket)
     lows = [lb for lb in bracket["lower"]]

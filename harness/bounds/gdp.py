@@ -25,9 +25,9 @@ trainer's (eps, delta) itself.
 
 **The GDP reading of a ROC** (Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Choquette-Choo and
 Carlini, "Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023, which
-reads its audits' (FPR, FNR) through the GDP trade-off curve): at a threshold with FP false positives out of N non-members and FN
-false negatives out of P members, Clopper-Pearson upper limits FPR_hi and FNR_hi give, by the
-condition above,
+reads its audits' (FPR, FNR) through the GDP trade-off curve): at a threshold with FP false
+positives out of N non-members and FN false negatives out of P members, Clopper-Pearson upper
+limits FPR_hi and FNR_hi give, by the condition above,
 
     mu >= Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi)       (= -Phi^-1(FPR_hi) - Phi^-1(FNR_hi)),
 
