@@ -25,8 +25,10 @@ guesses turned into lower bounds.
   the provable curve of the same mechanism: :func:`harness.bounds.bracket.build_bracket`.
 
 Every model's signals are saved in the audit's own folder as it finishes (``model_000.npz`` the
-target, ``model_001.npz``... the shadows), so an interrupted audit resumes where it stopped; the
-folder's name carries a fingerprint of everything that determines the models.
+target, ``shadows-K/model_001.npz``... the K shadows), so an interrupted audit resumes where it
+stopped; the folder's name carries a fingerprint of everything that determines the target (the
+target's coins do not depend on K, so adding shadows later reuses it). ``result.json`` and
+``report.html`` hold the latest audit of the folder's design.
 """
 
 from __future__ import annotations
@@ -175,12 +177,14 @@ def target_scores(attack: str, signals: list[dict[str, np.ndarray]], labels: np.
 
 def audit_dir(cfg: ExperimentConfig, spec: OneRunSpec, data_fingerprint: str) -> Path:
     """``<run.out>/audit-one-run-<defense>-<preset>-<fingerprint>``: the fingerprint hashes the trained
-    config, the data, the models version, m, the canary kind and K (what determines the models)."""
+    config, the data, the models version, m and the canary kind (what determines the target; its
+    membership does not depend on K, so an audit with shadows reuses the target of one without, and
+    the K shadows live in ``shadows-K/``)."""
     from harness.run.fingerprint import fingerprint_of, sha256_json
     from harness.run.runner import defense_slug
 
     fp = sha256_json({"run": fingerprint_of(cfg, data_fingerprint), "canaries": spec.canaries, "canary": spec.canary,
-                      "shadows": spec.shadows, "design": "one-run-dp-1"})
+                      "design": "one-run-dp-1"})
     return Path(cfg.run.out) / f"audit-one-run-{defense_slug(cfg.defense)}-{cfg.preset}-{fp[:12]}"
 
 
@@ -246,19 +250,22 @@ def audit(p: Plan, progress: ProgressFn | None = None) -> dict[str, Any]:
     keep[idx] = False
     device = resolve_device(cfg.run.device)
     atomic_write_json(folder / "design.json", {"canaries": spec.canaries, "canary": spec.canary,
-                                               "shadows": spec.shadows, "pool_indices": idx.tolist(),
-                                               "membership": membership.astype(int).tolist(),
+                                               "pool_indices": idx.tolist(), "membership": membership[0].astype(int).tolist(),
                                                "canary_info": canary_info, "config": cfg.model_dump(mode="json")})
+    if spec.shadows:
+        atomic_write_json(folder / f"shadows-{spec.shadows}" / "design.json",
+                          {"shadows": spec.shadows, "membership": membership[1:].astype(int).tolist()})
     pop_idx = population_indices(cfg, data)
     signals, metas = [], []
     for j in range(membership.shape[0]):
         role = "target" if j == 0 else f"shadow {j}/{spec.shadows}"
-        npz, meta_path = folder / f"model_{j:03d}.npz", folder / f"model_{j:03d}.json"
+        where_j = folder if j == 0 else folder / f"shadows-{spec.shadows}"
+        npz, meta_path = where_j / f"model_{j:03d}.npz", where_j / f"model_{j:03d}.json"
         if npz.is_file() and meta_path.is_file():
             with np.load(npz) as f:
                 signals.append({k: f[k] for k in f.files})
             metas.append(json.loads(meta_path.read_text()))
-            say("info", f"{role}: reused from {npz.name} (trained by an earlier run of the same audit)")
+            say("info", f"{role}: reused from {npz.relative_to(folder)} (trained by an earlier audit of this design)")
             continue
         member = membership[j]
         train = LabeledImages(np.concatenate([data.x_train[keep], canaries.x[member]]),
@@ -287,7 +294,7 @@ def audit(p: Plan, progress: ProgressFn | None = None) -> dict[str, Any]:
         atomic_write_json(meta_path, meta)
         signals.append(keep_sig)
         metas.append(meta)
-        say("info", f"{role} trained in {train_s:.0f} s: test accuracy {100 * acc:.1f}%, saved {npz.name}")
+        say("info", f"{role} trained in {train_s:.0f} s: test accuracy {100 * acc:.1f}%, saved {npz.relative_to(folder)}")
     attack = spec.resolved_attack()
     say("status", f"scoring the target's {spec.canaries} canaries ({attack}) and computing the bounds")
     augmented = bool(cfg.train.augment)
@@ -321,5 +328,5 @@ def audit(p: Plan, progress: ProgressFn | None = None) -> dict[str, Any]:
         "bracket": bracket,
         "config": cfg.model_dump(mode="json"),
     }
-    atomic_write_json(folder / "result.json", result)
+    atomic_write_json(folder / "result.json", result)  # the latest audit of this design (its spec says which)
     return result
