@@ -32,7 +32,7 @@ from harness.defense_config import build_config, with_absolute_paths
 from harness.core.errors import ConfigError
 
 __all__ = ["Progress", "Results", "Figure", "Ratio", "evaluate", "attack", "load_run", "report", "compare",
-           "audit_one_run", "configure", "plan", "import_outputs"]
+           "audit_one_run", "audit_dp_one_run", "configure", "plan", "import_outputs"]
 
 
 @dataclass(frozen=True)
@@ -392,6 +392,42 @@ def audit_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any]
     res = play(cfg, canaries, taus or None, game)
     atomic_write_json(path, res)
     return res, path
+
+
+def audit_dp_one_run(defense: str, preset: str = "quick", overrides: dict[str, Any] | None = None, *,
+                     canaries: int = 1000, canary: str = "mislabeled", shadows: int = 0, attack: str | None = None,
+                     confidence: float = 0.95, gdp_correction: str = "bonferroni", wait: bool = False,
+                     progress: ProgressFn | None = None) -> tuple[dict[str, Any], Path]:
+    """The one-run DP audit (``harness audit-one-run`` on a DP-SGD defense, or ``--design membership``):
+    ``canaries`` canaries of kind ``canary`` each in one target model's training set with probability
+    1/2, guessed by the loss threshold or, with ``shadows`` K models, LiRA or RMIA (``attack``); returns
+    the result (its ``bracket``: the accountant's and the PLD epsilon, the provable TPR curve, the
+    one-run f-DP and Steinke et al. bounds and the GDP reading of the ROC) and the audit's folder, which
+    also holds result.json and report.html (the bracket's figure and table). Every mistake is a
+    ConfigError before anything trains; finished models are kept and reused (docs/bounds.md)."""
+    from harness.audit.dp_one_run import OneRunSpec, audit, check_overrides, plan as plan_audit
+    from harness.core.atomic import atomic_write_bytes
+    from harness.core.install_check import check_torch_builds
+    from leaderboard.one_run_page import one_run_page
+
+    emit = _emitter(progress)
+    check_torch_builds()
+    overrides = dict(overrides or {})
+    check_overrides(overrides)
+    cfg = configure(defense, preset, overrides)
+    spec = OneRunSpec(canaries=canaries, canary=canary, shadows=shadows, attack=attack, alpha=1 - confidence,
+                      correction=gdp_correction)
+    p = plan_audit(cfg, spec)
+    from harness.run.runlock import ReadOnlyRunError
+
+    try:
+        with _locked(p.folder, wait, emit):
+            res = audit(p, lambda kind, msg: emit(kind, msg))
+            atomic_write_bytes(p.folder / "report.html", one_run_page(res).encode())
+    except ReadOnlyRunError as e:
+        raise ConfigError(f"run.out (--out): the audit folder {p.folder} cannot be written ({e}); nothing was "
+                          "trained") from None
+    return res, p.folder
 
 
 def plan(folder: Path | str, preset: str | None = None, overrides: dict[str, Any] | None = None, *,

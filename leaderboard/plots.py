@@ -41,17 +41,10 @@ def _points(fpr: Sequence[float], tpr: Sequence[float], left: float, right: floa
                     for f, t in zip(fpr, tpr))
 
 
-def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], title: str,
-            width: int = 520, height: int = 420,
-            minor: Sequence[tuple[str, Sequence[float], Sequence[float], int]] = ()) -> str:
-    """Log-log ROC curves: ``curves`` are (label, fpr, tpr) with FPR/TPR in [0, 1], one legend line
-    each; points at 0 are drawn on the 1e-5 edge. ``minor`` curves (label, fpr, tpr, index of the
-    curve whose colour they share) are drawn thin and faint, named in their tooltip only."""
-    left, right, top, bottom = 60, width - 190, 30, height - 45
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot roc" width="{width}" height="{height}" '
-             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_label(title, 200)}">',
-             f'<title>{escape(title, quote=True)}</title>',
-             f'<text x="{(left + right) / 2}" y="18" text-anchor="middle" font-size="13">{_label(title, 70)}</text>']
+def roc_axes(left: float, right: float, top: float, bottom: float, height: float) -> list[str]:
+    """The log-log frame of a TPR-vs-FPR plot from 1e-5 to 1: a grid line and a label per decade on
+    both axes, the box, the chance diagonal (dashed) and the axis titles."""
+    parts = []
     for k in range(-5, 1):  # decades
         x = _log_pos(10.0**k, LOG_MIN, 1.0, left, right)
         y = _log_pos(10.0**k, LOG_MIN, 1.0, bottom, top)
@@ -65,6 +58,21 @@ def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], titl
                  'false positive rate</text>')
     parts.append(f'<text x="14" y="{(top + bottom) / 2}" text-anchor="middle" font-size="11" '
                  f'transform="rotate(-90 14 {(top + bottom) / 2})">true positive rate</text>')
+    return parts
+
+
+def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], title: str,
+            width: int = 520, height: int = 420,
+            minor: Sequence[tuple[str, Sequence[float], Sequence[float], int]] = ()) -> str:
+    """Log-log ROC curves: ``curves`` are (label, fpr, tpr) with FPR/TPR in [0, 1], one legend line
+    each; points at 0 are drawn on the 1e-5 edge. ``minor`` curves (label, fpr, tpr, index of the
+    curve whose colour they share) are drawn thin and faint, named in their tooltip only."""
+    left, right, top, bottom = 60, width - 190, 30, height - 45
+    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot roc" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_label(title, 200)}">',
+             f'<title>{escape(title, quote=True)}</title>',
+             f'<text x="{(left + right) / 2}" y="18" text-anchor="middle" font-size="13">{_label(title, 70)}</text>']
+    parts += roc_axes(left, right, top, bottom, height)
     for label, fpr, tpr, i in minor:
         parts.append(f'<polyline class="curve minor" fill="none" stroke="{PALETTE[i % len(PALETTE)]}" '
                      f'stroke-width="0.8" stroke-opacity="0.4" points="{_points(fpr, tpr, left, right, top, bottom)}">'

@@ -37,6 +37,7 @@ from harness.run.runstore import atomic_write_bytes
 from harness.core.registry import is_file_reference
 from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
                                strip_paths, to_markdown)
+from leaderboard.bracket import bracket_section
 from leaderboard.plots import Point, privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -550,7 +551,7 @@ level's figure FPR (at least 3 expected false positives), selection-adjusted whe
 with a 95% CI (one variant) or a one-sided 95% lower bound (&ge;, a best of several); bootstrap over victim models,
 conditional on the audit samples. &#9888;: the headline test (Hansen's SPA) finds a variant that beats the declared
 headline.</p>{_figures_table(results, targets)}
-<div class="plots">{''.join(figures)}</div>
+<div class="plots">{''.join(figures)}</div>{bracket_section(results.get("bracket"))}
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's declared headline variant; each
 variant's own TPR as the paper reads it (FPR &le; x%; not selection-adjusted) with a percentile bootstrap interval
 over victim models (not calibrated at low FPR: docs/protocol.md); "unresolved": fewer than 3 expected false

@@ -196,6 +196,43 @@ def one_run_family(bounds: list[tuple[str, dict[str, Any]]], family: int) -> dic
                        "the largest: a 95% lower bound although it is chosen")}
 
 
+def _fdp_gdp_json(scores: np.ndarray, membership: np.ndarray, num_canaries: int) -> dict[str, Any]:
+    """The bracket's lower bounds of one attack variant in a DP run (docs/bounds.md, The audit bracket):
+    ``one_run_bounds``, the f-DP (Gaussian) and Steinke et al. one-run bounds on the same top-k
+    guesses per victim (the grid and the Bonferroni correction of ``eps_lower_one_run``, whose epsilon
+    the Steinke one equals), and ``gdp_lower``, the GDP reading of the pooled ROC (nominal: the
+    Clopper-Pearson limits treat the S x C guesses as independent), Bonferroni over its thresholds."""
+    from harness.bounds.fdp_one_run import one_run_bounds
+    from harness.bounds.gdp import gdp_lower_bound_roc
+
+    return {"one_run_bounds": one_run_bounds(scores, membership, delta=EPS_DELTA, alpha=0.05, num_canaries=num_canaries,
+                                             sides=("top",)).to_json(),
+            "gdp_lower": gdp_lower_bound_roc(scores, membership, alpha=0.05, delta=EPS_DELTA).to_json()}
+
+
+def _bracket_json(results: dict[str, Any], privacy: dict[str, Any], sgm: Any = None) -> dict[str, Any] | None:
+    """The audit bracket of a DP run (harness.bounds.bracket): the claimed side from the models'
+    privacy record, the lower bounds and ROC of the sample-level headline variant; None where the
+    record is not DP-SGD's or the headline entry lacks the bracket's bounds (a run attacked before
+    they existed: ``harness attack RUN_DIR`` adds them)."""
+    from harness.bounds.bracket import build_bracket, claimed_record
+
+    level = "sample" if "sample" in results else "population"
+    res = results.get(level)
+    if not res:
+        return None
+    best = res["best"]
+    entry = next((a for a in res["attacks"] if (a["name"], a["variant"]) == (best["name"], best["variant"])), None)
+    claimed = claimed_record(privacy, EPS_DELTA, sgm)
+    if entry is None or "one_run_bounds" not in entry or claimed is None:
+        return None
+    one = entry["one_run_bounds"]
+    attack = {"name": entry["name"], "variant": entry["variant"], "level": level, "canary": res.get("canary"),
+              "victims": one["num_victims"], "canaries": one["num_canaries"],
+              "tpr_at_fpr": dict(entry["tpr_at_fpr"])}
+    return build_bracket(claimed=claimed, one_run=one, gdp=entry["gdp_lower"], roc=entry["roc_curve"], attack=attack)
+
+
 def run_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
     """The ``privacy`` record of a results.json (the first level that has one), or None."""
     return next((results[lv]["privacy"] for lv in ("population", "sample")
@@ -264,15 +301,24 @@ def run_label_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
                  if lv in results and results[lv].get("label_privacy")), None)
 
 
-def _bounds_json(privacy: dict[str, Any], fprs: list[float]) -> dict[str, Any] | None:
-    """Provable bounds for DP-SGD (Poisson-subsampled Gaussian): optimal advantage and TPR@FPR."""
+def _sgm_of(privacy: dict[str, Any]) -> Any:
+    """The :class:`harness.bounds.sgm.SgmBound` of a DP-SGD privacy record, or None (not DP-SGD's)."""
     from harness.bounds.sgm import SgmBound
 
     try:
         q, z, t = float(privacy["sample_rate"]), float(privacy["noise_multiplier"]), int(privacy["steps"])
     except (KeyError, TypeError, ValueError):
         return None
-    b = SgmBound.compute(q, z, t)
+    return SgmBound.compute(q, z, t)
+
+
+def _bounds_json(privacy: dict[str, Any], fprs: list[float], sgm: Any = None) -> dict[str, Any] | None:
+    """Provable bounds for DP-SGD (Poisson-subsampled Gaussian): optimal advantage and TPR@FPR.
+    ``sgm``: the mechanism's SgmBound (:func:`_sgm_of`), when the caller has it."""
+    b = sgm if sgm is not None else _sgm_of(privacy)
+    if b is None:
+        return None
+    q, z, t = b.q, b.noise, b.steps
     # Positive FPRs only: for this mechanism no test has TPR > 0 at a true FPR of exactly 0, while
     # the measured "TPR@0%" means no false positive among the S x C non-member guesses (a true FPR
     # up to about 1/num_neg), so a bound at 0 would be compared with a different quantity.
@@ -357,6 +403,7 @@ def evaluate_level(
     table = signal_table(attacks)
     entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
     one_runs: list[tuple[str, dict[str, Any]]] = []
+    dp_run = _privacy_json(ls.metas) is not None
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
         inapplicable = [n for n in lacking if n in table and table[n].images == "neighbours"
@@ -399,6 +446,8 @@ def evaluate_level(
                 if unserved is None:
                     one_runs.append((label, _one_run_json(scores_ev, mem_ev, num_canaries=len(ev),
                                                           alpha=ONE_RUN_ALPHA / family)))
+                if dp_run:  # the bracket's lower bounds (docs/bounds.md, The audit bracket)
+                    entry.update(_fdp_gdp_json(scores_ev, mem_ev, num_canaries=len(ev)))
             del scores_ev
             m = replace(m, roc=roc_file_curve(m.roc))  # the full ROC's arrays go: its file keeps these points
             curves[(attack.name, variant)] = m
@@ -600,6 +649,10 @@ def evaluate_run(
         results["sample_population_ratio"] = ratio_json(pools, level_negatives, cfg)
     privacy = run_privacy(results)
     if privacy is not None:
-        results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)
+        sgm = _sgm_of(privacy)
+        results["bounds"] = _bounds_json(privacy, cfg.attack.fprs, sgm)
+        bracket = _bracket_json(results, privacy, sgm) if sgm is not None else None
+        if bracket is not None:
+            results["bracket"] = bracket
     results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}
     return results, curves

@@ -154,23 +154,18 @@ def audit_one_run(cfg: ExperimentConfig, num_canaries: int, taus: list[float] | 
     seed = int(np.random.SeedSequence([cfg.seed, 0xA11B2]).generate_state(1)[0])
     t0 = time.perf_counter()
     where = "the audited model"
-    try:
-        served = defense.fit(train, FitContext(seed=seed, device=device, train=cfg.train, params=defense.params))
-    except (ConfigError, KeyboardInterrupt):
-        raise
-    except Exception as e:  # the defense's own failure, reported with its own frames
-        raise plugin_errors.wrap(e, defense, cfg.defense, "fit", where) from None
+    ctx = FitContext(seed=seed, device=device, train=cfg.train, params=defense.params)
+    served = plugin_errors.call_defense(lambda: defense.fit(train, ctx), defense, cfg.defense, "fit", where)
     train_s = time.perf_counter() - t0
     checked = plugin_errors.check_served(served, data.x_train[idx], data.num_classes, cfg.defense, where)
-    try:
+
+    def ask() -> tuple[np.ndarray, float]:
         checked.during = "the canaries' outputs"
-        prob = softmax(checked.query(data.x_train[idx]).astype(np.float64), axis=1)
+        p = softmax(checked.query(data.x_train[idx]).astype(np.float64), axis=1)
         checked.during = "test accuracy on the test set"
-        test_acc = float((checked.query(data.x_test).argmax(1) == data.y_test).mean())
-    except (ConfigError, plugin_errors.PluginFailure, KeyboardInterrupt):
-        raise
-    except Exception as e:
-        raise plugin_errors.wrap(e, served, cfg.defense, "query", where) from None
+        return p, float((checked.query(data.x_test).argmax(1) == data.y_test).mean())
+
+    prob, test_acc = plugin_errors.call_defense(ask, served, cfg.defense, "query", where)
     games = play_games(prob, data.y_train[idx], trained, other, game, taus)
     info = served.info()
     return {

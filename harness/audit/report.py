@@ -343,6 +343,12 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     console.print(table)
     if "population" in results and "sample" in results:
         console.print(ratio_line(results), highlight=False)
+    if results.get("bracket"):  # DP runs: the claim between its lower and upper bounds (docs/bounds.md)
+        from harness.audit.bracket_text import print_bracket
+
+        att = results["bracket"]["attack"]
+        print_bracket(console, results["bracket"], f"DP audit bracket: {att['name']} {att['variant']}, {att['level']} "
+                                                   f"level ({att['victims']} victims x {att['canaries']} canaries)")
     per_attack = Table(title="primary variant of each attack" if not details else "every attack variant",
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                        caption="declared headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])

@@ -1,4 +1,5 @@
-"""``harness audit-one-run DEFENSE``: the label-flip game on one model (harness.api.audit_one_run)."""
+"""``harness audit-one-run DEFENSE``: one trained model audited: the DP audit bracket from the one-run
+membership design (harness.api.audit_dp_one_run) or the label-flip game (harness.api.audit_one_run)."""
 
 from __future__ import annotations
 
@@ -16,38 +17,125 @@ from harness.core.config import parse_set_options
 SHOWN_TAUS = (0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99)
 
 
+#: the designs: the label-flip game (label-DP defenses) and the one-run membership design (DP-SGD)
+DESIGNS = ("auto", "label-flip", "membership")
+
+
+def _design_of(defense: str, design: str) -> str:
+    """``auto``: the membership design for a DP-SGD defense (defenses.dpsgd.DPSGD), else the label-flip game."""
+    if design != "auto":
+        return design
+    from defenses.dpsgd import DPSGD
+    from harness.plugins import resolve
+
+    return "membership" if issubclass(resolve("defenses", defense), DPSGD) else "label-flip"
+
+
 @app.command("audit-one-run")
 def audit_one_run(
     defense: str = typer.Argument(..., help="defense name or path/to/file.py:ClassName"),
     preset: str = typer.Option("quick", help="quick | cifar10 | paper, or a YAML file"),
     data_dir: Optional[str] = typer.Option(None, "--data-dir", help="dataset folder (cifar10) or .npz file"),
-    canaries: int = typer.Option(100, help="number of label-flip canaries in the one trained model"),
-    tau: list[float] = typer.Option([], help="abstention thresholds in [0.5, 0.99] (default: 0.50, 0.51, ... 0.99 "
-                                    "for the weighted game, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99 for paper and "
-                                    "clopper-pearson)"),
-    game: str = typer.Option("weighted", help="the headline game: weighted (the paper's text: all C-2 alternatives, "
-                             "weighted ACGR), paper (the same guesses, the authors' code's estimator) or "
-                             "clopper-pearson (one alternative, exact binomial); all three are saved"),
+    design: str = typer.Option("auto", help="membership (m canaries, each in one model's training set with "
+                               "probability 1/2: the DP audit bracket) or label-flip (the label-DP game); auto: "
+                               "membership for DP-SGD defenses, label-flip otherwise"),
+    canaries: Optional[int] = typer.Option(None, help="number of canaries (default: 1000 for the membership design, "
+                                           "100 for the label-flip game)"),
+    canary: Optional[str] = typer.Option(None, help="membership design: the canary kind (mislabeled, blank, ood, "
+                                         "uniform; default mislabeled)"),
+    shadows: Optional[int] = typer.Option(None, help="membership design: shadow models for LiRA or RMIA (even; "
+                                          "default 0: the loss threshold on the target alone)"),
+    attack: Optional[str] = typer.Option(None, help="membership design: loss, lira or rmia (default: lira with "
+                                         "--shadows, loss without)"),
+    confidence: Optional[float] = typer.Option(None, help="membership design: confidence of every lower bound "
+                                               "(default 0.95)"),
+    gdp_correction: Optional[str] = typer.Option(None, "--gdp-correction", help="membership design: how the GDP "
+                                                 "reading of the ROC accounts for its threshold choice: bonferroni "
+                                                 "(over every threshold, the default) or split (chosen on half of the "
+                                                 "guesses, read on the other)"),
+    tau: list[float] = typer.Option([], help="label-flip game: abstention thresholds in [0.5, 0.99] (default: "
+                                    "0.50, 0.51, ... 0.99 for the weighted game, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99 for "
+                                    "paper and clopper-pearson)"),
+    game: Optional[str] = typer.Option(None, help="label-flip game: the headline game: weighted (the paper's text: "
+                                       "all C-2 alternatives, weighted ACGR; the default), paper (the same guesses, the "
+                                       "authors' code's estimator) or clopper-pearson (one alternative, exact binomial); "
+                                       "all three are saved"),
     epochs: Optional[int] = typer.Option(None, help="training epochs"),
     seed: Optional[int] = typer.Option(None),
     device: Optional[str] = typer.Option(None),
-    out: Optional[str] = typer.Option(None, help="folder for the JSON result (default: the preset's run.out)"),
+    out: Optional[str] = typer.Option(None, help="folder for the result (default: the preset's run.out)"),
     set_: list[str] = typer.Option([], "--set", help="override any config field"),
+    wait: bool = typer.Option(False, "--wait", help="membership design: wait for another process using the same "
+                              "audit folder instead of stopping"),
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
     debug: bool = typer.Option(False, "--debug", help="print full tracebacks of a defense's errors"),
 ) -> None:
-    """Label-flip memorization game on ONE trained model (Malek et al. 2021, Game 3): an epsilon lower bound."""
+    """One trained model: the DP audit bracket from m canaries (membership design, DP-SGD) or the
+    label-flip memorization game (Malek et al. 2021, Game 3): epsilon lower bounds from one run."""
     with guard(debug, interrupted="nothing was saved"):
-        from harness.api import audit_one_run as play  # inside the guard: Ctrl-C while it loads
+        from harness.api import audit_dp_one_run, audit_one_run as play  # inside the guard: Ctrl-C while it loads
+        from harness.core.errors import ConfigError
 
+        if design not in DESIGNS:
+            raise ConfigError(f"--design must be one of {', '.join(DESIGNS)}, got {design!r}")
+        chosen = _design_of(defense, design)
         overrides = {**parse_set_options(set_),
                      **flag_overrides(epochs=epochs, seed=seed, device=device, out=out, data_dir=data_dir)}
-        with console.status(f"training one {defense} model with {canaries} label-flip canaries..."):
-            res, path = play(defense, preset, overrides, canaries=canaries, taus=tau or None, game=game)
+        if chosen == "membership":
+            _refuse(("--tau", bool(tau)), ("--game", game is not None), design="membership")
+            from harness.cli.common import ProgressView
+
+            with guard(debug, interrupted="every finished model is kept in the audit's folder; the same command "
+                       "resumes"), ProgressView() as view:
+                res, folder = audit_dp_one_run(defense, preset, overrides, canaries=1000 if canaries is None else canaries,
+                                               canary=canary or "mislabeled", shadows=shadows or 0, attack=attack,
+                                               confidence=0.95 if confidence is None else confidence,
+                                               gdp_correction=gdp_correction or "bonferroni", wait=wait, progress=view)
+            if as_json:
+                print(json.dumps(res))
+                return
+            _print_bracket(res, folder)
+            return
+        _refuse(("--canary", canary is not None), ("--shadows", shadows is not None), ("--attack", attack is not None),
+                ("--confidence", confidence is not None), ("--gdp-correction", gdp_correction is not None),
+                ("--wait", wait), design="label-flip")
+        game = game or "weighted"
+        n = 100 if canaries is None else canaries
+        with console.status(f"training one {defense} model with {n} label-flip canaries..."):
+            res, path = play(defense, preset, overrides, canaries=n, taus=tau or None, game=game)
     if as_json:
         print(json.dumps(res))
         return
-    _print_game(res, defense, game, canaries, path)
+    _print_game(res, defense, game, n, path)
+
+
+def _refuse(*flags: tuple[str, bool], design: str) -> None:
+    """No flag is ignored: one that the chosen design does not read is a ConfigError."""
+    from harness.core.errors import ConfigError
+
+    given = [name for name, used in flags if used]
+    if given:
+        other = "label-flip" if design == "membership" else "membership"
+        raise ConfigError(f"{', '.join(given)} belong(s) to the {other} design; this audit uses the {design} design "
+                          f"(--design {other} to run that one)")
+
+
+def _print_bracket(res: dict[str, Any], folder: Any) -> None:
+    from harness.audit.bracket_text import print_bracket
+
+    spec, tgt, br = res["spec"], res["target"], res["bracket"]
+    att = br["attack"]
+    print_bracket(console, br, f"DP audit bracket: {res['defense']} ({res['preset']}), {spec['canaries']} "
+                               f"{spec['canary']} canaries in one model ({att['members']} included), {att['variant']}")
+    one = br["one_run"]
+    for key, what in (("fdp_at", "f-DP"), ("steinke_at", "Steinke et al.")):
+        at = one.get(key)
+        if at:
+            console.print(f"  {what}: {at['correct']} of {at['guesses']} guesses right ({at['set']}), at level "
+                          f"{one['alpha']:g} / {one['tests']} tests", highlight=False)
+    console.print(f"Target: test accuracy {100 * tgt['test_accuracy']:.1f}% on {tgt['train_size']} training samples "
+                  f"({spec['canaries']} of the {res['pool_size']} pool samples are canaries). Saved: "
+                  f"{folder / 'result.json'}; the bracket's figure: {folder / 'report.html'}", highlight=False)
 
 
 #: footnotes for the rows whose interval is not the normal one: (mark, note)

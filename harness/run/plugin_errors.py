@@ -20,9 +20,11 @@ from __future__ import annotations
 import inspect
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 #: at most this many of the defense's own frames are printed (the innermost ones)
 MAX_FRAMES = 6
@@ -74,6 +76,20 @@ def wrap(exc: BaseException, defense: object, defense_name: str, what: str, wher
     message = f"defense {defense_name!r} failed in {what} ({where}): {type(exc).__name__}" + (f": {text}" if text else "")
     full = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return PluginFailure(message, own_frames(exc, defense_folder(defense)), full)
+
+
+def call_defense(call: Callable[[], T], obj: object, defense_name: str, what: str, where: str) -> T:
+    """``call()`` (a defense's ``fit``, or queries of its served model ``obj``) with the plugin's own
+    failure reported as a :class:`PluginFailure` (:func:`wrap`, ``what``: ``fit`` or ``query``) and a
+    user mistake, a plugin failure already reported or Ctrl-C passed on as they are."""
+    from harness.core.errors import ConfigError
+
+    try:
+        return call()
+    except (ConfigError, PluginFailure, KeyboardInterrupt):
+        raise
+    except Exception as e:  # the defense's own failure, with its own frames
+        raise wrap(e, obj, defense_name, what, where) from None
 
 
 def check_served(served: Any, x: np.ndarray, num_classes: int, defense_name: str, where: str) -> "CheckedServed":

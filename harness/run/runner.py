@@ -162,11 +162,20 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
         paper = tree.draws(design.audit_indices)
     else:
         design = make_design(pool, cfg.audit.size, cfg.audit.models, cfg.seed)
-    gen_cls = resolve("canaries", canary)
     params = cfg.audit.canary_params.get(canary, {}) if level_of(level) == "sample" else {}
-    idx = design.audit_indices
+    canaries, info = make_canaries(cfg, data, canary, params, design.audit_indices, paper, base_dir)
+    return LevelDesign(level=level, canary=canary, design=design, canaries=canaries,
+                       population_indices=population_indices(cfg, data), canary_info=info)
+
+
+def make_canaries(cfg: ExperimentConfig, data: ImageDataset, canary: str, params: dict[str, Any], idx: np.ndarray,
+                  paper: Any = None, base_dir: str | None = None) -> tuple[Any, dict[str, Any]]:
+    """The ``canary`` generator's rewrite of the pool samples ``idx`` with ``params``, from its own
+    seeded stream (``SeedSequence([seed, 0xCA, name])``), and what it records (``describe()``, with
+    the parameters); a generator's refusal is a ConfigError."""
     from harness.run.runstore import ArrayCache
 
+    gen_cls = resolve("canaries", canary)
     ctx = CanaryContext(
         num_classes=data.num_classes,
         rng=np.random.default_rng(np.random.SeedSequence([cfg.seed, 0xCA, *canary.encode()])),
@@ -189,8 +198,7 @@ def build_level(cfg: ExperimentConfig, data: ImageDataset, level: str, canary: s
         raise ConfigError(f"canary {canary!r}: {e}") from None
     if params:
         info = {"params": dict(params), **info}
-    return LevelDesign(level=level, canary=canary, design=design, canaries=canaries,
-                       population_indices=population_indices(cfg, data), canary_info=info)
+    return canaries, info
 
 
 def _saved_manifest(run_dir: Path | None) -> dict[str, Any]:
