@@ -15,6 +15,7 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
+from harness.audit.checks import LevelOutputs, MembershipStats, label_scores, membership_stats
 from harness.audit.headline import (Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
                                     headline_test_warning, ratio_json, select_best, selection_fpr, strongest_figure,
                                     victim_weights)
@@ -144,6 +145,23 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
 
 
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
+
+#: the checks of a run's saved outputs (harness.audit.checks), in the order results.json lists them
+CHECKS = ("membership", "outputs", "utility")
+#: warnings a run's failed checks add at most (the record in results.json has every finding)
+MAX_CHECK_WARNINGS = 3
+
+
+def run_checks(stats: list[MembershipStats], outputs: dict[str, LevelOutputs], accuracies: dict[str, list[float]],
+               test_labels: np.ndarray, forced: list[str]) -> dict[str, Any]:
+    """results.json's ``checks``: the membership-consistency, outputs and utility checks of
+    :mod:`harness.audit.checks` on every experiment, whether all passed, and which failed checks
+    an import was told to accept (``forced``: ``harness import --force``)."""
+    from harness.audit.checks import degenerate_outputs, membership_check, utility_check
+
+    found = {"membership": membership_check(stats).record, "outputs": degenerate_outputs(outputs).record,
+             "utility": utility_check(accuracies, test_labels).record}
+    return {**found, "passed": all(r["passed"] for r in found.values()), "forced": list(forced)}
 
 
 def _eps_lower_json(scores: np.ndarray, membership: np.ndarray, roc: Roc | None = None) -> dict[str, Any]:
@@ -307,6 +325,8 @@ class LevelEvaluation:
     others: list[Candidate]  # every other variant in the strongest figure's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
     selection: Any  # the headline's harness.audit.headline.Selection (None without a bootstrap)
+    membership: MembershipStats | None = None  # the membership-consistency statistics (harness.audit.checks)
+    outputs: LevelOutputs | None = None  # constant and identical models
 
 
 def evaluate_level(
@@ -412,7 +432,13 @@ def evaluate_level(
             "devices": sorted({m["device"] for m in ls.metas}),
         },
     }
-    return LevelEvaluation(result, curves, candidates, others, excluded, selection)
+    served = ls.signals["logits"]
+    stats = membership_stats(level, label_scores(served[:, :, 0], ld.canaries.y), ld.design.membership)
+    pop = ls.signals.get("population_logits")
+    outputs = LevelOutputs.of([served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
+                                                                             pop[i].reshape(-1, pop.shape[-1])])
+                               for i in range(len(served))])
+    return LevelEvaluation(result, curves, candidates, others, excluded, selection, stats, outputs)
 
 
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
@@ -518,9 +544,16 @@ def evaluate_run(
     negatives = {lv: int((~ld.design.membership[:, ld.canaries.evaluated]).sum()) for lv, ld in designs.items()}
     sample_negatives = [n for lv, n in negatives.items() if lv != "population"]
     choose_at = {lv: selection_fpr(cfg, n if lv == "population" else min(sample_negatives)) for lv, n in negatives.items()}
+    member_stats: list[MembershipStats] = []
+    level_outputs: dict[str, LevelOutputs] = {}
+    accuracies: dict[str, list[float]] = {}
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
                              weights, choose_at[level])
+        if lev.membership is not None and lev.outputs is not None:
+            member_stats.append(lev.membership)
+            level_outputs[level] = lev.outputs
+        accuracies[level] = list(lev.result["test_accuracy"]["per_model"])
         headline_skips = [f"{level}: headline attack {a} skipped ({why})"
                           for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
         if headline_skips:
@@ -558,10 +591,24 @@ def evaluate_run(
                 if rec["flagged"]]
     if warnings:
         results["warnings"] = warnings
+    results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_data().y_test,
+                                   (manifest.get("external") or {}).get("forced_checks", []))
+    failed = [f"{name} check failed: {line}" for name in CHECKS for line in results["checks"][name]["findings"]]
+    if failed:
+        shown = failed[:MAX_CHECK_WARNINGS]
+        if len(failed) > len(shown):
+            shown[-1] += f" (and {len(failed) - len(shown)} more: results.json, checks)"
+        results["warnings"] = [*results.get("warnings", []), *shown]
     if "population" in results and "sample" in results:
         results["sample_population_ratio"] = ratio_json(results, selections, cfg)
     privacy = run_privacy(results)
     if privacy is not None:
         results["bounds"] = _bounds_json(privacy, cfg.attack.fprs)
+    from harness.core.machine import machine_record, models_machines
+
+    # the machines that trained the models (from their signals files) and the one that ran this phase
+    results["machine"] = {"models": models_machines([m for lv in levels for i in range(cfg.audit.models)
+                                                     if (m := run.read_signals_meta(lv, i)) is not None]),
+                          "attack_phase": machine_record()}
     results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}
     return results, curves
