@@ -413,8 +413,11 @@ def plan(folder: Path | str, preset: str | None = None, overrides: dict[str, Any
     build = build_plan(cfg)
     if not write_plan(build, Path(folder)):
         emit("note", f"{folder} already holds this plan (fingerprint {build.fingerprint[:12]}): nothing was written")
-    if build.note:  # before anything is trained: the FPRs the plan's design cannot resolve, and the S that would
-        emit("note", build.note)
+    from harness.audit.resolution import plan_note
+
+    note = plan_note(cfg, build.designs, build.pool_size, int(build.meta["num_classes"]))
+    if note:  # before anything is trained: the FPRs the plan's design cannot resolve, and the S that would
+        emit("note", note)
     return read_plan(Path(folder), check_files=False)
 
 

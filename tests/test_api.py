@@ -212,6 +212,9 @@ def test_an_unresolved_fpr_is_never_a_number_in_the_api():
     assert math.isnan(r.tpr("sample")) and math.isnan(h.value(0.001))
     assert r.tpr("sample", 0.01) == 0.975 and h.value(0.0) == 0.5875
     assert "sample unresolved" in repr(r)
+    with pytest.raises(ConfigError, match=r"reports TPRs at FPR 0, 0.001, 0.01 \(0 and its attack.fprs\), not at "
+                                          r"0.0001"):  # an FPR the run did not compute: named, not a KeyError
+        r.tpr("sample", 0.0001)
 
 
 def test_load_run_takes_the_results_file_and_names_a_missing_directory(api_run, tmp_path):

@@ -20,7 +20,7 @@ TINY = {"audit.models": 6, "audit.size": 40, "train.epochs": 2, "attack.bootstra
 
 
 def test_the_readme_is_a_front_page():
-    assert len(README.splitlines()) < 150
+    assert len(README.splitlines()) < 160  # 150 before the cross-CPU note and the citation line (issue 46)
     for heading in ("## Set up", "## Example", "## Results", "## Use", "## Documentation"):
         assert heading in README
     assert 'pip install -e ".[test]" && harness evaluate undefended' in README

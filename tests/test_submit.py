@@ -95,6 +95,18 @@ def test_untouched_bundle_is_accepted_and_listed(bundle, tmp_path):
     assert (tmp_path / "site" / "index.html").is_file() and (entry / "index.html").is_file()
 
 
+def test_the_same_bundle_added_twice_is_already_there_and_keeps_its_submission_time(bundle, tmp_path):
+    site = tmp_path / "site"
+    assert _add(bundle, site).exit_code == 0
+    (entry,) = (site / "entries").iterdir()
+    before = {p.name: p.read_bytes() for p in entry.iterdir()}
+    res = _add(bundle, site)
+    assert res.exit_code == 0, res.output
+    assert " ".join(res.output.split()).startswith(f"already there: {entry.name}") and "accepted" not in res.output
+    assert "nothing changed" in res.output and json.loads(before["entry.json"])["submitted"] in res.output
+    assert {p.name: p.read_bytes() for p in entry.iterdir()} == before  # the submission time included
+
+
 def test_edited_tpr_is_refused_naming_the_attack_and_fpr(bundle, tmp_path):
     def edit(files):
         r = json.loads(files["results.json"])

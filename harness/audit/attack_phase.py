@@ -15,7 +15,7 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
-from harness.audit.checks import LevelOutputs, MembershipStats, label_scores, membership_stats
+from harness.core.checks import LevelOutputs, MembershipStats, label_scores, membership_stats
 from harness.audit.headline import (Candidate, LevelFamily, fpr_key, headline_fpr, headline_test,
                                     headline_test_warning, ratio_json, select_best, selection_fpr, strongest_figure,
                                     victim_weights)
@@ -146,7 +146,7 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
 
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
 
-#: the checks of a run's saved outputs (harness.audit.checks), in the order results.json lists them
+#: the checks of a run's saved outputs (harness.core.checks), in the order results.json lists them
 CHECKS = ("membership", "outputs", "utility")
 #: warnings a run's failed checks add at most (the record in results.json has every finding)
 MAX_CHECK_WARNINGS = 3
@@ -155,9 +155,9 @@ MAX_CHECK_WARNINGS = 3
 def run_checks(stats: list[MembershipStats], outputs: dict[str, LevelOutputs], accuracies: dict[str, list[float]],
                test_labels: np.ndarray, forced: list[str]) -> dict[str, Any]:
     """results.json's ``checks``: the membership-consistency, outputs and utility checks of
-    :mod:`harness.audit.checks` on every experiment, whether all passed, and which failed checks
+    :mod:`harness.core.checks` on every experiment, whether all passed, and which failed checks
     an import was told to accept (``forced``: ``harness import --force``)."""
-    from harness.audit.checks import degenerate_outputs, membership_check, utility_check
+    from harness.core.checks import degenerate_outputs, membership_check, utility_check
 
     found = {"membership": membership_check(stats).record, "outputs": degenerate_outputs(outputs).record,
              "utility": utility_check(accuracies, test_labels).record}
@@ -325,7 +325,7 @@ class LevelEvaluation:
     others: list[Candidate]  # every other variant in the strongest figure's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
     selection: Any  # the headline's harness.audit.headline.Selection (None without a bootstrap)
-    membership: MembershipStats | None = None  # the membership-consistency statistics (harness.audit.checks)
+    membership: MembershipStats | None = None  # the membership-consistency statistics (harness.core.checks)
     outputs: LevelOutputs | None = None  # constant and identical models
 
 

@@ -236,6 +236,24 @@ def defense_label(results: dict[str, Any]) -> str:
     return str(results["defense"])
 
 
+def machine_line(results: dict[str, Any]) -> str | None:
+    """The machines of a run (results.json ``machine``, harness.core.machine) on one line: which
+    trained its models and, where it is another, which ran the attacks; None before the record."""
+    from harness.core.machine import describe, numeric_identity
+
+    rec = results.get("machine")
+    if not isinstance(rec, dict):
+        return None
+    models = rec.get("models") or []
+    parts = [f"{m['models']} models trained on {describe(m)}" for m in models]
+    if trained_outside(results):
+        parts.append("models trained outside the harness (their machine is not recorded)")
+    here = rec.get("attack_phase")
+    if here and all(numeric_identity(here) != numeric_identity(m) for m in models):
+        parts.append(f"attacks on {describe(here)}")
+    return "Machine: " + "; ".join(parts) + " (figures vary across CPUs within their CIs: README, Set up)"
+
+
 def print_report(results: dict[str, Any], console: Console | None = None, *, details: bool = False) -> None:
     """The side-by-side table of the levels, then the primary variant of each attack (every variant
     with ``details``)."""
@@ -363,6 +381,8 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     skipped = {f"{lv}: {a}": why for lv, res in experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
     for what, why in skipped.items():
         console.print(f"[yellow]skipped[/] {what} ({why})")
+    if line := machine_line(results):
+        console.print(line, highlight=False)
     tm = results.get("timings", {})
     comp = [r["compute"] for _, r in experiments(results)]
     devices = sorted({d for c in comp for d in c["devices"]})

@@ -55,7 +55,14 @@ class Figure:
 
     def value(self, fpr: float) -> float:
         """TPR at ``fpr``; NaN where the pooled guesses cannot resolve that FPR (0 < fpr < 1/negatives:
-        results.json then stores TPR at FPR 0 there, which is not a figure at ``fpr``)."""
+        results.json then stores TPR at FPR 0 there, which is not a figure at ``fpr``). An FPR the run
+        did not compute is a ConfigError naming the ones it did."""
+        fpr = float(fpr)
+        if fpr not in self.tpr:
+            have = ", ".join(f"{f:g}" for f in sorted(self.tpr))
+            raise ConfigError(f"this run reports TPRs at FPR {have} (0 and its attack.fprs), not at {fpr:g}: ask for "
+                              f"one of them, or re-run the attacks with it (harness attack RUN_DIR --set "
+                              f"attack.fprs=[...,{fpr:g}])")
         return self.tpr[fpr] if self.resolved.get(fpr, True) else float("nan")
 
     def __str__(self) -> str:

@@ -55,7 +55,7 @@ from harness.core import jsonio
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
-from harness.audit.checks import probability_rows
+from harness.core.checks import probability_rows
 from harness.core.signals import CONTRASTIVE_REPETITIONS
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run.fingerprint import run_fingerprint, sha256_json, trained_config
@@ -127,8 +127,10 @@ class PlanBuild:
 
     meta: dict[str, Any]
     files: dict[str, bytes]
-    #: the FPRs the plan's design cannot resolve and the S that would (harness.audit.resolution), or None
-    note: str | None = None
+    #: the experiments' designs in memory, and the training pool's size: what the note of the FPRs the plan's
+    #: design cannot resolve reads (harness.audit.resolution.plan_note, harness.api.plan)
+    designs: tuple[Any, ...] = ()
+    pool_size: int = 0
 
     @property
     def fingerprint(self) -> str:
@@ -305,9 +307,7 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
         "config": cfg.model_dump(mode="json"),
         "files": {rel: _sha256(b) for rel, b in sorted(files.items())},
     }
-    from harness.audit.resolution import plan_note
-
-    return PlanBuild(meta=meta, files=files, note=plan_note(cfg, designs, len(data.y_train), data.num_classes))
+    return PlanBuild(meta=meta, files=files, designs=tuple(designs), pool_size=len(data.y_train))
 
 
 def _ssl_view_arrays(x: np.ndarray, spec: Any, seed: int) -> dict[str, np.ndarray]:
@@ -897,12 +897,12 @@ def _first(findings: list[str]) -> str:
 
 def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: list[int], test_labels: np.ndarray,
                  outputs_dir: Path, force: bool) -> list[str]:
-    """The checks of the models together (harness.audit.checks; docs/protocol.md, Checks), before
+    """The checks of the models together (harness.core.checks; docs/protocol.md, Checks), before
     anything is written: outputs constant or identical across models, models at chance accuracy,
     and the membership-consistency check of each model's outputs against the plan's membership.
     A ConfigError (one line, naming the models' files) for the first that fails; a failed
     membership check only without ``force``. Returns the checks ``force`` accepted."""
-    from harness.audit.checks import LevelOutputs, degenerate_outputs, label_scores, membership_check, \
+    from harness.core.checks import LevelOutputs, degenerate_outputs, label_scores, membership_check, \
         membership_stats, utility_check
 
     names = {e: [str(outputs_dir / e / output_name(i)) for i in kept] for e in plan.experiments}

@@ -30,7 +30,8 @@ its members at least as well as its non-members and the models' fits differ by s
 the measured statistics of every built-in defense's quick run are in docs/protocol.md (Checks).
 
 **Outputs** (:func:`degenerate_outputs`): a model whose outputs are the same for every query image
-and view (e.g. all zeros), and models whose outputs are identical to another model's.
+and view (e.g. all zeros), and models whose scores are identical to another model's (models that
+serve labels only are exempt from the second: two of them may predict every query alike).
 
 **Utility** (:func:`at_chance`): a model whose test accuracy is not above the accuracy of always
 answering the test set's most frequent class, by a one-sided binomial test at level :data:`ALPHA`.
@@ -205,12 +206,23 @@ def constant_models(outputs: Sequence[np.ndarray]) -> list[int]:
     return out
 
 
+def label_rows(outputs: np.ndarray) -> bool:
+    """Whether every row (last axis) says nothing but its top class: one largest entry, every other
+    entry equal (one-hot labels, or a constant score on the predicted class)."""
+    a = np.sort(np.asarray(outputs).reshape(-1, np.asarray(outputs).shape[-1]), axis=-1)
+    return bool(a.size) and bool(np.all(a[:, :-1] == a[:, :1]) and np.all(a[:, -1] > a[:, -2]))
+
+
 def identical_groups(outputs: Sequence[np.ndarray]) -> list[list[int]]:
-    """Groups (of two or more model indices) whose outputs are equal, element for element."""
+    """Groups (of two or more model indices) whose outputs are equal, element for element, among
+    the models whose outputs are scores: models that serve labels only (:func:`label_rows`) may
+    well predict every query alike when their training sets differ in a few samples."""
     import hashlib
 
     groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
     for i, o in enumerate(outputs):
+        if label_rows(o):
+            continue
         a = np.ascontiguousarray(o)
         groups.setdefault((hashlib.sha256(a.tobytes()).hexdigest(), a.shape), []).append(i)
     return [g for g in groups.values() if len(g) > 1]
