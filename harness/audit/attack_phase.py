@@ -593,7 +593,9 @@ def evaluate_run(
         results["warnings"] = warnings
     results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_data().y_test,
                                    (manifest.get("external") or {}).get("forced_checks", []))
-    failed = [f"{name} check failed: {line}" for name in CHECKS for line in results["checks"][name]["findings"]]
+    forced = set(results["checks"]["forced"])
+    failed = [f"{name} check failed{' (imported with --force)' if name in forced else ''}: {line}"
+              for name in CHECKS for line in results["checks"][name]["findings"]]
     if failed:
         shown = failed[:MAX_CHECK_WARNINGS]
         if len(failed) > len(shown):

@@ -214,6 +214,8 @@ def verdict(a: Results, b: Results, heads: list[dict[str, Any]], diffs: dict[str
         return (f"Same code, config, data and machine, yet the numbers differ: a step that is not deterministic "
                 f"(a GPU kernel, another thread count) changed the models; {real}.")
     other = f"A: {'; '.join(describe(m) for m in ma)} | B: {'; '.join(describe(m) for m in mb)}"
+    if not figures:
+        return f"Same code, config and data, another machine ({other}); {real}."
     if disjoint:
         return (f"Same code, config and data, another machine ({other}); yet {real}: more than the rounding of "
                 "another CPU explains.")

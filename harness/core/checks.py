@@ -326,9 +326,10 @@ def summary(checks: dict[str, Any]) -> str:
     if mem:
         worst = max((max(v.get("max_pair_z") or -np.inf, v.get("max_own_z") or -np.inf)
                      for v in mem.get("experiments", {}).values()), default=float("nan"))
-        forced = " (failed; imported with --force)" if checks.get("forced") and not mem.get("passed") else ""
-        parts.append(f"membership consistency {'passed' if mem.get('passed') else 'FAILED'}{forced} (largest z "
-                     f"{worst:.1f}, threshold {mem.get('threshold_z', float('nan')):.1f})")
+        forced = "membership" in (checks.get("forced") or [])
+        verdict = "passed" if mem.get("passed") else "failed, imported with --force" if forced else "FAILED"
+        parts.append(f"membership consistency {verdict} (largest z {worst:.1f}, threshold "
+                     f"{mem.get('threshold_z', float('nan')):.1f})")
     out = checks.get("outputs") or {}
     if out:
         parts.append("outputs " + ("not constant, not identical across models" if out.get("passed") else "DEGENERATE"))

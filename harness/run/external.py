@@ -905,16 +905,17 @@ def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: l
     from harness.core.checks import LevelOutputs, degenerate_outputs, label_scores, membership_check, \
         membership_stats, utility_check
 
-    names = {e: [str(outputs_dir / e / output_name(i)) for i in kept] for e in plan.experiments}
+    names = {e: [output_name(i) for i in kept] for e in plan.experiments}  # the files of OUTPUTS/<experiment>/
     outputs = degenerate_outputs({e: LevelOutputs.of([np.concatenate([models[e][i].logits.reshape(-1, models[e][i].logits.shape[-1]),
                                                                       models[e][i].test_logits])
                                                       for i in kept]) for e in plan.experiments}, names)
     if not outputs.passed:
-        raise ConfigError(f"degenerate outputs: {_first(outputs.findings)}")
+        raise ConfigError(f"degenerate outputs in {outputs_dir}: {_first(outputs.findings)}")
     utility = utility_check({e: [models[e][i].test_accuracy for i in kept] for e in plan.experiments}, test_labels,
                             names)
     if not utility.passed:
-        raise ConfigError(f"{_first(utility.findings)}: a model at chance has learnt nothing to audit; train it again")
+        raise ConfigError(f"{outputs_dir}: {_first(utility.findings)}: a model at chance has learnt nothing to audit; "
+                          "train it again")
     stats = []
     for e in plan.experiments:
         ld = plan.load_level(e)
@@ -925,7 +926,8 @@ def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: l
     if member.passed:
         return []
     if not force:
-        raise ConfigError(f"membership check failed: {_first(member.findings)}; train model i on train.npz's "
+        raise ConfigError(f"membership check failed in {outputs_dir}: {_first(member.findings)}; train model i on "
+                          "train.npz's "
                           f"train_indices[train_offsets[i]:train_offsets[i+1]] and write its outputs as model_i.npz of "
                           "its experiment (docs/external-models.md), or pass --force to import anyway (marked forced)")
     return ["membership"]
