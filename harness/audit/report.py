@@ -239,7 +239,7 @@ def defense_label(results: dict[str, Any]) -> str:
 def machine_line(results: dict[str, Any]) -> str | None:
     """The machines of a run (results.json ``machine``, harness.core.machine) on one line: which
     trained its models and, where it is another, which ran the attacks; None before the record."""
-    from harness.core.machine import describe, numeric_identity
+    from harness.core.machine import describe
 
     rec = results.get("machine")
     if not isinstance(rec, dict):
@@ -249,7 +249,8 @@ def machine_line(results: dict[str, Any]) -> str | None:
     if trained_outside(results):
         parts.append("models trained outside the harness (their machine is not recorded)")
     here = rec.get("attack_phase")
-    if here and all(numeric_identity(here) != numeric_identity(m) for m in models):
+    if here and all((here.get("cpu"), here.get("vector_extensions")) != (m.get("cpu"), m.get("vector_extensions"))
+                    for m in models):
         parts.append(f"attacks on {describe(here)}")
     return "Machine: " + "; ".join(parts) + " (figures vary across CPUs within their CIs: README, Set up)"
 

@@ -57,9 +57,11 @@ def cpu() -> tuple[str, tuple[str, ...]]:
     return platform.processor() or platform.machine() or "unknown", ()
 
 
-@lru_cache(maxsize=1)
-def _builds() -> dict[str, Any]:
-    """The torch and numpy builds: versions, torch's CPU kernel level and BLAS, numpy's BLAS."""
+@lru_cache(maxsize=2)
+def _builds(with_torch: bool) -> dict[str, Any]:
+    """The torch and numpy builds: versions, torch's CPU kernel level and BLAS, numpy's BLAS.
+    Without ``with_torch`` torch is not imported (the attack phase never imports it): its version
+    is read from the installed package's metadata, its kernel level and BLAS are left out."""
     import numpy as np
 
     out: dict[str, Any] = {"numpy": np.__version__, "numpy_blas": None}
@@ -69,9 +71,17 @@ def _builds() -> dict[str, Any]:
             out["numpy_blas"] = f"{blas['name']} {blas.get('version', '')}".strip()
     except (TypeError, ValueError, AttributeError):  # numpy before 1.25 has no mode="dicts"
         pass
+    if not with_torch:
+        from importlib import metadata
+
+        try:
+            version: str | None = metadata.version("torch")
+        except metadata.PackageNotFoundError:
+            version = None
+        return {**out, "torch": version, "torch_cpu_capability": None, "torch_blas": None}
     try:
         import torch
-    except ImportError:  # an outside trainer's environment without torch (harness import)
+    except ImportError:  # an environment without torch
         return {**out, "torch": None, "torch_cpu_capability": None, "torch_blas": None}
     try:
         capability = torch.backends.cpu.get_cpu_capability()
@@ -82,14 +92,17 @@ def _builds() -> dict[str, Any]:
             "torch_blas": m.group(1) if m else None}
 
 
-def machine_record(threads: int | None = None) -> dict[str, Any]:
+def machine_record(threads: int | None = None, with_torch: bool = False) -> dict[str, Any]:
     """This machine as results.json records it: ``cpu``, ``vector_extensions``, ``cpu_count`` (the
     CPUs this process may use), ``threads`` (torch's intra-op threads, or ``threads``), the torch
     build (``torch``, ``torch_cpu_capability``: the kernels torch dispatches to, ``torch_blas``), the
-    numpy build (``numpy``, ``numpy_blas``), ``python`` and ``os``."""
+    numpy build (``numpy``, ``numpy_blas``), ``python`` and ``os``. ``with_torch``: import torch
+    for its kernel level, BLAS and threads (a training job, which has torch); without it (the attack
+    phase, which never imports torch) only torch's installed version is read, and the record is the
+    same whatever the process imported."""
     model, ext = cpu()
-    builds = _builds()
-    if threads is None and builds["torch"] is not None:
+    builds = _builds(with_torch)
+    if threads is None and with_torch and builds["torch"] is not None:
         import torch
 
         threads = torch.get_num_threads()

@@ -517,7 +517,7 @@ class _JobSetup:
             "query_seconds": t2 - t1,
             "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
             "torch_threads": torch.get_num_threads(),
-            "machine": machine_record(torch.get_num_threads()),  # what can change its float results
+            "machine": machine_record(torch.get_num_threads(), with_torch=True),  # what can change its floats
             "host": platform.node(),
             "defense_info": served.info(),
             "serving": serving,
