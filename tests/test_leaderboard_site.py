@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 from typer.testing import CliRunner
 
+from conftest import NEAREST_LABEL_PLUGIN
 from harness.cli import app
 from leaderboard.build import COLUMNS as MD_COLUMNS
 from leaderboard.site import COLUMNS, entry_id, matched_baseline, rebuild
@@ -278,29 +279,7 @@ def test_layout_problems_finds_what_it_looks_for():
     assert any("'title' leaves the figure" in p for p in problems)
 
 
-PLUGINS = """
-from defenses.base import Defense, ServedModel
-import numpy as np
-
-
-class Oracle(ServedModel):
-    def __init__(self, x, y, k):
-        self.x, self.y, self.k = x.reshape(len(x), -1).astype(np.float32), y, k
-
-    def query(self, x):  # the label of the nearest training image (itself, for a member): above chance on the test set
-        q = x.reshape(len(x), -1).astype(np.float32)
-        d = (q ** 2).sum(1)[:, None] - 2 * q @ self.x.T + (self.x ** 2).sum(1)[None]
-        out = np.zeros((len(x), self.k), np.float32)
-        out[np.arange(len(x)), self.y[d.argmin(1)]] = 10.0
-        return out
-
-
-class Memorize(Defense):
-    name, description = "memorize", "a lookup table"
-
-    def fit(self, train, ctx):
-        return Oracle(train.x, train.y, train.num_classes)
-
+PLUGINS = NEAREST_LABEL_PLUGIN + """
 
 class Twin(Memorize):
     name = "memorize-twin"

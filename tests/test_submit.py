@@ -336,45 +336,19 @@ def test_verify_marks_an_entry_verified_by_a_real_rerun(bundle, tmp_path):
     assert "verified" in (site / "index.html").read_text()
 
 
-#: a file plugin of a few seconds: members answered with their training label, any other image with
-#: its nearest training image's (above chance on the test set: a leaderboard takes no model at chance)
-PLUGIN = """
-import numpy as np
-from defenses.base import Defense, ServedModel
-
-
-class NearestLabel(ServedModel):
-    def __init__(self, x, y, k):
-        self.x, self.y, self.k = x.reshape(len(x), -1).astype(np.float32), y, k
-
-    def query(self, x):
-        q = x.reshape(len(x), -1).astype(np.float32)
-        d = (q ** 2).sum(1)[:, None] - 2 * q @ self.x.T + (self.x ** 2).sum(1)[None]
-        out = np.zeros((len(x), self.k), np.float32)
-        out[np.arange(len(x)), self.y[d.argmin(1)]] = 10.0
-        return out
-
-
-class MemorizeDefense(Defense):
-    name = "memorize"
-    description = "the label of the nearest training image: members are their own nearest"
-
-    def fit(self, train, ctx):
-        return NearestLabel(train.x, train.y, train.num_classes)
-"""
-
-
 def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeypatch):
+    from conftest import NEAREST_LABEL_PLUGIN as PLUGIN
+
     monkeypatch.chdir(tmp_path)
     (tmp_path / "memo.py").write_text(PLUGIN)
-    res = runner.invoke(app, ["evaluate", "memo.py:MemorizeDefense", "--out", "runs", "--models", "6",
+    res = runner.invoke(app, ["evaluate", "memo.py:Memorize", "--out", "runs", "--models", "6",
                               "--audit-size", "20", "--set", "attack.bootstrap=20", "--workers", "1"])
     assert res.exit_code == 0, res.output
     (run_dir,) = (tmp_path / "runs").iterdir()
     run = RunDir(run_dir)
     copy = tmp_path / "elsewhere.py"
     shutil.copy(tmp_path / "memo.py", copy)  # the fingerprint reads the code from a copy, keeps the path
-    assert run_fingerprint_of(run.load_config(), run.load_data(), f"{copy}:MemorizeDefense") == \
+    assert run_fingerprint_of(run.load_config(), run.load_data(), f"{copy}:Memorize") == \
         run_fingerprint_of(run.load_config(), run.load_data())
     assert runner.invoke(app, ["submit", str(run_dir), "-o", "entry.tar.gz"]).exit_code == 0
     with tarfile.open("entry.tar.gz") as tar:
@@ -385,12 +359,12 @@ def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeyp
     res = runner.invoke(app, ["leaderboard", "add", "entry.tar.gz", "--site", "site", "--trust-plugin"])
     assert res.exit_code == 0, res.output
     (entry,) = (tmp_path / "site" / "entries").iterdir()
-    assert json.loads((entry / "results.json").read_text())["defense"] == "memo.py:MemorizeDefense"
+    assert json.loads((entry / "results.json").read_text())["defense"] == "memo.py:Memorize"
     # the maintainer re-runs the bundled source from a folder of their own: the absolute path differs,
     # the published form (file name and class) is the same, so the re-run verifies the entry
     rerun = json.loads((run_dir / "results.json").read_text())
     rerun["seed"] = rerun["config"]["seed"] = 987
-    rerun["defense"] = rerun["config"]["defense"] = f"{tmp_path / 'maintainer' / 'memo.py'}:MemorizeDefense"
+    rerun["defense"] = rerun["config"]["defense"] = f"{tmp_path / 'maintainer' / 'memo.py'}:Memorize"
     (tmp_path / "rerun.json").write_text(json.dumps(rerun))
     res = runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", "rerun.json", "--site", "site"])
     assert res.exit_code == 0, res.output
