@@ -36,6 +36,7 @@ from harness.core import jsonio
 from harness.run.runstore import atomic_write_bytes
 from harness.core.registry import is_file_reference
 from harness.core.checks import summary as check_summary
+from harness.core.machine import describe as describe_machine
 from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
                                refusal, strip_paths, to_markdown)
 from leaderboard.plots import Point, privacy_utility_svg, roc_svg
@@ -550,6 +551,8 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "seed": results.get("seed"),
         "created": results.get("created"),
         "devices": ", ".join(devices),
+        "machines": "; ".join(f"{m.get('models')} models on {describe_machine(m)}"
+                              for m in (results.get("machine") or {}).get("models") or []) or None,
         "models": f"{results['num_models']} per level, {results['num_models'] * levels} trained",
         "device-hours": f"{hours:.3f}" if hours is not None else None,
         "source": meta.get("source", "run"),

@@ -248,6 +248,8 @@ def machine_line(results: dict[str, Any]) -> str | None:
     parts = [f"{m['models']} models trained on {describe(m)}" for m in models]
     if trained_outside(results):
         parts.append("models trained outside the harness (their machine is not recorded)")
+    elif not models:
+        parts.append("the models' machine is not recorded (trained before the record)")
     here = rec.get("attack_phase")
     if here and all((here.get("cpu"), here.get("vector_extensions")) != (m.get("cpu"), m.get("vector_extensions"))
                     for m in models):
