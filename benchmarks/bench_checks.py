@@ -1,7 +1,7 @@
 """The checks of a run's saved outputs (harness.core.checks): measured on finished runs, on planted
 faults, and on simulated runs without any fault. docs/protocol.md (Checks) quotes its output.
 
-    python benchmarks/bench_checks.py [RUNS...] [--null 2000] [--seed 0]
+    python benchmarks/bench_checks.py [RUNS...] [--null 2000] [--seed 0] [--markdown]
 
 For every finished run under RUNS (default runs/bench, where benchmarks/bench_defenses.py puts every
 built-in defense's quick run):
@@ -13,6 +13,10 @@ built-in defense's quick run):
 - planted faults on the same signals: models 3 and 5 of each experiment swapped, and model 7's
   membership row shuffled (its outputs fit a set other than its design's): whether the check names
   them, with their z.
+
+``--markdown`` prints, after the runs, one table row per run (docs/protocol.md's tables): the
+models, the threshold, each experiment's median own-members AUC, the largest z of the run with its
+design's masks, and the experiments where the planted swap and the planted shuffle are named.
 
 Then the false-alarm rate on ``--null`` simulated runs of 32 models, 200 audit samples and two
 experiments, each model's scores drawn as a per-sample difficulty plus noise plus a member shift:
@@ -45,7 +49,8 @@ def run_dirs(paths: list[Path]) -> list[Path]:
     return found
 
 
-def measure(run_path: Path) -> None:
+def measure(run_path: Path) -> str:
+    """Print what the checks find on one run and on its planted faults; return its markdown row."""
     run = RunDir(run_path)
     cfg = run.load_config()
     results = jsonio.loads((run_path / "results.json").read_text())
@@ -84,10 +89,21 @@ def measure(run_path: Path) -> None:
               f"{rec['max_pair_z']:6.2f}, own z {rec['max_own_z']:5.2f}")
     for line in check.findings + out.findings + ut.findings:
         print(f"  finding: {line}")
+    swaps, shuffles = [], []
     for level, sw, sh in planted:
+        swap_named = bool(max(sw.pair_z[3, 5], sw.pair_z[5, 3]) > t)
+        shuffle_named = bool(sh.own_z[7] > t or sh.pair_z[7].max() > t)
         print(f"  planted in {level:19s} swap 3<->5: z {sw.pair_z[3, 5]:5.1f}, {sw.pair_z[5, 3]:5.1f} "
-              f"({'named' if max(sw.pair_z[3, 5], sw.pair_z[5, 3]) > t else 'missed'}); shuffled 7: own z "
-              f"{sh.own_z[7]:5.1f} ({'named' if sh.own_z[7] > t or sh.pair_z[7].max() > t else 'missed'})")
+              f"({'named' if swap_named else 'missed'}); shuffled 7: own z "
+              f"{sh.own_z[7]:5.1f} ({'named' if shuffle_named else 'missed'})")
+        swaps += [level] * swap_named
+        shuffles += [level] * shuffle_named
+    recs = check.record["experiments"]
+    largest = max(max(r["max_pair_z"] if r["max_pair_z"] is not None else -np.inf, r["max_own_z"]) for r in recs.values())
+    passed = "passed" if check.passed and out.passed and ut.passed else "**failed**"
+    return (f"| {name} | {len(stats[0].own_z)} | {t:.2f} | "
+            + ", ".join(f"{level} {r['median_auc']:.2f}" for level, r in recs.items())
+            + f" | {largest:.2f} | {passed} | {', '.join(swaps) or 'none'} | {', '.join(shuffles) or 'none'} |")
 
 
 def simulate(rng: np.random.Generator, shift: np.ndarray, s: int = 32, c: int = 200, experiments: int = 2) -> bool:
@@ -107,9 +123,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("runs", nargs="*", type=Path, default=[REPO / "runs" / "bench"])
     ap.add_argument("--null", type=int, default=2000, help="simulated runs per false-alarm scenario (0: none)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table of the runs (docs/protocol.md)")
     args = ap.parse_args(argv)
-    for path in run_dirs(args.runs):
-        measure(path)
+    rows = [measure(path) for path in run_dirs(args.runs)]
+    if args.markdown and rows:
+        print("\n| defense (canaries) | models | threshold z | median own-members AUC | largest z | checks "
+              "| swap 3<->5 named in | shuffled 7 named in |\n|---|---|---|---|---|---|---|---|")
+        print("\n".join(rows))
     if args.null:
         rng = np.random.default_rng(args.seed)
         scenarios = {"(a) no member shift": lambda: np.zeros(32), "(b) shift 0.2 for every model": lambda: np.full(32, 0.2),
