@@ -23,7 +23,7 @@ from typer.testing import CliRunner
 
 from conftest import TINY_ARGS
 from harness.core.checks import (LevelOutputs, at_chance, chance_accuracy, degenerate_outputs, membership_check,
-                                  membership_stats, probability_rows, rank_sums, threshold, utility_check)
+                                  membership_stats, probability_rows, rank_sums, summary, threshold, utility_check)
 from harness.cli import app
 
 runner = CliRunner()
@@ -113,6 +113,16 @@ def test_constant_identical_chance_and_probability_outputs():
     assert probability_rows(p.astype(np.float32)) and probability_rows(p.astype(np.float16))
     assert not probability_rows(z.astype(np.float32)) and not probability_rows(np.log(p).astype(np.float32))
     assert not probability_rows(np.eye(10, dtype=np.float32)[rng.integers(0, 10, 50)])  # served labels
+
+
+def test_the_summary_line_names_the_largest_z_a_zero_included_and_each_check():
+    mem = {"passed": True, "threshold_z": 4.9, "experiments": {"population": {"max_pair_z": -3.0, "max_own_z": 0.0},
+                                                               "sample-ood": {"max_pair_z": None, "max_own_z": -0.5}}}
+    line = summary({"membership": mem, "outputs": {"passed": True}, "utility": {"passed": False, "chance": 0.121}})
+    assert line == ("membership consistency passed (largest z 0.0, threshold 4.9); outputs not constant, not identical "
+                    "across models; accuracy AT chance (12.1%)")
+    forced = summary({"membership": {**mem, "passed": False}, "forced": ["membership"]})
+    assert forced == "membership consistency failed, imported with --force (largest z 0.0, threshold 4.9)"
 
 
 def test_the_cpuinfo_of_a_linux_machine_names_its_model_and_vector_extensions():

@@ -137,6 +137,9 @@ def test_entry_page_has_roc_figures_tables_provenance_and_its_results(site, resu
     assert all(p.count(",") > 10 for p in re.findall(r'<polyline class="curve[^"]*"[^>]* points="([^"]*)"', page))
     for key in ("run fingerprint", "data fingerprint", "harness version", "seed", "created"):
         assert key in page
+    worst = max(max(e["max_pair_z"], e["max_own_z"]) for e in results["checks"]["membership"]["experiments"].values())
+    assert f"membership consistency passed (largest z {worst:.1f}, threshold " in page  # the checks it passed
+    assert "outputs not constant, not identical across models; accuracy above chance (12.1%)" in page
     assert results["data_fingerprint"] and results["data_fingerprint"] in page
     assert 'href="results.json" download' in page
     # the downloadable copy is the submitted file with the one absolute path it holds (the output

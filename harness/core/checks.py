@@ -324,7 +324,7 @@ def summary(checks: dict[str, Any]) -> str:
     parts = []
     mem = checks.get("membership") or {}
     if mem:
-        worst = max((max(v.get("max_pair_z") or -np.inf, v.get("max_own_z") or -np.inf)
+        worst = max((max(-np.inf if v.get(k) is None else v[k] for k in ("max_pair_z", "max_own_z"))
                      for v in mem.get("experiments", {}).values()), default=float("nan"))
         forced = "membership" in (checks.get("forced") or [])
         verdict = "passed" if mem.get("passed") else "failed, imported with --force" if forced else "FAILED"
