@@ -73,6 +73,19 @@ def test_the_membership_check_is_quiet_where_the_masks_are_right(scenario):
     assert alarms == 0
 
 
+def test_models_that_fit_their_members_unequally_are_not_named_by_the_own_test():
+    """Fits spread evenly from none to strong (as DP-SGD's or HAMP's models may differ): the weakest
+    model's AUC is far below the median by sampling error alone, but not by the spread of the fits."""
+    rng = np.random.default_rng(6)
+    m = _design(rng, 32, 200)
+    st = membership_stats("sample-x", _scores(rng, m, np.linspace(0, 2, 32)), m)
+    t = threshold(32 * 32)
+    assert membership_check([st]).passed and st.own_z.max() < t
+    n_in = m.sum(1)
+    sampling_only = (np.median(st.own_auc) - st.own_auc) / np.sqrt(201 / (12 * n_in * (200 - n_in)) * (1 + np.pi / 62))
+    assert sampling_only.max() > t  # the rule without the spread of the fits names the weakest models
+
+
 def test_the_membership_check_names_a_swapped_pair_and_a_model_trained_on_another_set():
     rng = np.random.default_rng(4)
     m = _design(rng, 16, 120)
