@@ -12,7 +12,7 @@ each step's gradient, so ``alpha`` = weight decay x batch size; biases are not d
 plan.json's ``models[i].seed``, on ``train.npz``'s ``x[train_indices[train_offsets[i]:train_offsets[i + 1]]]``
 normalized with the plan's mean and std. Its initialization (Glorot) and batches are scikit-learn's
 own: another trainer, the same audit. Its outputs are the network's logits (the last layer before
-the softmax) on every query view (``query.npz``'s ``views``).
+the softmax) on every query view (``query.npz``'s ``views``) and on the test set (``test_logits``).
 """
 
 from __future__ import annotations
@@ -109,9 +109,11 @@ def train(args: argparse.Namespace) -> int:
                 warnings.simplefilter("ignore", ConvergenceWarning)  # it runs exactly `epochs` epochs, as asked
                 clf.fit(features(x[rows], mean, std), y[rows])
             secs = time.perf_counter() - t0
-            acc = float((clf.predict(x_test) == y_test).mean())
+            test_logits = logits(clf, x_test)
+            acc = float((test_logits.argmax(-1) == y_test).mean())
             z = logits(clf, queries).reshape(views.shape[0], views.shape[1], -1)
             save_npz(out, logits=z.astype(np.float32), plan_fingerprint=np.array(plan["fingerprint"]),
+                     experiment=np.array(name), test_logits=test_logits.astype(np.float32),
                      test_accuracy=np.array(acc), train_seconds=np.array(secs))
             print(f"{name} model {i}: test accuracy {100 * acc:.1f}%, {secs:.1f} s", flush=True)
     return 0

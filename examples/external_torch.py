@@ -11,6 +11,7 @@ weight decay and a cosine schedule) with its own loop. Each model i of each expe
 plan.json's ``models[i].seed`` (initialization, then the order of the batches), and answers the
 query set under every view (``query.npz``'s ``views``, the images the harness itself queries). Its
 outputs go to ``OUTPUTS/<experiment>/model_0007.npz``: ``logits`` (Q, A, K), ``plan_fingerprint``,
+``experiment`` (the folder's name), ``test_logits`` (T, K) on ``data.npz``'s ``x_test``,
 ``test_accuracy`` and ``train_seconds``. Finished files are kept, so a re-run trains only the
 missing models.
 """
@@ -155,9 +156,11 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             net = train_one(x[rows], y[rows], plan["models"][i]["seed"], recipe, mean, std, k, epochs)
             secs = time.perf_counter() - t0
-            acc = float((outputs_of(net, x_test, mean, std).argmax(-1) == y_test).mean())
+            test_logits = outputs_of(net, x_test, mean, std)
+            acc = float((test_logits.argmax(-1) == y_test).mean())
             save_npz(out, logits=outputs_of(net, views, mean, std).astype(args.dtype),
-                     plan_fingerprint=np.array(plan["fingerprint"]), test_accuracy=np.array(acc),
+                     plan_fingerprint=np.array(plan["fingerprint"]), experiment=np.array(name),
+                     test_logits=test_logits.astype(args.dtype), test_accuracy=np.array(acc),
                      train_seconds=np.array(secs))
             print(f"{name} model {i}: test accuracy {100 * acc:.1f}%, {secs:.1f} s", flush=True)
     return 0

@@ -440,38 +440,49 @@ def plan(folder: Path | str, preset: str | None = None, overrides: dict[str, Any
     :class:`harness.run.external.Plan` (``path``, ``fingerprint``, ``meta``: plan.json). A folder
     that already holds this very plan is left as it is (a ``note`` says so); any other non-empty
     folder is a ConfigError."""
-    from harness.run.external import DEFENSE, build_plan, read_plan, write_plan
+    from harness.run.external import DEFENSE, build_plan, check_plan_folder, read_plan, write_plan
 
     emit = _emitter(progress)
     cfg = configure(DEFENSE, preset, overrides)
+    check_plan_folder(Path(folder))  # a file, or a folder holding something else: refused before the plan is built
     emit("status", "building the audit plan (data, canaries, training sets, query views)")
     build = build_plan(cfg)
     if not write_plan(build, Path(folder)):
         emit("note", f"{folder} already holds this plan (fingerprint {build.fingerprint[:12]}): nothing was written")
+    from harness.audit.resolution import plan_note
+
+    note = plan_note(cfg, build.designs, build.pool_size, int(build.meta["num_classes"]))
+    if note:  # before anything is trained: the FPRs the plan's design cannot resolve, and the S that would
+        emit("note", note)
     return read_plan(Path(folder), check_files=False)
 
 
 def import_outputs(plan: Path | str, outputs: Path | str, *, run_dir: Path | str | None = None, partial: bool = False,
                    name: str | None = None, overrides: dict[str, Any] | None = None, wait: bool = False,
-                   progress: ProgressFn | None = None) -> Results:
+                   force: bool = False, probabilities: bool = False, progress: ProgressFn | None = None) -> Results:
     """Audit models trained outside the harness from their outputs (``harness import``): check the
     plan and every output file under ``outputs`` (``<experiment>/model_0007.npz``) before anything
     is written, build a normal run directory of the ``external`` defense (default
     ``<run.out>/external-<preset>-<fingerprint>``; ``run_dir`` names it), run the attack phase and
     return its :class:`Results`. ``partial``: audit the models present when some are missing and
     the design stays balanced enough (a ``note`` says how many); ``name``: a label for the models;
-    ``overrides``: ``attack.*`` settings and ``run.out``. The run directory appears only complete
-    (built in a temp folder beside it, attacked, then renamed); importing the same outputs again
-    re-runs its attack phase."""
+    ``overrides``: ``attack.*`` settings and ``run.out``; ``force``: import although the
+    membership-consistency check fails (results.json and the leaderboard mark it forced);
+    ``probabilities``: outputs that are probabilities are imported as their log (refused
+    otherwise). The run directory appears only complete (built in a temp folder beside it, locked,
+    attacked, then renamed; a temp folder that a killed import left is removed by the next one);
+    importing the same outputs again re-runs its attack phase, and of two imports of the same
+    outputs at once, the second to finish returns the first one's run."""
     import shutil
 
-    from harness.run.external import check_import, publish, write_import
+    from harness.run.external import check_import, publish, remove_stale_temps, write_import
     from harness.run.runstore import RunDir
 
     emit = _emitter(progress)
     emit("status", "checking the plan and every output file")
     job = check_import(Path(plan), Path(outputs), partial=partial, name=name, overrides=dict(overrides or {}),
-                       run_dir=Path(run_dir) if run_dir is not None else None)
+                       run_dir=Path(run_dir) if run_dir is not None else None, force=force,
+                       probabilities=probabilities)
     for line in job.notes:
         emit("note", line)
     path = job.path
@@ -485,15 +496,42 @@ def import_outputs(plan: Path | str, outputs: Path | str, *, run_dir: Path | str
             return _attack_phase(path, None, emit, job.cfg)
     parent = path.absolute().parent
     parent.mkdir(parents=True, exist_ok=True)
+    for stale in remove_stale_temps(path):
+        emit("repaired", f"removed {stale}, the temp folder of an import that was killed")
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.import-", dir=parent))
     try:
-        emit("status", "writing the run directory")
-        write_import(job, tmp)
-        with _locked(tmp, False, emit):
+        with _locked(tmp, False, emit):  # from the start: the next import sees it is in use, not left behind
+            emit("status", "writing the run directory")
+            write_import(job, tmp)
             _attack_phase(tmp, None, emit, job.cfg)
-        publish(tmp, path)  # onto a missing or empty folder: the run appears complete or not at all
+            try:
+                publish(tmp, path)  # onto a missing or empty folder: the run appears complete or not at all
+            except OSError:
+                if not _same_run(path, job.fingerprint):
+                    raise
+                # another import of these very outputs finished first (same run fingerprint): keep its run
+                shutil.rmtree(tmp, ignore_errors=True)
+                emit("info", f"{path} was completed meanwhile by another import of these outputs (run fingerprint "
+                             f"{job.fingerprint[:12]}); this import's copy was discarded")
+                saved = Results.load(path)
+                if saved.data.get("config") == job.cfg.model_dump(mode="json"):
+                    return saved
+                with _locked(path, True, emit):  # other attack settings: re-run its attack phase with these
+                    return _attack_phase(path, None, emit, job.cfg)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     emit("info", f"Run directory: {path} (fingerprint {job.fingerprint[:12]}; trained outside the harness)")
     return Results.load(path)
+
+
+def _same_run(path: Path, fingerprint: str) -> bool:
+    """Whether ``path`` is a run directory of the run ``fingerprint`` with its results written."""
+    from harness.run.runstore import RunDir
+
+    run = RunDir(path)
+    try:
+        return run.exists() and run.load_manifest().get("fingerprint") == fingerprint and \
+            (path / "results.json").is_file()
+    except (OSError, ValueError):
+        return False

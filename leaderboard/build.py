@@ -23,7 +23,7 @@ from harness.run.runstore import RunDir, atomic_write_bytes
 
 COLUMNS = ("defense", "provenance", "dataset", "preset", "models", "audit", "test acc", "figure FPR", "leak TPR",
            "leak lower", "declared TPR", "population leak TPR", "canary", "leak attack", "declared attack", "DP ε",
-           "label ε", "empirical ε ≥")
+           "label ε", "empirical ε ≥", "checks", "ranked")
 #: the declared-headline column and the row key of its "beaten" flag (⚠)
 FLAGGED = {"declared TPR": "sample beats headline"}
 
@@ -86,6 +86,86 @@ def rank_value(leak: Any) -> Any:
     return leak
 
 
+#: the results.json checks an entry must pass (harness.core.checks), in the order they are reported
+CHECKS = ("membership", "outputs", "utility")
+
+
+def check_status(results: dict[str, Any]) -> tuple[str, list[str]]:
+    """(status, findings) of a results.json's ``checks`` (docs/protocol.md, Checks): ``passed``;
+    ``forced`` (every failed check is one ``harness import --force`` accepted: the membership
+    check); ``failed``, with the findings of the checks that failed and were not forced; ``not
+    recorded`` for a results.json from before the checks."""
+    checks = results.get("checks")
+    if not isinstance(checks, dict):
+        return "not recorded", []
+    failed = [c for c in CHECKS if not (checks.get(c) or {}).get("passed", True)]
+    forced = set(checks.get("forced") or [])
+    if not failed:
+        return "passed", []
+    if set(failed) <= forced:
+        return "forced", [f"{c}: {line}" for c in failed for line in checks[c].get("findings", [])]
+    return "failed", [f"{c} check: {line}" for c in failed if c not in forced for line in checks[c].get("findings", [])]
+
+
+def refusal(results: dict[str, Any]) -> str | None:
+    """Why a results.json may not join a leaderboard, or None: a run whose checks failed (its
+    outputs degenerate, a model at chance accuracy, or outputs that do not fit the design's
+    membership without ``harness import --force``)."""
+    status, findings = check_status(results)
+    if status != "failed":
+        return None
+    more = f" ({len(findings) - 1} more: results.json, checks)" if len(findings) > 1 else ""
+    return f"its run failed the checks of its outputs: {findings[0]}{more}"
+
+
+def setting(results: dict[str, Any]) -> str:
+    """The leaderboard setting an entry is ranked in: dataset, preset, S (models per level) and C
+    (audit samples). Fewer models weaken every attack, and the canaries' count changes what the
+    sample level can show, so entries audited otherwise are ranked in their own table."""
+    return (f"{results['dataset']}/{results['preset']}: {results['num_models']} models, "
+            f"{results['audit_size']} audit samples")
+
+
+def unranked_reason(results: dict[str, Any]) -> str | None:
+    """Why an entry is shown but not ranked in its setting, or None: its attack set (``attack.names``,
+    ``attack.params``) or its canaries (``audit.canary``) are not what the harness's preset chooses for
+    its defense, so that a rank never depends on which attacks or canaries an author chose (the
+    harness's own additions, the defense's declared attacks and label-only or lira-averaged where
+    the outputs call for them, are the same for everyone); or its preset is not one of this harness's."""
+    from harness.core.config import AttackConfig, ConfigError, apply_defense_preset, load_preset_mapping
+
+    cfg = results.get("config") or {}
+    preset = str(results.get("preset"))
+    try:
+        from harness.core.config import preset_names
+
+        if preset not in preset_names():
+            return f"its preset {preset!r} is not one of this harness's presets: its default attacks are unknown"
+        raw = load_preset_mapping(preset)
+        defense = str(results.get("defense", ""))
+        if defense == "subsample":  # the wrapper takes its inner defense's section (harness.defense_config)
+            inner = (cfg.get("defense_params") or {}).get("inner", "undefended")
+            raw = apply_defense_preset(raw, str(inner), ("inner_params",))
+        else:
+            raw = apply_defense_preset(raw, defense)
+        want = AttackConfig.model_validate(raw.get("attack") or {})
+    except (ConfigError, ValueError):
+        return f"its preset {preset!r} cannot be read by this harness: its default attacks are unknown"
+    attack = cfg.get("attack") or {}
+    if sorted(attack.get("names") or []) != sorted(want.names):
+        return (f"its attacks (attack.names {', '.join(attack.get('names') or [])}) are not the preset's "
+                f"({', '.join(want.names)})")
+    if (attack.get("params") or {}) != want.params:
+        return "its attack parameters (attack.params) are not the preset's"
+    canary = (cfg.get("audit") or {}).get("canary")
+    default = (raw.get("audit") or {}).get("canary")
+    if canary is not None and canary != default:
+        return (f"its canaries ({canary if isinstance(canary, str) else ', '.join(canary)}) are not the ones the "
+                f"preset chooses for its defense ({default or 'the defense default'})")
+    return None
+
+
+
 def _best_entry(level: dict[str, Any]) -> dict[str, Any] | None:
     b = level["best"]
     return next((a for a in level["attacks"] if a["name"] == b["name"] and a["variant"] == b["variant"]), None)
@@ -114,6 +194,8 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
 
     acc_level = "sample" if "sample" in results else "population"
     flag = (fig("sample").get("flag") or {}).get("top") if beats("sample") else None
+    status, _ = check_status(results)
+    unranked = unranked_reason(results)
     return {
         "defense": display_name(results),  # never a path of the machine that ran it
         "provenance": provenance(results),
@@ -150,6 +232,10 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         # ALIBI / AGIBI: the label epsilon (labels only), not an example-level guarantee
         "label ε": (run_label_privacy(results) or {}).get("label_epsilon"),
         "empirical ε ≥": (results.get("one_run_epsilon") or {}).get("epsilon"),
+                "checks": status,  # passed, forced, failed or not recorded (results.json checks)
+        "ranked": "no" if unranked else "yes",
+        "unranked": unranked,  # why the entry is shown but not ranked in its setting
+        "setting": setting(results),
         "fpr": fig(acc_level).get("fpr"),
         "source": str(source),
     }

@@ -35,8 +35,10 @@ from typing import Any
 from harness.core import jsonio
 from harness.run.runstore import atomic_write_bytes
 from harness.core.registry import is_file_reference
+from harness.core.checks import summary as check_summary
+from harness.core.machine import describe as describe_machine
 from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
-                               strip_paths, to_markdown)
+                               refusal, strip_paths, to_markdown)
 from leaderboard.bracket import bracket_section
 from leaderboard.plots import Point, privacy_utility_svg, roc_svg
 
@@ -167,7 +169,6 @@ def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], ei
     return {
         **base,
         "id": eid,
-        "setting": f"{results['dataset']}/{results['preset']}",
         "ratio": _ratio(results),
         "attack": str(leak.get("name", "")),  # the short code; "leak attack" adds the variant
         "attack variant": str(leak.get("variant", "")),
@@ -212,6 +213,9 @@ def _tags(r: dict[str, Any]) -> str:
              "package": "a defense from an installed package (entry point)",
              "trained outside": OUTSIDE}[r["provenance"]]
     tags = f'<span class="tag" title="{_q(where)}">{escape(r["provenance"])}</span>'
+    if r.get("checks") == "forced":
+        tags += ('<span class="tag loses" title="its outputs failed the membership-consistency check (they do not fit '
+                 'the design\'s membership: swapped or shuffled?) and were imported with --force">forced</span>')
     if r["verified"]:
         tags += ' <span class="badge">verified</span>'
     elif r["source_kind"] == "submission":
@@ -225,7 +229,7 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
     v = r.get(col)
     if col == "rank":
         n = r.get("rank")
-        return (str(n) if n else "-"), str(n or 10**6), ""
+        return (str(n) if n else "-"), str(n or 10**6), (f"not ranked: {r['unranked']}" if r.get("unranked") else "")
     if col == "defense":
         name = str(r["defense"])
         return (f'<a class="dname" href="entries/{_q(r["id"])}/index.html" title="{_q(name)}">{escape(name)}</a>'
@@ -279,7 +283,9 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
 
 LEGEND = (
     ("#", "rank by the leak; lower is more private. The leak reads every attack the harness ran, not the ones the "
-          "defense declares, so no declaration can move a row up."),
+          "defense declares, so no declaration can move a row up. A table is one setting: dataset, preset, models per "
+          "level and audit samples (fewer models weaken every attack); an entry audited with other attacks or "
+          "canaries than the preset's is listed apart, unranked."),
     ("leak", "TPR on the defense's canaries (built to mimic the most vulnerable samples) of the best of every attack "
              "variant the harness ran on what the deployed model serves, at the figure FPR (0.1%, or the smallest "
              "FPR with 3 expected false positives), selection-adjusted; (≥: its one-sided 95% lower bound, bootstrap "
@@ -290,12 +296,15 @@ LEGEND = (
     ("ratio", "sample- over population-level leak, with its bootstrap CI (only where the population leak is told "
               "apart from 0 on at least 10 expected true positives)."),
     ("canary, attack", "the canaries of the sample level and the attack that gives its leak; hover for the variant."),
-    ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same dataset and preset): "
+    ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same setting): "
                "✓ the defense's figure is lower, ✗ it is not; n/a: no DP-SGD entries bracket its accuracy."),
     ("ε", "DP epsilon (delta 1e-5); label: label-DP, a guarantee for the labels only."),
     ("tags", "built-in, plugin (a user's file, shown by its declared name), package, or trained outside (models "
              "trained by the submitter's own code from a harness plan: attacks re-run, never the training); "
-             "submitted: numbers re-computed from its signals; verified: re-trained by the board with an unseen seed."),
+             "submitted: numbers re-computed from its signals; verified: re-trained by the board with an unseen seed; "
+             "forced: its outputs failed the membership-consistency check and were imported with --force. Every "
+             "entry passed the checks of its outputs (not degenerate, above chance accuracy; its entry page lists "
+             "them)."),
 )
 
 
@@ -338,20 +347,24 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     entry's page."""
     frontiers: dict[str, list[tuple[float, float]]] = {}
     for r in rows:  # every comparison uses the ranking figure (leaderboard.build.rank_value)
-        if r["is_dpsgd"] and isinstance(r["rank TPR"], float):
+        if r["is_dpsgd"] and isinstance(r["rank TPR"], float) and not r.get("unranked"):
             frontiers.setdefault(r["setting"], []).append((r["test acc"], r["rank TPR"]))
     for r in rows:
         r["baseline"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
                          if not r["is_dpsgd"] else None)
-    settings = sorted({r["setting"] for r in rows})
-    by_setting = {s: sorted((r for r in rows if r["setting"] == s), key=rank_order) for s in settings}
+    for r in rows:  # an entry audited with other attacks or canaries than the preset's: a table of its own, unranked
+        r["table"] = r["setting"] + (": not ranked (attacks or canaries other than the preset's)" if r.get("unranked")
+                                     else "")
+    settings = sorted({r["table"] for r in rows})
+    by_setting = {s: sorted((r for r in rows if r["table"] == s), key=rank_order) for s in settings}
     for group in by_setting.values():  # ranks count within a setting
-        for n, r in enumerate((r for r in group if isinstance(r["rank TPR"], float)), 1):
+        for n, r in enumerate((r for r in group if isinstance(r["rank TPR"], float) and not r.get("unranked")), 1):
             r["rank"] = n
     one = len(settings) == 1
     boards = "".join(("" if one else f'<h2 id="{_q(re.sub(r"[^a-z0-9]+", "-", s.lower()))}">{escape(s)}</h2>')
                      + _board(group) for s, group in by_setting.items())
-    figures = "".join(_figure_of(s, group, frontiers.get(s, [])) for s, group in by_setting.items())
+    figures = "".join(_figure_of(s, group, frontiers.get(s, [])) for s, group in by_setting.items()
+                      if not any(r.get("unranked") for r in group))
     legend = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in LEGEND)
     flagged = any(r.get("sample beats headline") or r.get("population beats headline") for r in rows)
     where = f" ({escape(settings[0])})" if one else ""
@@ -472,6 +485,9 @@ def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "empirical ε ≥ (one-run, 95% over every primary variant of both levels)": num(row["empirical ε ≥"]),
         "models": f"{results['num_models']} per level" + (f" × {levels} levels" if levels > 1 else ""),
         "device-hours": (f"{hours:.3f} ({', '.join(devices)})" if hours is not None else None),
+        "checks": (check_summary(results["checks"]) if isinstance(results.get("checks"), dict) else
+                   "not recorded (results.json from before the checks of harness.core.checks)"),
+        "ranked": (f"no: {row['unranked']}" if row.get("unranked") else f"yes, in {row['setting']}"),
         "entry": ("verified: " + str(meta.get("verified_by"))) if meta.get("verified") else
                  ("submitted, not verified" if meta.get("source") == "submission" else "a run added by the board"),
     }
@@ -521,6 +537,8 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "seed": results.get("seed"),
         "created": results.get("created"),
         "devices": ", ".join(devices),
+        "machines": "; ".join(f"{m.get('models')} models on {describe_machine(m)}"
+                              for m in (results.get("machine") or {}).get("models") or []) or None,
         "models": f"{results['num_models']} per level, {results['num_models'] * levels} trained",
         "device-hours": f"{hours:.3f}" if hours is not None else None,
         "source": meta.get("source", "run"),
@@ -657,10 +675,14 @@ def build_site(paths: list[Path], out: Path, skipped: list[tuple[Path, str]] | N
         if own in f.resolve().parents:  # the site's own copies
             continue
         try:
-            read_results(f)
+            results, _ = read_results(f)
         except ValueError as e:
             if skipped is not None:
                 skipped.append((f, str(e)))
+            continue
+        if (why := refusal(results)) is not None:  # degenerate outputs, chance accuracy, an unforced membership failure
+            if skipped is not None:
+                skipped.append((f, why))
             continue
         add_results(out, f)
     return rebuild(out, skipped)

@@ -57,7 +57,8 @@ REQUIRED_KEYS = ("defense", "preset", "dataset", "num_models", "audit_size", "se
                  "fingerprint", "headline_fpr", "config")
 LEVEL_KEYS = ("canary", "test_accuracy", "attacks", "best", "num_guesses")
 TOLERANCE = 1e-9  # re-computed numbers are bit-identical on one machine; this absorbs float rounding elsewhere
-UNCHECKED_KEYS = ("timings", "harness_version")  # results.json keys the signals cannot reproduce
+#: results.json keys the signals cannot reproduce: the machines (the one that re-runs the attacks is another)
+UNCHECKED_KEYS = ("timings", "harness_version", "machine")
 
 
 class SubmissionError(Exception):
@@ -555,12 +556,35 @@ def _one_line(e: BaseException, root: Path) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
-def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
-    """Verify ``bundle`` and add it to ``site`` as an unverified submission; return its entry id.
-    Nothing in ``site`` changes when the bundle is refused."""
+def already_added(site: Path, digest: str) -> tuple[str, dict[str, Any]] | None:
+    """(entry id, entry.json) of the site's entry added from the bundle of SHA-256 ``digest``, or None."""
+    for meta_file in sorted((site / "entries").glob("*/entry.json")):
+        try:
+            meta = json.loads(meta_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(meta, dict) and meta.get("bundle_sha256") == digest and \
+                (meta_file.parent / "results.json").is_file():
+            return meta_file.parent.name, meta
+    return None
+
+
+def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> tuple[str, bool]:
+    """Verify ``bundle`` and add it to ``site`` as an unverified submission; return (its entry id,
+    whether it was added): a bundle the site already holds (the same SHA-256) is left as it was,
+    its submission time included. Nothing in ``site`` changes when the bundle is refused: one whose
+    numbers the signals do not reproduce (:func:`verify_bundle`), or whose run failed the checks of
+    its outputs (leaderboard.build.refusal: degenerate outputs, a model at chance accuracy, outputs
+    that do not fit the design's membership unless imported with ``--force``)."""
+    from leaderboard.build import refusal
     from leaderboard.site import add_results, rebuild
 
+    if bundle.is_file() and (known := already_added(site, sha256_file(bundle))) is not None:
+        return known[0], False
     results, digest = verify_bundle(bundle, trust_plugin)
+    why = refusal(results)
+    if why:
+        raise SubmissionError(why)
     meta = {"source": "submission", "verified": False, "verified_by": None,
             "submitted": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"), "bundle_sha256": digest}
     if results.get("provenance") == "external":  # models trained outside the harness: nothing to re-train
@@ -571,7 +595,7 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> str:
         f.write_text(jsonio.dumps(results, indent=2))
         eid = add_results(site, f, meta)
     rebuild(site)
-    return eid
+    return eid, True
 
 
 def _leak(results: dict[str, Any]) -> tuple[float, float]:

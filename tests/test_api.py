@@ -213,7 +213,7 @@ def test_an_unresolved_level_is_never_a_number_in_the_api():
     h = r.headline("sample")
     assert "58.8%" not in str(h) and str(h).startswith("unresolved") and math.isnan(h.tpr)
     assert math.isnan(r.tpr("sample")) and "sample unresolved" in repr(r)
-    with pytest.raises(ValueError, match="read at no FPR"):
+    with pytest.raises(ConfigError, match="read at no FPR"):
         r.tpr("sample", 0.001)
 
 

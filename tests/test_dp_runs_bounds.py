@@ -8,6 +8,13 @@ under the provable TPR-at-FPR curve of the same mechanism (results.json's ``boun
 holds that curve at the nominal FPRs). The two runs differ in strength: at
 noise 0.1 the attack on mislabeled canaries clears a lower bound above 1 (so the comparison is
 not vacuous), at noise 2 the accountant's epsilon is small.
+
+Sized for a loaded CI machine (issue 46: the noise-0.1 run took over 20 minutes there, 2150 s
+when measured again): 6 models (the fewest the design takes), 800 training images (digits with
+``data.test_size=997``: 25 DP-SGD steps per epoch instead of 41), and the noise-0.1 run audits the
+canaries only (the sample level, where the attacks are strongest and the comparison bites), the
+noise-2 run both levels. The noise-0.1 run is then 3600 steps instead of 15 744: 233 s of CPU, and
+its best nominal lower bound 1.73, still above 1.
 """
 
 from __future__ import annotations
@@ -25,12 +32,12 @@ from harness.bounds.sgm import SgmBound
 from harness.cli import app
 
 
-def run_dpsgd(tmp_path, noise: float, epochs: int) -> dict:
-    sets = {**tiny_overrides(**{"audit.models": 8, "audit.size": 80}),
+def run_dpsgd(tmp_path, noise: float, epochs: int, level: str = "both") -> dict:
+    sets = {**tiny_overrides(**{"audit.models": 6, "audit.size": 80, "data.test_size": 997}),
             "defense_params.noise_multiplier": noise, "defense_params.batch_size": 32,
             "defense_params.epochs": epochs, "defense_params.lr": 2.0, "defense_params.augmult": 1,
             "defense_params.physical_batch_size": 128, "train.model": "mlp", "train.augment": False}
-    args = ["evaluate", "dpsgd-medium", "--canary", "mislabeled", "--out", str(tmp_path)]
+    args = ["evaluate", "dpsgd-medium", "--canary", "mislabeled", "--level", level, "--out", str(tmp_path)]
     for k, v in sets.items():
         args += ["--set", f"{k}={v}"]
     res = CliRunner().invoke(app, args)
@@ -40,15 +47,15 @@ def run_dpsgd(tmp_path, noise: float, epochs: int) -> dict:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("noise,epochs,min_eps_lower", [(0.1, 24, 1.0), (2.0, 4, 0.0)])
-def test_empirical_epsilon_never_exceeds_the_accountants(tmp_path, noise, epochs, min_eps_lower):
-    r = run_dpsgd(tmp_path, noise, epochs)
-    levels = [r["population"], *r["sample_by_canary"].values()]
-    eps = r["population"]["privacy"]["epsilon"]
+@pytest.mark.parametrize("noise,epochs,level,min_eps_lower", [(0.1, 24, "sample", 1.0), (2.0, 4, "both", 0.0)])
+def test_empirical_epsilon_never_exceeds_the_accountants(tmp_path, noise, epochs, level, min_eps_lower):
+    r = run_dpsgd(tmp_path, noise, epochs, level)
+    levels = [*([r["population"]] if level == "both" else []), *r["sample_by_canary"].values()]
+    eps = levels[0]["privacy"]["epsilon"]
     assert math.isfinite(eps) and eps > 0
-    assert r["population"]["privacy"]["noise_multiplier"] == noise
+    assert levels[0]["privacy"]["noise_multiplier"] == noise
     assert 0 < r["bounds"]["epsilon"] <= eps * 1.001  # RDP (the run's) is never tighter than the PLD epsilon
-    p = r["population"]["privacy"]
+    p = levels[0]["privacy"]
     curve = SgmBound.compute(p["sample_rate"], p["noise_multiplier"], p["steps"])
     best_lower, points = 0.0, []
     for level in levels:

@@ -58,16 +58,29 @@ def _snapshot(folder: Path) -> dict[str, bytes]:
         if folder.exists() else {}
 
 
+def fitted_test_outputs(y_test: np.ndarray, rng: np.random.Generator, k: int = 10) -> tuple[np.ndarray, float]:
+    """(test_logits, their accuracy) of a model that is right about 80% of the time."""
+    z = rng.normal(size=(len(y_test), k)).astype(np.float32)
+    right = rng.random(len(y_test)) < 0.8
+    z[np.flatnonzero(right), y_test[right]] += 6.0
+    return z, float((z.argmax(-1) == y_test).mean())
+
+
 def synthetic_outputs(plan: Path, out: Path, seed: int = 0, models: list[int] | None = None) -> Path:
-    """Output files of the right form for every model (random logits): for the checks of the import."""
+    """Output files of the right form for every model (random query logits, test logits of a model
+    above chance, the accuracy they give): for the checks of the import."""
     meta = json.loads((plan / "plan.json").read_text())
     rng = np.random.default_rng(seed)
+    with np.load(plan / "data.npz") as d:
+        y_test = d["y_test"]
     for name, e in meta["experiments"].items():
         for i in models if models is not None else range(meta["num_models"]):
             f = out / name / f"model_{i:04d}.npz"
             f.parent.mkdir(parents=True, exist_ok=True)
+            test_logits, acc = fitted_test_outputs(y_test, rng)
             np.savez(f, logits=rng.normal(size=e["logits_shape"]).astype(np.float32),
-                     plan_fingerprint=np.array(meta["fingerprint"]), test_accuracy=np.array(0.5))
+                     plan_fingerprint=np.array(meta["fingerprint"]), experiment=np.array(name),
+                     test_logits=test_logits, test_accuracy=np.array(acc))
     return out
 
 
@@ -99,8 +112,10 @@ def harness_recipe_trainer(plan: Path, out: Path, dtype: str = "float32") -> Pat
                                                range(views.shape[1])], axis=1) for p in e["query_parts"]])
             f = out / name / f"model_{i:04d}.npz"
             f.parent.mkdir(parents=True, exist_ok=True)
+            test_logits = served.query(x_test)
             np.savez(f, logits=logits.astype(dtype), plan_fingerprint=np.array(meta["fingerprint"]),
-                     test_accuracy=np.array(float((served.query(x_test).argmax(1) == y_test).mean())))
+                     experiment=np.array(name), test_logits=test_logits.astype(dtype),
+                     test_accuracy=np.array(float((test_logits.argmax(1) == y_test).mean())))
     return out
 
 
@@ -432,7 +447,7 @@ def test_import_refuses_a_wrong_folder_or_plan_and_reimports_idempotently(plan_d
     (run,) = runs.iterdir()
     first = json.loads((run / "results.json").read_text())
     assert first["config"]["attack"]["bootstrap"] == 30 and first["num_models"] == 6
-    assert first["external"]["test_accuracy"] == "outputs"
+    assert first["external"]["test_accuracy"] == "test outputs" and first["external"]["test_accuracy_claimed"] == "all"
     res = _import(plan_dir, outputs, runs, "--set", "attack.bootstrap=30")  # the same outputs: same run, attacked again
     assert res.exit_code == 0 and "already holds these outputs" in res.output, res.output
     assert [p.name for p in runs.iterdir()] == [run.name]
@@ -444,23 +459,28 @@ def test_import_refuses_a_wrong_folder_or_plan_and_reimports_idempotently(plan_d
     assert _import(plan_dir, other, runs).exit_code == 0 and len(list(runs.iterdir())) == 2
 
 
-def test_test_accuracy_is_measured_on_the_population_samples_when_not_given(plan_dir, tmp_path):
-    from harness.run.external import read_plan
-
+def test_test_accuracy_is_computed_from_the_test_outputs_and_a_claim_that_disagrees_is_refused(plan_dir, tmp_path):
+    """The utility is the harness's own measurement on the whole test set (each file's test_logits),
+    never the trainer's word: a claimed test_accuracy off by more than half a point is refused."""
     outputs = synthetic_outputs(plan_dir, tmp_path / "outputs")
-    for f in outputs.rglob("model_*.npz"):
-        _rewrite(f, test_accuracy=None)
+    f = outputs / "population" / "model_0004.npz"
+    with np.load(f) as z, np.load(plan_dir / "data.npz") as d:
+        want = float((z["test_logits"].argmax(-1) == d["y_test"]).mean())
+        assert len(z["test_logits"]) == len(d["y_test"]) == 497  # the whole test set
+    _rewrite(f, test_accuracy=np.array(0.972))  # the all-zero-logits submission's claimed utility
+    err = _one_error(_import(plan_dir, outputs, tmp_path / "runs"))
+    assert "model_0004.npz: test_accuracy is 97.2%, but its test_logits give" in err
+    assert f"give {100 * want:.1f}% on the 497 test images" in err and not (tmp_path / "runs").exists()
+    _rewrite(f, test_accuracy=np.array(want + 0.004))  # within half a point: a trainer's own rounding
+    for g in outputs.rglob("model_0001.npz"):
+        _rewrite(g, test_accuracy=None)  # no claim: computed
     res = _import(plan_dir, outputs, tmp_path / "runs")
     assert res.exit_code == 0, res.output
     (run,) = (tmp_path / "runs").iterdir()
     results = json.loads((run / "results.json").read_text())
-    assert results["external"]["test_accuracy"] == "population samples"
-    plan = read_plan(plan_dir)
-    ld = plan.load_level("population")
-    y = plan.load_data().y_test[ld.population_indices]
-    with np.load(outputs / "population" / "model_0004.npz") as z:
-        want = float((z["logits"][40:, 0].argmax(-1) == y).mean())
-    assert results["population"]["test_accuracy"]["per_model"][4] == want
+    assert results["external"]["test_accuracy"] == "test outputs"
+    assert results["external"]["test_accuracy_claimed"] == "some"
+    assert results["population"]["test_accuracy"]["per_model"][4] == want  # not the claim
 
 
 # --- --partial --------------------------------------------------------------------------------------

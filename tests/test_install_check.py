@@ -59,6 +59,9 @@ def test_advice_names_the_index_of_the_installed_torch():
     assert "--index-url https://download.pytorch.org/whl/cu132" in install_advice("2.15.0+cu132")
     assert "--index-url https://download.pytorch.org/whl/cpu" in install_advice("2.15.0+cpu")
     assert "--index-url https://download.pytorch.org/whl/cpu" in install_advice("2.15.0")
+    for version in ("2.15.0+cpu", "2.15.0"):  # the CPU index named once, not "... /whl/cpu (or /whl/cpu ...)"
+        assert install_advice(version).count("whl/cpu") == 1, install_advice(version)
+    assert "(or https://download.pytorch.org/whl/cpu for the CPU build)" in install_advice("2.15.0+cu132")
 
 
 def _fake_torchvision(root: Path, version: str, init: str = "") -> Path:

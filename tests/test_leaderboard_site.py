@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 from typer.testing import CliRunner
 
+from conftest import NEAREST_LABEL_PLUGIN
 from harness.cli import app
 from leaderboard.build import COLUMNS as MD_COLUMNS
 from leaderboard.site import COLUMNS, entry_id, matched_baseline, rebuild
@@ -136,6 +137,9 @@ def test_entry_page_has_roc_figures_tables_provenance_and_its_results(site, resu
     assert all(p.count(",") > 10 for p in re.findall(r'<polyline class="curve[^"]*"[^>]* points="([^"]*)"', page))
     for key in ("run fingerprint", "data fingerprint", "harness version", "seed", "created"):
         assert key in page
+    worst = max(max(e["max_pair_z"], e["max_own_z"]) for e in results["checks"]["membership"]["experiments"].values())
+    assert f"membership consistency passed (largest z {worst:.1f}, threshold " in page  # the checks it passed
+    assert "outputs not constant, not identical across models; accuracy above chance (12.1%)" in page
     assert results["data_fingerprint"] and results["data_fingerprint"] in page
     assert 'href="results.json" download' in page
     # the downloadable copy is the submitted file with the one absolute path it holds (the output
@@ -278,28 +282,7 @@ def test_layout_problems_finds_what_it_looks_for():
     assert any("'title' leaves the figure" in p for p in problems)
 
 
-PLUGINS = """
-from defenses.base import Defense, ServedModel
-import numpy as np
-
-
-class Oracle(ServedModel):
-    def __init__(self, table, k):
-        self.table, self.k = table, k
-
-    def query(self, x):
-        out = np.zeros((len(x), self.k), np.float32)
-        for i, img in enumerate(x):
-            out[i, self.table.get(img.tobytes(), 0)] = 10.0
-        return out
-
-
-class Memorize(Defense):
-    name, description = "memorize", "a lookup table"
-
-    def fit(self, train, ctx):
-        return Oracle({img.tobytes(): int(y) for img, y in zip(train.x, train.y)}, train.num_classes)
-
+PLUGINS = NEAREST_LABEL_PLUGIN + """
 
 class Twin(Memorize):
     name = "memorize-twin"
@@ -432,20 +415,31 @@ def test_an_entry_without_a_figure_is_ranked_last_and_drawn_at_its_upper_bound(r
 
 
 def test_each_setting_has_its_own_ranked_table_and_figure(results, tmp_path):
-    for i, (name, preset, tpr) in enumerate([("a", "quick", 0.3), ("b", "quick", 0.1), ("c", "other", 0.2),
-                                             ("d", "other", 0.4)]):
+    """A setting fixes dataset, preset, models per level and audit size (fewer models weaken every
+    attack): entries audited with another S are ranked in a table of their own; an entry whose
+    attacks are not the preset's is listed apart, unranked, however low its figure (issue 46)."""
+    for i, (name, models, tpr) in enumerate([("a", 6, 0.3), ("b", 6, 0.1), ("c", 8, 0.2), ("d", 8, 0.4),
+                                             ("e", 6, 0.01)]):
         r = _variant(results, name, 0.9, tpr, f"{i:064x}")
-        r["preset"] = preset
+        r["num_models"] = models
+        if name == "e":  # audited with LiRA alone: its rank would depend on the attacks its author chose
+            r["config"]["attack"]["names"] = ["lira"]
         d = tmp_path / "entries" / entry_id(r)
         d.mkdir(parents=True)
         (d / "results.json").write_text(json.dumps(r))
     rebuild(tmp_path)
     page = (tmp_path / "index.html").read_text()
-    assert page.count('<table class="sortable board">') == 2 and page.count('class="plot privacy-utility"') == 2
-    assert page.index(">digits/other</h2>") < page.index(">c</a>") < page.index(">d</a>") < \
-        page.index(">digits/quick</h2>") < page.index(">b</a>") < page.index(">a</a>")
-    assert [_index_cells(page, n)["rank"][0] for n in "cdba"] == ["1", "2", "1", "2"]  # ranks count per setting
-    assert "Privacy vs utility: digits/other" in page and "Privacy vs utility: digits/quick" in page
+    assert page.count('<table class="sortable board">') == 3 and page.count('class="plot privacy-utility"') == 2
+    six, eight = "digits/quick: 6 models, 20 audit samples", "digits/quick: 8 models, 20 audit samples"
+    apart = f"{six}: not ranked (attacks or canaries other than the preset&#x27;s)"
+    assert page.index(f">{six}</h2>") < page.index(">b</a>") < page.index(">a</a>") < page.index(f">{apart}</h2>") < \
+        page.index(">e</a>") < page.index(f">{eight}</h2>") < page.index(">c</a>") < page.index(">d</a>")
+    assert [_index_cells(page, n)["rank"][0] for n in "cdbae"] == ["1", "2", "1", "2", "-"]  # ranks count per setting
+    assert _index_cells(page, "e")["rank"][2] == ("not ranked: its attacks (attack.names lira) are not the preset&#x27;s "
+                                                  "(lira, rmia, threshold)")
+    assert f"Privacy vs utility: {six}" in page and f"Privacy vs utility: {eight}" in page
+    (entry,) = [p for p in (tmp_path / "entries").iterdir() if p.name.startswith("e-")]
+    assert "no: its attacks (attack.names lira) are not the preset" in (entry / "index.html").read_text()
 
 
 def test_index_rows_each_have_an_upper_bound_only_where_unresolved(site):

@@ -95,6 +95,18 @@ def test_untouched_bundle_is_accepted_and_listed(bundle, tmp_path):
     assert (tmp_path / "site" / "index.html").is_file() and (entry / "index.html").is_file()
 
 
+def test_the_same_bundle_added_twice_is_already_there_and_keeps_its_submission_time(bundle, tmp_path):
+    site = tmp_path / "site"
+    assert _add(bundle, site).exit_code == 0
+    (entry,) = (site / "entries").iterdir()
+    before = {p.name: p.read_bytes() for p in entry.iterdir()}
+    res = _add(bundle, site)
+    assert res.exit_code == 0, res.output
+    assert " ".join(res.output.split()).startswith(f"already there: {entry.name}") and "accepted" not in res.output
+    assert "nothing changed" in res.output and json.loads(before["entry.json"])["submitted"] in res.output
+    assert {p.name: p.read_bytes() for p in entry.iterdir()} == before  # the submission time included
+
+
 def test_edited_tpr_is_refused_naming_the_attack_and_fpr(bundle, tmp_path):
     def edit(files):
         r = json.loads(files["results.json"])
@@ -328,18 +340,18 @@ def test_verify_marks_an_entry_verified_by_a_real_rerun(bundle, tmp_path):
 
 
 def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeypatch):
-    from test_plugins import PLUGIN
+    from conftest import NEAREST_LABEL_PLUGIN as PLUGIN
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "memo.py").write_text(PLUGIN)
-    res = runner.invoke(app, ["evaluate", "memo.py:MemorizeDefense", "--out", "runs", "--models", "6",
+    res = runner.invoke(app, ["evaluate", "memo.py:Memorize", "--out", "runs", "--models", "6",
                               "--audit-size", "20", "--set", "attack.bootstrap=20", "--workers", "1"])
     assert res.exit_code == 0, res.output
     (run_dir,) = (tmp_path / "runs").iterdir()
     run = RunDir(run_dir)
     copy = tmp_path / "elsewhere.py"
     shutil.copy(tmp_path / "memo.py", copy)  # the fingerprint reads the code from a copy, keeps the path
-    assert run_fingerprint_of(run.load_config(), run.load_data(), f"{copy}:MemorizeDefense") == \
+    assert run_fingerprint_of(run.load_config(), run.load_data(), f"{copy}:Memorize") == \
         run_fingerprint_of(run.load_config(), run.load_data())
     assert runner.invoke(app, ["submit", str(run_dir), "-o", "entry.tar.gz"]).exit_code == 0
     with tarfile.open("entry.tar.gz") as tar:
@@ -350,12 +362,12 @@ def test_file_plugin_bundle_carries_its_source_and_needs_trust(tmp_path, monkeyp
     res = runner.invoke(app, ["leaderboard", "add", "entry.tar.gz", "--site", "site", "--trust-plugin"])
     assert res.exit_code == 0, res.output
     (entry,) = (tmp_path / "site" / "entries").iterdir()
-    assert json.loads((entry / "results.json").read_text())["defense"] == "memo.py:MemorizeDefense"
+    assert json.loads((entry / "results.json").read_text())["defense"] == "memo.py:Memorize"
     # the maintainer re-runs the bundled source from a folder of their own: the absolute path differs,
     # the published form (file name and class) is the same, so the re-run verifies the entry
     rerun = json.loads((run_dir / "results.json").read_text())
     rerun["seed"] = rerun["config"]["seed"] = 987
-    rerun["defense"] = rerun["config"]["defense"] = f"{tmp_path / 'maintainer' / 'memo.py'}:MemorizeDefense"
+    rerun["defense"] = rerun["config"]["defense"] = f"{tmp_path / 'maintainer' / 'memo.py'}:Memorize"
     (tmp_path / "rerun.json").write_text(json.dumps(rerun))
     res = runner.invoke(app, ["leaderboard", "verify", entry.name, "--rerun", "rerun.json", "--site", "site"])
     assert res.exit_code == 0, res.output

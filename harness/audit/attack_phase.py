@@ -15,6 +15,7 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
+from harness.core.checks import LevelOutputs, MembershipStats, label_scores, membership_stats
 from harness.audit.headline import (Candidate, LevelFamily, best_entry, fpr_key, headline_fpr, headline_test,
                                     headline_test_warning, level_figure, ratio_json, reading_fprs, level_test_fprs)
 from harness.core.metrics import AttackMetrics, Roc, evaluate_scores, roc_file_curve, roc_on_grid
@@ -143,6 +144,23 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
 
 
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
+
+#: the checks of a run's saved outputs (harness.core.checks), in the order results.json lists them
+CHECKS = ("membership", "outputs", "utility")
+#: warnings a run's failed checks add at most (the record in results.json has every finding)
+MAX_CHECK_WARNINGS = 3
+
+
+def run_checks(stats: list[MembershipStats], outputs: dict[str, LevelOutputs], accuracies: dict[str, list[float]],
+               test_labels: np.ndarray, forced: list[str]) -> dict[str, Any]:
+    """results.json's ``checks``: the membership-consistency, outputs and utility checks of
+    :mod:`harness.core.checks` on every experiment, whether all passed, and which failed checks
+    an import was told to accept (``forced``: ``harness import --force``)."""
+    from harness.core.checks import degenerate_outputs, membership_check, utility_check
+
+    found = {"membership": membership_check(stats).record, "outputs": degenerate_outputs(outputs).record,
+             "utility": utility_check(accuracies, test_labels).record}
+    return {**found, "passed": all(r["passed"] for r in found.values()), "forced": list(forced)}
 
 
 def _eps_lower_json(scores: np.ndarray, membership: np.ndarray, roc: Roc | None = None) -> dict[str, Any]:
@@ -374,6 +392,8 @@ class LevelEvaluation:
     others: list[Candidate]  # every other served variant in the leak's pool
     excluded: dict[str, str]  # attacks left out of that pool, with the reason
     one_runs: list[tuple[str, dict[str, Any]]]  # each served primary variant's one-run bound at the family's error
+    membership: MembershipStats | None = None  # the membership-consistency statistics (harness.core.checks)
+    outputs: LevelOutputs | None = None  # constant and identical models
 
 
 def evaluate_level(
@@ -490,7 +510,13 @@ def evaluate_level(
             "devices": sorted({m["device"] for m in ls.metas}),
         },
     }
-    return LevelEvaluation(result, curves, candidates, others, excluded, one_runs)
+    served = ls.signals["logits"]
+    stats = membership_stats(level, label_scores(served[:, :, 0], ld.canaries.y), ld.design.membership)
+    pop = ls.signals.get("population_logits")
+    outputs = LevelOutputs.of([served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
+                                                                             pop[i].reshape(-1, pop.shape[-1])])
+                               for i in range(len(served))])
+    return LevelEvaluation(result, curves, candidates, others, excluded, one_runs, stats, outputs)
 
 
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
@@ -600,9 +626,16 @@ def evaluate_run(
     family = max(1, len(attacks) * len(levels))  # the primary variants that share the one-run epsilon's error
     one_runs: list[tuple[str, dict[str, Any]]] = []
     pools: dict[str, list[Candidate]] = {}
+    member_stats: list[MembershipStats] = []
+    level_outputs: dict[str, LevelOutputs] = {}
+    accuracies: dict[str, list[float]] = {}
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
                              reading, family)
+        if lev.membership is not None and lev.outputs is not None:
+            member_stats.append(lev.membership)
+            level_outputs[level] = lev.outputs
+        accuracies[level] = list(lev.result["test_accuracy"]["per_model"])
         headline_skips = [f"{level}: headline attack {a} skipped ({why})"
                           for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
         if headline_skips:
@@ -645,6 +678,16 @@ def evaluate_run(
     if warnings:
         results["warnings"] = warnings
     results["one_run_epsilon"] = one_run_family(one_runs, family)
+    results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_data().y_test,
+                                   (manifest.get("external") or {}).get("forced_checks", []))
+    forced = set(results["checks"]["forced"])
+    failed = [f"{name} check failed{' (imported with --force)' if name in forced else ''}: {line}"
+              for name in CHECKS for line in results["checks"][name]["findings"]]
+    if failed:
+        shown = failed[:MAX_CHECK_WARNINGS]
+        if len(failed) > len(shown):
+            shown[-1] += f" (and {len(failed) - len(shown)} more: results.json, checks)"
+        results["warnings"] = [*results.get("warnings", []), *shown]
     if "population" in results and "sample" in results:
         results["sample_population_ratio"] = ratio_json(pools, level_negatives, cfg)
     privacy = run_privacy(results)
@@ -654,5 +697,11 @@ def evaluate_run(
         bracket = _bracket_json(results, privacy, sgm) if sgm is not None else None
         if bracket is not None:
             results["bracket"] = bracket
+    from harness.core.machine import machine_record, models_machines
+
+    # the machines that trained the models (from their signals files) and the one that ran this phase
+    results["machine"] = {"models": models_machines([m for lv in levels for i in range(cfg.audit.models)
+                                                     if (m := run.read_signals_meta(lv, i)) is not None]),
+                          "attack_phase": machine_record()}
     results["timings"] = {**manifest.get("timings", {}), "attack_seconds": time.perf_counter() - t0}
     return results, curves

@@ -9,6 +9,12 @@ What only one run has is listed rather than dropped: experiments (e.g. a DP-SGD 
 canaries) and attacks (e.g. HAMP's label-only attack). The provable bounds of a DP run
 (results.json ``bounds``) come with it (:attr:`Comparison.bounds`), and the config keys that differ
 between the runs are listed, so that a difference can be traced to what changed.
+
+:attr:`Comparison.verdict` says in one line what the difference is: the same code, config and data
+(one run fingerprint) trained on another machine (results.json ``machine``: another CPU, vector
+extensions, thread count or torch / numpy build) gives other bits and figures within each other's
+95% CIs, which is no real difference (float training is deterministic on one machine, not across
+instruction sets: harness.core.machine); disjoint CIs are one.
 """
 
 from __future__ import annotations
@@ -46,6 +52,7 @@ class Comparison:
     config_differences: dict[str, tuple[Any, Any]] = field(default_factory=dict)
     only_in_a: list[str] = field(default_factory=list)
     only_in_b: list[str] = field(default_factory=list)
+    verdict: str = ""
 
     @property
     def fprs(self) -> list[float]:
@@ -193,5 +200,52 @@ def compare_results(a: Results, b: Results, fpr: float | None = None) -> Compari
     fa, fb = _flat(a.data.get("config", {})), _flat(b.data.get("config", {}))
     diffs = {key: (fa.get(key), fb.get(key)) for key in sorted(set(fa) | set(fb))
              if fa.get(key) != fb.get(key) and not key.startswith("run.")}
-    return Comparison(a=a, b=b, fpr=fpr, headlines=pd.DataFrame(heads), attacks=pd.DataFrame(rows),
-                      config_differences=diffs, only_in_a=_one_sided(ea, eb), only_in_b=_one_sided(eb, ea))
+    heads_frame = pd.DataFrame(heads)
+    return Comparison(a=a, b=b, fpr=fpr, headlines=heads_frame, attacks=pd.DataFrame(rows),
+                      config_differences=diffs, only_in_a=_one_sided(ea, eb), only_in_b=_one_sided(eb, ea),
+                      verdict=verdict(a, b, heads, diffs, fpr))
+
+
+def machines(r: Results) -> list[dict[str, Any]]:
+    """The machines that trained a run's models (results.json ``machine.models``; empty for a run
+    trained before the record, or outside the harness)."""
+    return list(((r.data.get("machine") or {}).get("models")) or [])
+
+
+def verdict(a: Results, b: Results, heads: list[dict[str, Any]], diffs: dict[str, tuple[Any, Any]], fpr: float) -> str:
+    """One line: whether two runs differ for real (module docstring). ``heads``: the leak and declared
+    rows of :func:`compare_results` (each at its level's figure FPR); ``diffs``: the config keys that differ."""
+    from harness.core.machine import describe, numeric_identity
+
+    at = f"{100 * fpr:g}% FPR"
+    figures = [r for r in heads if r["tpr_a"] is not None and r["tpr_b"] is not None]
+    disjoint = [f"{r['level']} {r['figure']}" for r in figures if r["cis_overlap"] is False]
+    same_numbers = all(r["tpr_a"] == r["tpr_b"] and r["ci_a"] == r["ci_b"] for r in figures)
+    real = (f"a real difference: the 95% CIs of the {', '.join(disjoint)} at {at} are disjoint" if disjoint else
+            f"no difference beyond the bootstrap uncertainty: every figure's 95% CIs overlap at {at}" if figures else
+            f"no figure is resolved at {at} in both runs, so none can be compared there (--fpr: another FPR)")
+    same_run = a.data.get("fingerprint") == b.data.get("fingerprint")
+    if not same_run or any(not k.startswith("attack.") for k in diffs):
+        return f"Different runs (other config, data or code: run fingerprints differ): {real}."
+    what = "same models" + (", other attack settings" if diffs else "")
+    ma, mb = machines(a), machines(b)
+    if not ma or not mb:
+        return (f"Same code, config and data (run fingerprint {str(a.data.get('fingerprint'))[:12]}), {what}; the "
+                f"machines that trained them are not recorded in both: {real}.")
+    ia, ib = {numeric_identity(m) for m in ma}, {numeric_identity(m) for m in mb}
+    if ia == ib:
+        if same_numbers and not diffs:
+            return (f"Same code, config, data and machine (run fingerprint {str(a.data.get('fingerprint'))[:12]}): the "
+                    "numbers are identical, as they must be.")
+        if diffs:
+            return f"Same models on the same machine, other attack settings: {real}."
+        return (f"Same code, config, data and machine, yet the numbers differ: a step that is not deterministic "
+                f"(a GPU kernel, another thread count) changed the models; {real}.")
+    other = f"A: {'; '.join(describe(m) for m in ma)} | B: {'; '.join(describe(m) for m in mb)}"
+    if not figures:
+        return f"Same code, config and data, another machine ({other}); {real}."
+    if disjoint:
+        return (f"Same code, config and data, another machine ({other}); yet {real}: more than the rounding of "
+                "another CPU explains.")
+    return (f"Same code, config and data, another machine ({other}): the figures differ as float training does across "
+            f"CPUs (instruction sets round differently), {real}: no real difference.")

@@ -83,8 +83,8 @@ def experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _is_headline(e: dict[str, Any], res: dict[str, Any]) -> bool:
-    """Whether attack entry ``e`` is its experiment's headline (``res["best"]``, chosen by the tie
-    rule of :func:`harness.audit.headline.select_best`): every table marks that same row."""
+    """Whether attack entry ``e`` is its experiment's headline (``res["best"]``, the declared variant
+    that gives the declared figure: :func:`harness.audit.headline.best_entry`): every table marks that same row."""
     return (e["name"], e["variant"]) == (res["best"]["name"], res["best"]["variant"])
 
 
@@ -249,6 +249,27 @@ def defense_label(results: dict[str, Any]) -> str:
     return str(results["defense"])
 
 
+def machine_line(results: dict[str, Any]) -> str | None:
+    """The machines of a run (results.json ``machine``, harness.core.machine) on one line: which
+    trained its models and, where it is another, which ran the attacks; None before the record."""
+    from harness.core.machine import describe
+
+    rec = results.get("machine")
+    if not isinstance(rec, dict):
+        return None
+    models = rec.get("models") or []
+    parts = [f"{m['models']} models trained on {describe(m)}" for m in models]
+    if trained_outside(results):
+        parts.append("models trained outside the harness (their machine is not recorded)")
+    elif not models:
+        parts.append("the models' machine is not recorded (trained before the record)")
+    here = rec.get("attack_phase")
+    if here and all((here.get("cpu"), here.get("vector_extensions")) != (m.get("cpu"), m.get("vector_extensions"))
+                    for m in models):
+        parts.append(f"attacks on {describe(here)}")
+    return "Machine: " + "; ".join(parts) + " (figures vary across CPUs within their CIs: README, Set up)"
+
+
 def print_report(results: dict[str, Any], console: Console | None = None, *, details: bool = False) -> None:
     """The side-by-side table of the levels, then the primary variant of each attack (every variant
     with ``details``)."""
@@ -375,6 +396,8 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     skipped = {f"{lv}: {a}": why for lv, res in experiments(results) for a, why in res.get("skipped_attacks", {}).items()}
     for what, why in skipped.items():
         console.print(f"[yellow]skipped[/] {what} ({why})")
+    if line := machine_line(results):
+        console.print(line, highlight=False)
     tm = results.get("timings", {})
     comp = [r["compute"] for _, r in experiments(results)]
     devices = sorted({d for c in comp for d in c["devices"]})

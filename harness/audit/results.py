@@ -190,7 +190,7 @@ class Results:
         given, must be that figure FPR: a variant's own TPR at another FPR is in :attr:`attacks`."""
         have = self.figure_fpr(level)
         if fpr is not None and (have is None or abs(float(fpr) - have) > 1e-12):
-            raise ValueError(f"the {level} level's figures are read at "
+            raise ConfigError(f"the {level} level's figures are read at "
                              f"{'no FPR' if have is None else f'{100 * have:g}% FPR'}, not {100 * float(fpr):g}%; "
                              f"each variant's TPR at the reported FPRs {self.data['config']['attack']['fprs']} is in "
                              f"Results.attacks")

@@ -104,3 +104,4 @@ def compare(
                       highlight=False)
     else:
         console.print("The two runs have the same config (run settings aside).")
+    console.print(f"Verdict: {c.verdict}", highlight=False, soft_wrap=True)

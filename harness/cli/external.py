@@ -51,7 +51,8 @@ def plan(
             console.print(f"  {name} (canary {e['canary']}): train on {p.path / e['files']['train']}; query "
                           f"{p.path / e['files']['query']} ({q} images x {a} views) -> OUTPUTS/{name}/model_0000.npz "
                           "... "
-                          f"with logits ({q}, {a}, {k})", highlight=False, soft_wrap=True)
+                          f"with logits ({q}, {a}, {k}), test_logits ({', '.join(map(str, e['test_logits_shape']))}) "
+                          f"and experiment {name!r}", highlight=False, soft_wrap=True)
         console.print(f"Then: harness import {p.path} --outputs OUTPUTS (docs/external-models.md; "
                       "examples/external_torch.py, examples/external_sklearn.py)", highlight=False, soft_wrap=True)
 
@@ -67,11 +68,17 @@ def import_(
     out: Optional[str] = typer.Option(None, help="parent folder of run directories (default runs)"),
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="use exactly this run directory"),
     set_: list[str] = typer.Option([], "--set", help="attack settings: --set attack.bootstrap=2000"),
+    force: bool = typer.Option(False, "--force", help="import although the membership-consistency check fails "
+                               "(outputs that do not fit the plan's membership: swapped or shuffled?); the run is "
+                               "marked forced in its report, results.json and on the leaderboard"),
+    probabilities: bool = typer.Option(False, "--probabilities", help="the outputs are probabilities (rows in [0, 1] "
+                                       "summing to 1): import their log (refused without this option)"),
     details: bool = typer.Option(False, help="list every attack variant"),
     wait: bool = typer.Option(False, "--wait", help=WAIT_HELP),
 ) -> None:
-    """Audit models trained outside the harness from their outputs: check every file, build a run
-    directory, run the attacks and print the report."""
+    """Audit models trained outside the harness from their outputs: check every file (and the models
+    together: degenerate outputs, chance accuracy, membership consistency), build a run directory,
+    run the attacks and print the report."""
     with guard(interrupted="nothing was written: the run directory appears only once complete"):
         from harness.api import import_outputs
         from harness.audit.report import print_report
@@ -83,6 +90,7 @@ def import_(
         overrides.update(flag_overrides(out=out))
         with ProgressView() as view:
             results = import_outputs(plan_dir, outputs, run_dir=run_dir, partial=partial, name=name,
-                                     overrides=overrides, wait=wait, progress=view)
+                                     overrides=overrides, wait=wait, force=force, probabilities=probabilities,
+                                     progress=view)
         print_report(results.data, console, details=details)
         console.print(f"Results: {results.path / 'results.json'}")

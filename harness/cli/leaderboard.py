@@ -66,14 +66,26 @@ def add(
     _site_folder(site, "--site")
     try:
         with guard():  # an OS failure (a read-only site folder, a full disk): one error line
-            eid = add_bundle(bundle, site, trust_plugin=trust_plugin)
+            eid, added = add_bundle(bundle, site, trust_plugin=trust_plugin)
     except SubmissionError as e:
         fail(f"refused: {e}")
     import json
 
-    outside = json.loads((site / "entries" / eid / "entry.json").read_text()).get("trained_outside", False)
+    from leaderboard.build import check_status, unranked_reason
+
+    meta = json.loads((site / "entries" / eid / "entry.json").read_text())
+    if not added:
+        console.print(f"already there: {eid} ({site / 'entries' / eid}) holds this bundle, submitted "
+                      f"{meta.get('submitted')}; nothing changed", highlight=False)
+        return
+    results = json.loads((site / "entries" / eid / "results.json").read_text())
     why = ("its attacks re-run on the submitted outputs; trained outside the harness, so there is no training to "
-           "re-run" if outside else "unverified until `harness leaderboard verify`")
+           "re-run" if meta.get("trained_outside") else "unverified until `harness leaderboard verify`")
+    status, _ = check_status(results)
+    if status == "forced":
+        why += "; its membership-consistency check failed and was forced at import (the site marks it forced)"
+    if (unranked := unranked_reason(results)) is not None:
+        why += f"; shown but not ranked: {unranked}"
     console.print(f"accepted: {eid} -> {site / 'entries' / eid} ({why})", highlight=False)
 
 

@@ -91,8 +91,10 @@ def install_advice(torch_version: str | None) -> str:
     """The command that installs matching builds, for the installed torch's platform."""
     label = _build(torch_version or "") or "cpu"
     index = f"{TORCH_INDEX}/{label}" if re.fullmatch(r"cpu|cu\d+|rocm[\d.]+|xpu", label) else f"{TORCH_INDEX}/cpu"
+    cpu = f"{TORCH_INDEX}/cpu"
     return (f"install both from one index: pip install --force-reinstall torch torchvision --index-url {index} "
-            f"(or {TORCH_INDEX}/cpu for the CPU build), then pip install -e . (README, Set up)")
+            + (f"(or {cpu} for the CPU build), " if index != cpu else "")
+            + "then pip install -e . (README, Set up)")
 
 
 def version_mismatch(torch_version: str, torchvision_requires: list[str] | None) -> str | None:

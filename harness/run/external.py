@@ -55,6 +55,7 @@ from harness.core import jsonio
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
+from harness.core.checks import probability_rows
 from harness.core.signals import CONTRASTIVE_REPETITIONS
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run.fingerprint import run_fingerprint, sha256_json, trained_config
@@ -62,14 +63,19 @@ from harness.run.runstore import LevelDesign, RunDir, atomic_write_bytes, sha256
 
 PLAN_FORMAT = "privacy-harness audit plan"
 #: the plan format's version: a change that an outside trainer or an older import would misread bumps it
-PLAN_VERSION = 1
+#: (2: every output file names its experiment and holds the model's outputs on the test set)
+PLAN_VERSION = 2
 PLAN_FILE = "plan.json"
 DEFENSE = "external"
 #: arrays an output file may hold: name -> (required, what it is)
 OUTPUT_ARRAYS = {
     "logits": (True, "the model's outputs (Q, A, K) over the query views, float16 or float32"),
     "plan_fingerprint": (True, "plan.json's fingerprint, a string"),
-    "test_accuracy": (False, "the model's accuracy on the test set, a number in [0, 1]"),
+    "experiment": (True, "the experiment the model was trained for (its folder's name), a string"),
+    "test_logits": (True, "the model's outputs (T, K) on data.npz's x_test as it is (no view), float16 or float32: "
+                          "the import computes the model's test accuracy from them"),
+    "test_accuracy": (False, "the model's accuracy on the test set, a number in [0, 1]: checked against the one its "
+                             "test_logits give"),
     "train_seconds": (False, "seconds the model took to train, a number >= 0"),
     "features": (False, "features (2, R, A, C, D) on ssl_views.npz's v1 and v2, float16 or float32: required where "
                         "the plan has SSL views (a white-box attack), refused elsewhere"),
@@ -78,6 +84,11 @@ OUTPUT_ARRAYS = {
 FEATURE_SIGNAL = "contrastive_features"
 #: the signals an outside model's outputs provide, by the part of the query set they are read from
 PART_SIGNALS = {"audit": "logits", "population": "population_logits", "neighbours": "neighbour_logits"}
+#: how far a claimed test_accuracy may lie from the one the test_logits give: half a point, or two test
+#: images on a test set of fewer than 400 (a trainer's own evaluation may round or batch differently)
+ACCURACY_TOLERANCE = 0.005
+#: what ``--probabilities`` clips probabilities at before taking their log (a probability of 0 has none)
+PROBABILITY_FLOOR = 1e-30
 #: per audit sample, members and non-members a partial import keeps at least (leave-one-out LiRA needs
 #: 2 IN and 2 OUT shadows per victim once the victim and the balancing drop, attacks/loo.py, are left out)
 MIN_PER_GROUP = 3
@@ -116,6 +127,10 @@ class PlanBuild:
 
     meta: dict[str, Any]
     files: dict[str, bytes]
+    #: the experiments' designs in memory, and the training pool's size: what the note of the FPRs the plan's
+    #: design cannot resolve reads (harness.audit.resolution.plan_note, harness.api.plan)
+    designs: tuple[Any, ...] = ()
+    pool_size: int = 0
 
     @property
     def fingerprint(self) -> str:
@@ -251,6 +266,7 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
             "files": files,
             "outputs": f"{ld.level}/model_{{index:04d}}.npz",
             "logits_shape": [int(len(qy)), len(offsets), data.num_classes],
+            "test_logits_shape": [int(len(data.y_test)), data.num_classes],
         }
         if white_box:  # features of any width D on each SSL view pair
             exps[ld.level]["features_shape"] = [2, CONTRASTIVE_REPETITIONS, len(offsets), ld.design.audit_size]
@@ -291,7 +307,7 @@ def build_plan(cfg: ExperimentConfig) -> PlanBuild:
         "config": cfg.model_dump(mode="json"),
         "files": {rel: _sha256(b) for rel, b in sorted(files.items())},
     }
-    return PlanBuild(meta=meta, files=files)
+    return PlanBuild(meta=meta, files=files, designs=tuple(designs), pool_size=len(data.y_train))
 
 
 def _ssl_view_arrays(x: np.ndarray, spec: Any, seed: int) -> dict[str, np.ndarray]:
@@ -338,19 +354,29 @@ def _data_arrays(data: ImageDataset) -> dict[str, np.ndarray]:
         return {k: z[k] for k in z.files}
 
 
-def write_plan(build: PlanBuild, folder: Path) -> bool:
-    """Write the plan into ``folder`` as one change: every file goes into a temp folder beside it,
-    which is then renamed to ``folder`` (a failure or Ctrl-C leaves nothing). ``folder`` must not
-    exist, or be empty, or already hold this very plan (then nothing is written: False)."""
+def check_plan_folder(folder: Path) -> Plan | None:
+    """Where a plan may be written: a folder that does not exist, an empty one, or one holding an
+    intact plan (returned, to be compared with the new one); a ConfigError for a file or any other
+    folder, raised before the plan is built."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise ConfigError(f"the plan folder {folder} is a file; name a folder for the plan")
     if folder.is_dir() and any(folder.iterdir()):
         try:
-            old = read_plan(folder, check_files=True)
+            return read_plan(folder, check_files=True)
         except ConfigError:
             raise ConfigError(f"{folder} is not empty and holds no intact plan: choose a new folder for the plan (or "
                               "delete this one)") from None
+    return None
+
+
+def write_plan(build: PlanBuild, folder: Path) -> bool:
+    """Write the plan into ``folder`` as one change: every file goes into a temp folder beside it,
+    which is then renamed to ``folder`` (a failure or Ctrl-C leaves nothing). ``folder`` must not
+    exist, or be empty, or already hold this very plan (then nothing is written: False)."""
+    folder = Path(folder)
+    old = check_plan_folder(folder)
+    if old is not None:
         if old.fingerprint == build.fingerprint:
             return False
         raise ConfigError(f"{folder} holds another plan (fingerprint {old.fingerprint[:12]}, this one "
@@ -367,6 +393,39 @@ def write_plan(build: PlanBuild, folder: Path) -> bool:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return True
+
+
+#: how old a temp folder of an import without a lock file must be before another import removes it
+STALE_UNLOCKED_SECONDS = 3600.0
+
+
+def remove_stale_temps(dest: Path) -> list[Path]:
+    """Remove the temp folders (``.<name>.import-*`` beside ``dest``) of imports of ``dest`` that
+    died (``kill -9``, a crashed machine): each is locked by its import from its creation (the OS
+    lock dies with the process, harness.run.runlock), so one whose lock this process can take is
+    left over; one without a lock file is removed only when older than
+    :data:`STALE_UNLOCKED_SECONDS` (an import between creating it and locking it is younger).
+    Returns the folders removed."""
+    from harness.run.runlock import LOCK_NAME, RunLock, RunLockedError
+
+    removed = []
+    for tmp in sorted(dest.absolute().parent.glob(f".{dest.name}.import-*")):
+        if not tmp.is_dir():
+            continue
+        if not (tmp / LOCK_NAME).is_file():
+            if time.time() - tmp.stat().st_mtime > STALE_UNLOCKED_SECONDS:
+                shutil.rmtree(tmp, ignore_errors=True)
+                removed.append(tmp)
+            continue
+        try:
+            with RunLock(tmp, shared=False, wait=False):
+                shutil.rmtree(tmp, ignore_errors=True)
+        except RunLockedError:  # a live import: leave it
+            continue
+        except OSError:  # a folder this process cannot remove: not ours to clear
+            continue
+        removed.append(tmp)
+    return removed
 
 
 def publish(tmp: Path, dest: Path) -> None:
@@ -473,9 +532,12 @@ class ModelOutputs:
     path: Path
     sha256: str
     logits: np.ndarray
-    test_accuracy: float | None
+    test_accuracy: float  # computed from test_logits
     train_seconds: float | None
     features: np.ndarray | None = None
+    test_logits: np.ndarray | None = None
+    claimed_accuracy: float | None = None  # the file's own test_accuracy, where it has one
+    converted: bool = False  # probabilities turned into log-probabilities (--probabilities)
 
 
 @dataclass
@@ -493,6 +555,8 @@ class ImportJob:
     notes: list[str] = field(default_factory=list)
     fingerprint: str = ""
     path: Path | None = None
+    forced: list[str] = field(default_factory=list)  # checks that failed and were accepted with --force
+    probabilities: bool = False  # the outputs were probabilities, converted (--probabilities)
 
 
 def _scalar(z: Any, key: str, f: Path) -> float:
@@ -505,8 +569,12 @@ def _scalar(z: Any, key: str, f: Path) -> float:
     return v
 
 
-def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> ModelOutputs:
-    """Read and check one model's output file; a ConfigError (one line, naming the file) otherwise."""
+def check_output_file(plan: Plan, experiment: str, index: int, f: Path, test_labels: np.ndarray,
+                      probabilities: bool = False) -> ModelOutputs:
+    """Read and check one model's output file; a ConfigError (one line, naming the file) otherwise.
+    ``test_labels``: data.npz's y_test (its test accuracy is computed from its test_logits);
+    ``probabilities``: take the log of outputs that are probabilities (``--probabilities``),
+    which are refused otherwise."""
     e = plan.meta["experiments"][experiment]
     q, a, k = e["logits_shape"]
     try:
@@ -525,15 +593,20 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
     absent = [n for n, (req, _) in OUTPUT_ARRAYS.items() if req and n not in names]
     if absent:
         raise ConfigError(f"{f} lacks {absent[0]!r} ({OUTPUT_ARRAYS[absent[0]][1]})")
-    fp = arrays["plan_fingerprint"]
-    theirs = str(fp.reshape(())) if fp.size == 1 and fp.dtype.kind in "US" else None
+    theirs = _text(arrays["plan_fingerprint"], "plan_fingerprint", f, plan.fingerprint, 'np.array(plan["fingerprint"])')
     if theirs != plan.fingerprint:
-        shown = f"fingerprint {theirs[:12]}" if theirs else f"plan_fingerprint {fp!r:.40}"
+        shown = f"fingerprint {theirs[:12]}" if theirs else f"plan_fingerprint {arrays['plan_fingerprint']!r:.40}"
         raise ConfigError(f"{f} was written for another plan ({shown}; this plan's is {plan.fingerprint[:12]}): "
                           f"train from the files of {plan.path} and write its fingerprint")
-    logits = arrays["logits"]
-    if logits.dtype not in (np.float16, np.float32):
-        raise ConfigError(f"{f}: logits have dtype {logits.dtype}; write them as float16 or float32")
+    written_for = _text(arrays["experiment"], "experiment", f, experiment, "np.array(name)")
+    if written_for != experiment:
+        if written_for in plan.experiments:
+            raise ConfigError(f"{f} was written for experiment {written_for!r} but lies in the folder of {experiment!r}: "
+                              "the experiment folders are swapped or mixed up; move each file to the folder its "
+                              "experiment array names")
+        raise ConfigError(f"{f}: experiment is {written_for!r:.60}, which is not an experiment of this plan "
+                          f"({', '.join(plan.experiments)}); write the name of the experiment the model was trained for")
+    logits = _float_outputs(arrays["logits"], "logits", f)
     parts = ", ".join(f"{p['stop'] - p['start']} {p['name']}" for p in e["query_parts"])
     if logits.ndim != 3:
         raise ConfigError(f"{f}: logits have shape {logits.shape}; the plan expects ({q}, {a}, {k}): {q} query images "
@@ -571,14 +644,68 @@ def check_output_file(plan: Plan, experiment: str, index: int, f: Path) -> Model
         bad = int((~np.isfinite(features)).sum())
         if bad:
             raise ConfigError(f"{f}: features hold {bad} NaN or infinite value(s); the attacks need finite features")
-    acc = _scalar(arrays, "test_accuracy", f) if "test_accuracy" in names else None
-    if acc is not None and not 0.0 <= acc <= 1.0:
-        raise ConfigError(f"{f}: test_accuracy is {acc:g}; write a fraction in [0, 1]")
+    test_logits = _float_outputs(arrays["test_logits"], "test_logits", f)
+    t, k_ = e["test_logits_shape"]
+    if test_logits.shape != (t, k_):
+        raise ConfigError(f"{f}: test_logits have shape {test_logits.shape}; the plan expects ({t}, {k_}): the model's "
+                          f"outputs on the {t} test images of {plan.path / 'data.npz'} (x_test, as they are) x {k_} "
+                          "classes")
+    bad = ~np.isfinite(test_logits)
+    if bad.any():
+        raise ConfigError(f"{f}: test_logits hold {int(bad.sum())} NaN or infinite value(s) (the first at test image "
+                          f"{int(np.argmax(bad.any(-1)))}); the import needs finite outputs")
+    converted = False
+    as_probs = probability_rows(logits), probability_rows(test_logits)
+    if as_probs[0] != as_probs[1]:
+        raise ConfigError(f"{f}: {'logits' if as_probs[0] else 'test_logits'} are probabilities (rows in [0, 1] summing "
+                          f"to 1) but {'test_logits' if as_probs[0] else 'logits'} are not: write both as logits or "
+                          "log-probabilities")
+    if as_probs[0]:
+        if not probabilities:
+            raise ConfigError(f"{f}: its logits are probabilities (every "
+                              "row in [0, 1], summing to 1), which the attacks would read as logits: write "
+                              "log-probabilities (np.log of them, or the log_softmax of the logits) or the logits, or "
+                              "pass --probabilities to have the import take their log")
+        with np.errstate(divide="ignore"):
+            logits, test_logits = (np.log(np.maximum(a.astype(np.float32), np.float32(PROBABILITY_FLOOR)))
+                                   for a in (logits, test_logits))
+        converted = True
+    elif probabilities:
+        raise ConfigError(f"{f}: --probabilities, but its logits are not probabilities (rows in [0, 1] summing to 1): "
+                          "pass --probabilities only for outputs that all are")
+    acc = float((test_logits.argmax(-1) == test_labels).mean())
+    claimed = _scalar(arrays, "test_accuracy", f) if "test_accuracy" in names else None
+    if claimed is not None and not 0.0 <= claimed <= 1.0:
+        raise ConfigError(f"{f}: test_accuracy is {claimed:g}; write a fraction in [0, 1]")
+    tolerance = max(ACCURACY_TOLERANCE, 2 / max(t, 1))
+    if claimed is not None and abs(claimed - acc) > tolerance:
+        raise ConfigError(f"{f}: test_accuracy is {100 * claimed:.1f}%, but its test_logits give {100 * acc:.1f}% on "
+                          f"the {t} test images: write the accuracy of these outputs, or leave test_accuracy out (the "
+                          "import computes it)")
     secs = _scalar(arrays, "train_seconds", f) if "train_seconds" in names else None
     if secs is not None and secs < 0:
         raise ConfigError(f"{f}: train_seconds is {secs:g}; it must be >= 0")
     return ModelOutputs(experiment=experiment, index=index, path=f, sha256=_sha256(data), logits=logits,
-                        test_accuracy=acc, train_seconds=secs, features=features)
+                        test_accuracy=acc, train_seconds=secs, features=features, test_logits=test_logits,
+                        claimed_accuracy=claimed, converted=converted)
+
+
+def _text(a: np.ndarray, key: str, f: Path, expected: str, how: str) -> str | None:
+    """The one string an array holds (numpy's unicode dtype), None if it holds anything else; the
+    expected string saved as bytes is refused as such (the right value in the wrong type)."""
+    if a.size == 1 and a.dtype.kind == "S":
+        raw = bytes(a.reshape(()))
+        if raw.decode("utf-8", "replace") == expected:
+            raise ConfigError(f"{f}: {key} is the right value saved as bytes (dtype {a.dtype}); save it as a string: "
+                              f"{how} (in Python 3, str, not bytes)")
+        return raw.decode("utf-8", "replace")
+    return str(a.reshape(())) if a.size == 1 and a.dtype.kind == "U" else None
+
+
+def _float_outputs(a: np.ndarray, key: str, f: Path) -> np.ndarray:
+    if a.dtype not in (np.float16, np.float32):
+        raise ConfigError(f"{f}: {key} have dtype {a.dtype}; write them as float16 or float32")
+    return a
 
 
 def _scan(plan: Plan, outputs_dir: Path) -> dict[str, dict[int, Path]]:
@@ -695,8 +822,11 @@ def _import_config(plan: Plan, kept: list[int], digest: str, name: str, override
 
 
 def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, name: str | None = None,
-                 overrides: dict[str, Any] | None = None, run_dir: Path | None = None) -> ImportJob:
-    """Check the plan and every output file and decide the run: nothing is written (module docstring)."""
+                 overrides: dict[str, Any] | None = None, run_dir: Path | None = None, force: bool = False,
+                 probabilities: bool = False) -> ImportJob:
+    """Check the plan and every output file and decide the run: nothing is written (module docstring).
+    ``force``: import although the membership-consistency check fails (recorded as forced);
+    ``probabilities``: outputs that are probabilities are turned into log-probabilities."""
     from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
     from harness.run.runner import default_run_dir, make_defense
 
@@ -705,17 +835,22 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
     if name is not None and (not name.strip() or len(name) > 100 or any(ch in name for ch in "\n\r\t")):
         raise ConfigError(f"--name must be a short one-line label for the models, got {name!r}")
     found = _scan(plan, outputs_dir)
+    data = plan.load_data()
+    if data.fingerprint() != plan.meta.get("data_fingerprint"):
+        raise ConfigError(f"{plan.path / 'data.npz'} does not match the plan's data fingerprint; write the plan again")
     models: dict[str, dict[int, ModelOutputs]] = {e: {} for e in plan.experiments}
     for e, files in found.items():
         for i, f in sorted(files.items()):
-            models[e][i] = check_output_file(plan, e, i, f)
+            models[e][i] = check_output_file(plan, e, i, f, data.y_test, probabilities)
     kept, missing, notes = _choose_models(plan, {e: set(v) for e, v in found.items()}, partial, outputs_dir)
-    for e in plan.experiments:
-        if not any(p["name"] == "population" for p in plan.meta["experiments"][e]["query_parts"]):
-            lacking = [models[e][i].path for i in kept if models[e][i].test_accuracy is None]
-            if lacking:
-                raise ConfigError(f"{lacking[0]} has no test_accuracy, and the plan has no population samples to "
-                                  "measure it on: write each model's test accuracy (test_accuracy)")
+    forced = check_models(plan, models, kept, data.y_test, outputs_dir, force)
+    if force:
+        notes.append("--force: the membership-consistency check failed and the outputs are imported anyway; the "
+                     "report, results.json and the leaderboard mark the run forced" if forced else
+                     "--force: the membership-consistency check passed; nothing was forced")
+    if probabilities:
+        notes.append("--probabilities: every model's outputs were probabilities; the import took their log (clipped "
+                     f"at {PROBABILITY_FLOOR:g}): what a float16 probability rounded away is lost")
     digest = sha256_json({f"{e}/{output_name(i)}": models[e][i].sha256 for e in plan.experiments for i in kept})
     label = (name or "").strip()
     cfg = _import_config(plan, kept, digest, label, dict(overrides or {}))
@@ -729,9 +864,6 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
             any("features_shape" not in e for e in plan.meta["experiments"].values()):
         raise ConfigError(f"a white-box attack (attack.names) reads {FEATURE_SIGNAL}, features on SSL views this plan "
                           "does not export: make a plan with that attack (harness plan --set attack.names=[...])")
-    data = plan.load_data()
-    if data.fingerprint() != plan.meta.get("data_fingerprint"):
-        raise ConfigError(f"{plan.path / 'data.npz'} does not match the plan's data fingerprint; write the plan again")
     fp = run_fingerprint(cfg, data)
     if run_dir is not None and run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"the run directory (--run-dir) {run_dir} is a file, not a run directory")
@@ -753,7 +885,52 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
                         f"model missing in one experiment is left out of all, so that the levels stay paired); every "
                         f"audit sample is a member of {lo} to {hi} of them")
     return ImportJob(plan=plan, outputs_dir=outputs_dir, cfg=cfg, kept=kept, missing=missing, models=models,
-                     digest=digest, name=label, notes=notes, fingerprint=fp, path=path)
+                     digest=digest, name=label, notes=notes, fingerprint=fp, path=path, forced=forced,
+                     probabilities=probabilities)
+
+
+def _first(findings: list[str]) -> str:
+    """The first finding, and how many more there are."""
+    return findings[0] + (f" ({len(findings) - 1} more finding{'s' if len(findings) > 2 else ''} of this check)"
+                          if len(findings) > 1 else "")
+
+
+def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: list[int], test_labels: np.ndarray,
+                 outputs_dir: Path, force: bool) -> list[str]:
+    """The checks of the models together (harness.core.checks; docs/protocol.md, Checks), before
+    anything is written: outputs constant or identical across models, models at chance accuracy,
+    and the membership-consistency check of each model's outputs against the plan's membership.
+    A ConfigError (one line, naming the models' files) for the first that fails; a failed
+    membership check only without ``force``. Returns the checks ``force`` accepted."""
+    from harness.core.checks import LevelOutputs, degenerate_outputs, label_scores, membership_check, \
+        membership_stats, utility_check
+
+    names = {e: [output_name(i) for i in kept] for e in plan.experiments}  # the files of OUTPUTS/<experiment>/
+    outputs = degenerate_outputs({e: LevelOutputs.of([np.concatenate([models[e][i].logits.reshape(-1, models[e][i].logits.shape[-1]),
+                                                                      models[e][i].test_logits])
+                                                      for i in kept]) for e in plan.experiments}, names)
+    if not outputs.passed:
+        raise ConfigError(f"degenerate outputs in {outputs_dir}: {_first(outputs.findings)}")
+    utility = utility_check({e: [models[e][i].test_accuracy for i in kept] for e in plan.experiments}, test_labels,
+                            names)
+    if not utility.passed:
+        raise ConfigError(f"{outputs_dir}: {_first(utility.findings)}: a model at chance has learnt nothing to audit; "
+                          "train it again")
+    stats = []
+    for e in plan.experiments:
+        ld = plan.load_level(e)
+        c = ld.design.audit_size
+        logits = np.stack([models[e][i].logits[:c, 0] for i in kept])
+        stats.append(membership_stats(e, label_scores(logits, ld.canaries.y), ld.design.membership[kept]))
+    member = membership_check(stats, names)
+    if member.passed:
+        return []
+    if not force:
+        raise ConfigError(f"membership check failed in {outputs_dir}: {_first(member.findings)}; train model i on "
+                          "train.npz's "
+                          f"train_indices[train_offsets[i]:train_offsets[i+1]] and write its outputs as model_i.npz of "
+                          "its experiment (docs/external-models.md), or pass --force to import anyway (marked forced)")
+    return ["membership"]
 
 
 def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: ModelOutputs,
@@ -771,13 +948,8 @@ def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: 
 
     signals = stored(signals, job.cfg.audit.signal_dtype)
     member = ld.design.membership[j]
-    if out.test_accuracy is not None:
-        acc, source = out.test_accuracy, "outputs"
-    else:  # check_import made sure the plan has population samples
-        a, b = parts["population"]
-        pred = logits[a:b, 0].argmax(-1)
-        acc = float((pred == data.y_test[ld.population_indices]).mean())
-        source = f"population samples ({b - a} test images, unaugmented view)"
+    acc = out.test_accuracy
+    source = f"test_logits ({len(data.y_test)} test images, as they are)"
     meta = {
         "model_index": j,
         "level": ld.level,
@@ -787,6 +959,7 @@ def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: 
         "train_size": int(e["train_sizes"][job.kept[j]]),
         "test_accuracy": acc,
         "test_accuracy_source": source,
+        "test_accuracy_claimed": out.claimed_accuracy,
         "train_accuracy_audit_members": float((logits[:len(member)][member, 0].argmax(-1) ==
                                                ld.canaries.y[member]).mean()) if member.any() else None,
         "train_seconds": out.train_seconds if out.train_seconds is not None else 0.0,
@@ -806,7 +979,7 @@ def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: 
 
 def external_record(job: ImportJob) -> dict[str, Any]:
     """What the manifest (and results.json, ``external``) records of an imported run."""
-    reported = [m.test_accuracy is not None for e in job.plan.experiments for i, m in job.models[e].items()
+    reported = [m.claimed_accuracy is not None for e in job.plan.experiments for i, m in job.models[e].items()
                 if i in job.kept]
     return {
         "plan_fingerprint": job.plan.fingerprint,
@@ -817,7 +990,10 @@ def external_record(job: ImportJob) -> dict[str, Any]:
         "models_audited": len(job.kept),
         "plan_model_indices": list(job.kept),
         "missing": {e: v for e, v in job.missing.items() if v},
-        "test_accuracy": "outputs" if all(reported) else "population samples" if not any(reported) else "mixed",
+        "test_accuracy": "test outputs",  # computed from each model's test_logits (a claim is checked against it)
+        "test_accuracy_claimed": "all" if all(reported) else "none" if not any(reported) else "some",
+        "forced_checks": list(job.forced),
+        "probabilities_converted": job.probabilities,
     }
 
 

@@ -490,6 +490,8 @@ class _JobSetup:
 
     def finish(self, index: int, train: LabeledImages, served: ServedModel, train_seconds: float) -> dict:
         """Query model ``index``, save its signals (and state with --save-models); return its metadata."""
+        from harness.core.machine import machine_record
+
         cfg, data, ld, run, defense = self.cfg, self.data, self.ld, self.run, self.defense
         where = self.where([index])
         checked = plugin_errors.check_served(served, ld.canaries.x, data.num_classes, cfg.defense, where)
@@ -523,6 +525,7 @@ class _JobSetup:
             "query_seconds": t2 - t1,
             "device": device if device == "cpu" else f"{device} ({torch.cuda.get_device_name()})",
             "torch_threads": torch.get_num_threads(),
+            "machine": machine_record(torch.get_num_threads(), with_torch=True),  # what can change its floats
             "host": platform.node(),
             "defense_info": served.info(),
             "serving": serving,

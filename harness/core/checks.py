@@ -1,0 +1,348 @@
+"""Checks that a run's saved outputs are what its design says they are (docs/protocol.md, Checks).
+
+Every run's attack phase applies them to the saved signals and records them in results.json
+(``checks``); ``harness import`` applies them to an outside trainer's outputs before anything is
+written and refuses a run that fails one (the membership check only unless ``--force``);
+``harness leaderboard add`` and ``build`` refuse an entry that failed one (a forced membership
+check is shown as forced).
+
+**Membership consistency** (:func:`membership_check`). Per model i and audit sample c, the score
+``s[i, c]`` is the model's logit-scaled confidence on the sample's label at view 0 (the image as it
+is), ``log p_y - log(1 - p_y)`` computed from the logits; it is standardized per sample over the S
+models, ``z[i, c] = (s[i, c] - mean_j s[j, c]) / sd_j s[j, c]``, which takes out how hard the sample
+is (the other models are its reference). Two rank tests read z, each a one-sided Mann-Whitney U
+test (normal approximation):
+
+- **pair** (i, j), i != j: on the samples where exactly one of the two models is a member, do model
+  i's outputs rank the members of j (``m_j & ~m_i``) above its own members (``m_i & ~m_j``)? With
+  the right masks a model fits its own members at least as well as anyone else's, so a large z
+  says model i's outputs fit model j's membership better than its own: swapped or permuted files.
+  Where no model fits its members at all, z is exchangeable across samples and the test is exact.
+- **own** i: is model i's AUC of its own members over its non-members (on z) lower than the median
+  AUC of the level's models, by more than its sampling error and the spread of the models' fits?
+  ``z = (median - AUC_i) / se``, ``se^2 = v_i x (1 + pi / (2 (S - 1))) + tau^2`` with
+  ``v_i = (C + 1) / (12 n_in n_out)`` (the AUC's null variance, and the median's) and
+  ``tau^2 = max(0, (1.4826 MAD(AUC))^2 - median v)``, the between-model variance of the fits (a
+  robust spread of the S AUCs less their sampling variance: models that fit their members unequally,
+  as DP-SGD's or a defense's with a random mask do, are not outliers). A model whose rows or
+  membership are shuffled fits nothing while the others fit alike.
+
+Every test of every experiment (S^2 per experiment: S(S-1) pairs and S own tests) is one family,
+Bonferroni-corrected at :data:`ALPHA`: a z above ``Phi^-1(1 - ALPHA / tests)`` fails the check
+(4.9 for two experiments of 32 models). Its false-alarm rate is at most ALPHA where every model fits
+its members at least as well as its non-members (measured on simulated runs whose models fit
+unequally too, benchmarks/bench_checks.py);
+the measured statistics of every built-in defense's quick run are in docs/protocol.md (Checks).
+
+**Outputs** (:func:`degenerate_outputs`): a model whose outputs are the same for every query image
+and view (e.g. all zeros), and models whose scores are identical to another model's (models that
+serve labels only are exempt from the second: two of them may predict every query alike).
+
+**Utility** (:func:`at_chance`): a model whose test accuracy is not above the accuracy of always
+answering the test set's most frequent class, by a one-sided binomial test at level :data:`ALPHA`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+#: family-wise false-alarm rate of the membership check, and the level of the chance-accuracy test
+ALPHA = 1e-3
+
+
+def label_scores(logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(S, C) logit-scaled confidence ``log p_y - log(1 - p_y) = z_y - logsumexp_{k != y} z_k`` of
+    each model on each sample's label, from logits (S, C, K) (one view), in float64."""
+    z = np.asarray(logits, np.float64)
+    y = np.broadcast_to(np.asarray(labels)[None, :, None], (*z.shape[:2], 1))
+    zy = np.take_along_axis(z, y, -1)[..., 0]
+    other = z.copy()
+    np.put_along_axis(other, y, -np.inf, -1)
+    top = other.max(-1)
+    return zy - (top + np.log(np.exp(other - top[..., None]).sum(-1)))
+
+
+def _standardize(scores: np.ndarray) -> np.ndarray:
+    """Per sample (column), over the models: (s - mean) / sd; 0 where every model scores alike."""
+    mean = scores.mean(0, keepdims=True)
+    sd = scores.std(0, keepdims=True)
+    return np.where(sd > 0, (scores - mean) / np.where(sd > 0, sd, 1.0), 0.0)
+
+
+def rank_sums(values: np.ndarray, first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mann-Whitney U of ``first`` over ``second`` and its z (normal approximation, ties averaged
+    and their variance correction), for many pairs of groups of one set of values at once:
+    ``values`` (C,); ``first``, ``second`` (R, C) disjoint 0/1 masks, one pair of groups per row.
+    U counts the (a, b) pairs with values[a] > values[b] (ties count one half); z is 0 where a
+    group is empty or every value of the two groups is tied."""
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])  # the tie groups of the sorted values
+    a = np.add.reduceat(first[:, order].astype(np.float64), starts, axis=1)  # (R, G): first's count per tie group
+    b = np.add.reduceat(second[:, order].astype(np.float64), starts, axis=1)
+    t = a + b
+    below = np.cumsum(t, axis=1) - t  # elements of the two groups below each tie group
+    n1, n2 = a.sum(1), b.sum(1)
+    u = (a * (below + (t + 1) / 2)).sum(1) - n1 * (n1 + 1) / 2
+    n = n1 + n2
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = n1 * n2 / 12 * ((n + 1) - (t ** 3 - t).sum(1) / (n * (n - 1)))
+        z = np.where((n1 > 0) & (n2 > 0) & (var > 0), (u - n1 * n2 / 2) / np.sqrt(var), 0.0)
+    return u, z
+
+
+@dataclass(frozen=True)
+class MembershipStats:
+    """One experiment's membership-consistency statistics (:func:`membership_stats`)."""
+
+    experiment: str
+    own_auc: np.ndarray  # (S,) AUC of each model's own members over its non-members
+    own_z: np.ndarray  # (S,) (median AUC - AUC_i) / se
+    pair_z: np.ndarray  # (S, S) z of "model i's outputs fit model j's members better than its own"; diagonal -inf
+
+    @property
+    def num_tests(self) -> int:
+        return int(len(self.own_auc) ** 2)
+
+
+def membership_stats(experiment: str, scores: np.ndarray, membership: np.ndarray) -> MembershipStats:
+    """The pair and own tests of the module docstring on scores (S, C) and membership (S, C)."""
+    m = np.asarray(membership, bool)
+    s_models, c = m.shape
+    z = _standardize(np.asarray(scores, np.float64))
+    own_auc = np.zeros(s_models)
+    pair_z = np.full((s_models, s_models), -np.inf)
+    for i in range(s_models):
+        first = np.vstack([m & ~m[i], m[i][None]])  # the members of each j that are not i's; i's own members
+        second = np.vstack([m[i] & ~m, ~m[i][None]])  # i's members that are not j's; i's non-members
+        u, zi = rank_sums(z[i], first, second)
+        n_in, n_out = int(m[i].sum()), int((~m[i]).sum())
+        own_auc[i] = u[-1] / (n_in * n_out) if n_in and n_out else 0.5
+        zi = zi[:-1].copy()
+        zi[i] = -np.inf
+        pair_z[i] = zi
+    n_in = m.sum(1).astype(np.float64)
+    n_out = c - n_in
+    valid = (n_in > 0) & (n_out > 0)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        var = np.where(valid, (c + 1) / (12 * n_in * n_out), 0.0)  # the AUC's null (sampling) variance
+        mad = 1.4826 * np.median(np.abs(own_auc[valid] - np.median(own_auc[valid]))) if valid.any() else 0.0
+        spread = max(mad ** 2 - float(np.median(var[valid])), 0.0) if valid.any() else 0.0  # fits that differ
+        se = np.sqrt(var * (1 + math.pi / (2 * max(s_models - 1, 1))) + spread)
+        own_z = np.where(valid, (np.median(own_auc) - own_auc) / se, 0.0)
+    return MembershipStats(experiment, own_auc, own_z, pair_z)
+
+
+def threshold(num_tests: int, alpha: float = ALPHA) -> float:
+    """The one-sided z a test must exceed to fail the check: Bonferroni over ``num_tests``."""
+    from scipy.stats import norm
+
+    return float(norm.isf(alpha / max(num_tests, 1)))
+
+
+@dataclass
+class CheckResult:
+    """What a check found: ``findings`` (one line each, models named), and its record for results.json."""
+
+    name: str
+    findings: list[str] = field(default_factory=list)
+    record: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> bool:
+        return not self.findings
+
+
+def _name(i: int, names: Sequence[str] | None) -> str:
+    return names[i] if names is not None else f"model {i}"
+
+
+def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str]] | None = None,
+                     alpha: float = ALPHA) -> CheckResult:
+    """The membership-consistency check over every experiment's :class:`MembershipStats`, one
+    Bonferroni family. ``names``: per experiment, how to name its models (default ``model i``)."""
+    tests = sum(st.num_tests for st in stats)
+    t = threshold(tests, alpha)
+    findings: list[str] = []
+    experiments: dict[str, Any] = {}
+    for st in stats:
+        nm = (names or {}).get(st.experiment)
+        done: set[tuple[int, int]] = set()
+        for i, j in zip(*np.nonzero(st.pair_z > t)):
+            i, j = int(i), int(j)
+            if (j, i) in done:
+                continue
+            done.add((i, j))
+            back = st.pair_z[j, i]
+            if back > t:
+                findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} and {_name(j, nm)} each fit the "
+                                f"other's members better than their own (z = {st.pair_z[i, j]:.1f}, {back:.1f} > "
+                                f"{t:.1f}): swapped?")
+            else:
+                findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit the members of {_name(j, nm)} "
+                                f"better than its own (z = {st.pair_z[i, j]:.1f} > {t:.1f}): models swapped or "
+                                "permuted?")
+        for i in np.flatnonzero(st.own_z > t):
+            i = int(i)
+            if any(i in pair for pair in done):
+                continue
+            findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit its members far less than the other "
+                            f"models fit theirs (AUC {st.own_auc[i]:.2f} against a median of "
+                            f"{float(np.median(st.own_auc)):.2f}, z = {st.own_z[i]:.1f} > {t:.1f}): trained on another "
+                            "set than the plan's, or its rows shuffled?")
+        pair = st.pair_z[np.isfinite(st.pair_z)]
+        experiments[st.experiment] = {
+            "median_auc": float(np.median(st.own_auc)), "min_auc": float(st.own_auc.min()),
+            "max_pair_z": float(pair.max()) if pair.size else None, "max_own_z": float(st.own_z.max()),
+        }
+    record = {"alpha": alpha, "tests": tests, "threshold_z": t, "passed": not findings,
+              "experiments": experiments, "findings": findings}
+    return CheckResult("membership", findings, record)
+
+
+def constant_models(outputs: Sequence[np.ndarray]) -> list[int]:
+    """Models (indices) whose outputs are the same for every query row and view: each array's
+    first axis is the query rows, its last the classes."""
+    out = []
+    for i, o in enumerate(outputs):
+        flat = np.asarray(o).reshape(-1, np.asarray(o).shape[-1])
+        if len(flat) > 1 and bool((flat == flat[0]).all()):
+            out.append(i)
+    return out
+
+
+def label_rows(outputs: np.ndarray) -> bool:
+    """Whether every row (last axis) says nothing but its top class: one largest entry, every other
+    entry equal (one-hot labels, or a constant score on the predicted class)."""
+    a = np.sort(np.asarray(outputs).reshape(-1, np.asarray(outputs).shape[-1]), axis=-1)
+    return bool(a.size) and bool(np.all(a[:, :-1] == a[:, :1]) and np.all(a[:, -1] > a[:, -2]))
+
+
+def identical_groups(outputs: Sequence[np.ndarray]) -> list[list[int]]:
+    """Groups (of two or more model indices) whose outputs are equal, element for element, among
+    the models whose outputs are scores: models that serve labels only (:func:`label_rows`) may
+    well predict every query alike when their training sets differ in a few samples."""
+    import hashlib
+
+    groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
+    for i, o in enumerate(outputs):
+        if label_rows(o):
+            continue
+        a = np.ascontiguousarray(o)
+        groups.setdefault((hashlib.sha256(a.tobytes()).hexdigest(), a.shape), []).append(i)
+    return [g for g in groups.values() if len(g) > 1]
+
+
+def _listing(indices: Sequence[int], names: Sequence[str] | None, limit: int = 6) -> str:
+    shown = [_name(i, names) for i in indices[:limit]]
+    return ", ".join(shown) + (f" and {len(indices) - limit} more" if len(indices) > limit else "")
+
+
+@dataclass(frozen=True)
+class LevelOutputs:
+    """What the outputs check needs of one experiment: its constant models, its groups of identical
+    models, which of the constant ones answer all zeros, and its number of models."""
+
+    constant: list[int]
+    identical: list[list[int]]
+    zeros: list[int]
+    num_models: int
+
+    @classmethod
+    def of(cls, outputs: Sequence[np.ndarray]) -> "LevelOutputs":
+        const = constant_models(outputs)
+        return cls(const, identical_groups(outputs), [i for i in const if not np.any(outputs[i])], len(outputs))
+
+
+def degenerate_outputs(levels: dict[str, LevelOutputs], names: dict[str, Sequence[str]] | None = None) -> CheckResult:
+    """Constant outputs and outputs identical across models, per experiment."""
+    findings: list[str] = []
+    record: dict[str, Any] = {"constant": {}, "identical": {}}
+    for e, lo in levels.items():
+        nm = (names or {}).get(e)
+        record["constant"][e] = lo.constant
+        record["identical"][e] = lo.identical
+        if lo.constant:
+            zeros = " (all zeros)" if lo.zeros == lo.constant else ""
+            findings.append(f"{e}: {_listing(lo.constant, nm)} answer{'s' if len(lo.constant) == 1 else ''} every "
+                            f"query image and view with the same output{zeros}: not a trained model's outputs")
+        for g in lo.identical:
+            if set(g) <= set(lo.constant):  # already said
+                continue
+            findings.append(f"{e}: {_listing(g, nm)} have identical outputs ({len(g)} of {lo.num_models} models): "
+                            "each model must be trained on its own training set")
+    record["passed"] = not findings
+    record["findings"] = findings
+    return CheckResult("outputs", findings, record)
+
+
+def chance_accuracy(test_labels: np.ndarray) -> float:
+    """The accuracy of always answering the test set's most frequent class."""
+    y = np.asarray(test_labels)
+    return float(np.bincount(y).max() / len(y)) if len(y) else 0.0
+
+
+def at_chance(accuracy: float, n: int, chance: float, alpha: float = ALPHA) -> bool:
+    """Whether ``accuracy`` on ``n`` test images is not above ``chance`` by a one-sided binomial test
+    at level ``alpha`` (P[Binomial(n, chance) >= correct] > alpha)."""
+    from scipy.stats import binom
+
+    correct = int(round(accuracy * n))
+    return bool(n == 0 or binom.sf(correct - 1, n, chance) > alpha)
+
+
+def utility_check(accuracies: dict[str, Sequence[float]], test_labels: np.ndarray,
+                  names: dict[str, Sequence[str]] | None = None, alpha: float = ALPHA) -> CheckResult:
+    """Models at chance accuracy (:func:`at_chance`), per experiment."""
+    n = len(test_labels)
+    chance = chance_accuracy(test_labels)
+    findings, flagged = [], {}
+    for e, accs in accuracies.items():
+        bad = [i for i, a in enumerate(accs) if at_chance(float(a), n, chance, alpha)]
+        flagged[e] = bad
+        if bad:
+            nm = (names or {}).get(e)
+            findings.append(f"{e}: {_listing(bad, nm)} {'is' if len(bad) == 1 else 'are'} at chance accuracy "
+                            f"({', '.join(f'{100 * float(accs[i]):.1f}%' for i in bad[:6])} on {n} test images, where "
+                            f"always answering the most frequent class gives {100 * chance:.1f}%)")
+    record = {"alpha": alpha, "chance": chance, "test_size": n, "at_chance": flagged, "passed": not findings,
+              "findings": findings}
+    return CheckResult("utility", findings, record)
+
+
+def probability_rows(logits: np.ndarray) -> bool:
+    """Whether every row (last axis) of ``logits`` is a probability vector: entries in [0, 1] summing
+    to 1 (within the dtype's rounding over K entries), and not every row one-hot (labels only, which
+    the harness reads as served labels)."""
+    a = np.asarray(logits)
+    if not a.size or float(a.min()) < 0 or float(a.max()) > 1:
+        return False
+    k = a.shape[-1]
+    tol = k * (1e-3 if a.dtype == np.float16 else 1e-5)
+    if not bool(np.all(np.abs(a.astype(np.float64).sum(-1) - 1) <= tol)):
+        return False
+    return not bool(np.all((a == 0) | (a == 1)))
+
+
+def summary(checks: dict[str, Any]) -> str:
+    """One line of what a results.json ``checks`` record found, for reports and pages."""
+    parts = []
+    mem = checks.get("membership") or {}
+    if mem:
+        worst = max((max(-np.inf if v.get(k) is None else v[k] for k in ("max_pair_z", "max_own_z"))
+                     for v in mem.get("experiments", {}).values()), default=float("nan"))
+        forced = "membership" in (checks.get("forced") or [])
+        verdict = "passed" if mem.get("passed") else "failed, imported with --force" if forced else "FAILED"
+        parts.append(f"membership consistency {verdict} (largest z {worst:.1f}, threshold "
+                     f"{mem.get('threshold_z', float('nan')):.1f})")
+    out = checks.get("outputs") or {}
+    if out:
+        parts.append("outputs " + ("not constant, not identical across models" if out.get("passed") else "DEGENERATE"))
+    ut = checks.get("utility") or {}
+    if ut:
+        parts.append(f"accuracy {'above' if ut.get('passed') else 'AT'} chance ({100 * ut.get('chance', 0):.1f}%)")
+    return "; ".join(parts)
