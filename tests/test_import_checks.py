@@ -300,7 +300,9 @@ def test_plan_warns_before_training_of_fprs_its_design_cannot_resolve(tmp_path):
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())
     assert "note: S = 8 models x 100 non-members each give N_neg = 800 non-member guesses" in text
-    assert "at 0.1% FPR: TPR unresolved (it needs N_neg >= 1/FPR = 1000: --models 10)" in text
+    assert ("at 0.1% FPR every TPR is unresolved (it needs FPR x N_neg >= 3 expected false positives, "
+            "N_neg >= 3000: --models 30)") in text
+    assert "the level figures (leak, declared headline, test) are read at 0.5% FPR instead" in text
 
 
 def test_plan_into_a_regular_file_is_refused_before_the_plan_is_built(tmp_path, monkeypatch):
