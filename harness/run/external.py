@@ -55,6 +55,7 @@ from harness.core import jsonio
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
+from harness.core.labels import bidi_controls
 from harness.core.signals import CONTRASTIVE_REPETITIONS
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run.fingerprint import run_fingerprint, sha256_json, trained_config
@@ -697,6 +698,9 @@ def _import_config(plan: Plan, kept: list[int], digest: str, name: str, override
 def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, name: str | None = None,
                  overrides: dict[str, Any] | None = None, run_dir: Path | None = None) -> ImportJob:
     """Check the plan and every output file and decide the run: nothing is written (module docstring)."""
+    if name is not None and (bidi := bidi_controls(name)):  # they reorder what follows them on every page
+        raise ConfigError(f"--name holds bidirectional control characters ({', '.join(bidi)}), which reverse or "
+                          f"reorder the text after them in terminals, titles and tooltips; give a plain label")
     from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
     from harness.run.runner import default_run_dir, make_defense
 
