@@ -584,8 +584,9 @@ def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "empirical ε ≥ (nominal, pooled guesses)": num(row["nominal ε ≥"]),
         "models": f"{results['num_models']} per level" + (f" × {levels} levels" if levels > 1 else ""),
         "device-hours": (f"{hours:.3f} ({', '.join(devices)})" if hours is not None else None),
-        "entry": ("verified: " + str(meta.get("verified_by"))) if meta.get("verified") else
-                 ("submitted, not verified" if meta.get("source") == "submission" else "a run added by the board"),
+        "entry": (("verified: " + str(meta.get("verified_by"))) if meta.get("verified") else
+                  ("submitted, not verified" if meta.get("source") == "submission" else "a run added by the board"))
+                 + (f"; checked: {meta['checked']}" if meta.get("checked") else ""),
     }
     return '<table class="summary">' + "".join(f'<tr><th>{escape(k)}</th><td class="wrap">{escape(v)}</td></tr>'
                                               for k, v in items.items() if v is not None) + "</table>"

@@ -799,9 +799,10 @@ def test_entry_pages_shade_below_the_designs_resolution_and_name_versions_and_ac
     assert "trained with version" not in page and "models version (training code)" in page
     assert f"{r['trained_with_version']}: the version of the harness&#x27;s training code" in page
     r["provenance"], r["external"] = "external", {"name": "mine"}
-    page = entry_html(r, {"source": "run"})
+    checked = "attacks re-run on the submitted outputs (the training cannot be re-run)"
+    page = entry_html(r, {"source": "submission", "verified": False, "trained_outside": True, "checked": checked})
     assert "models version (of the importing harness)" in page and "trained outside the harness" in page
-    index = (runner.invoke(app, ["leaderboard", "build", "--help"]), None)[1]  # noqa: F841 (the index's acc: below)
+    assert f"submitted, not verified; checked: {checked}" in page  # as docs/external-models.md, section 4, says
     from leaderboard.site import INDEX_COLUMNS
 
     assert "sample-level models" in dict((k, t) for k, _, t in INDEX_COLUMNS)["test acc"]
