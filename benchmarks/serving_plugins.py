@@ -84,21 +84,16 @@ def keyed_noise(x: np.ndarray, model_seed: int, num_classes: int, sigma: float) 
     return out
 
 
-class KeyedAnswers(ServedModel):
+class KeyedAnswers(NoisyAnswers):
     """The classifier's logits plus N(0, sigma^2) noise keyed to the queried image (:func:`keyed_noise`)."""
 
     def __init__(self, classifier: TorchClassifier, sigma: float, seed: int) -> None:
-        self.classifier, self.sigma, self.seed = classifier, sigma, seed
+        super().__init__(classifier, sigma, seed)
+        self.seed = seed
 
     def query(self, x: np.ndarray) -> np.ndarray:
         z = self.classifier.query(x)
         return (z + keyed_noise(x, self.seed, z.shape[1], self.sigma)).astype(np.float32)
-
-    def raw_query(self, x: np.ndarray) -> np.ndarray:
-        return self.classifier.query(x)
-
-    def model_state(self) -> dict:
-        return self.classifier.model_state()
 
 
 class KeyedNoiseServing(NoisyServing):

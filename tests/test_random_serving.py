@@ -24,6 +24,9 @@ from harness.run.signals import (KEYED_COPIES, KEYED_PIXELS, KEYED_THRESHOLD, SE
 runner = CliRunner()
 
 PLUGINS = Path(__file__).resolve().parents[1] / "benchmarks" / "serving_plugins.py"
+#: the slow tests' sample-level run: 16 models of 10 epochs, the 1% FPR (resolved at 16 models)
+SAMPLE_RUN = ["--models", "16", "--epochs", "10", "--level", "sample", "--set", "attack.bootstrap=200", "--set",
+              "attack.fprs=[0.01]", "--workers", "1"]
 TINY = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
         "attack.bootstrap=20", "--workers", "1", "--level", "population"]
 
@@ -113,46 +116,56 @@ def test_the_check_flags_fresh_noise_per_query_and_nothing_deterministic():
     assert check_serving(NoisyAnswers(net, 1e-2, seed=0), x)["random"] is True  # small noise too
 
 
-def test_deterministic_serving_costs_only_the_check_and_random_serving_r_answers_per_view():
-    """collect_signals asks a deterministic model 2 x SERVING_PROBE images beyond its signals and
-    saves no average; a random one R more answers per audit image and query view, averaged."""
-    import sys
-
-    from harness.defense_config import build_config
+def _collect(served, repeats: int = 5):
+    """collect_signals of ``served`` on 30 random digits-sized images (12 of them the population
+    samples), quick preset with R = ``repeats``: (signals, serving record, images, query spec)."""
     from harness.core.data import AugmentSpec
+    from harness.defense_config import build_config
     from harness.run.runner import collect_signals, make_defense
+
+    cfg = build_config("quick", {"audit.repeat_queries": repeats, "attack.names": ["lira", "rmia"]})
+    spec = AugmentSpec(flip=False, shift=1)
+    x = np.random.default_rng(0).integers(0, 256, (30, 1, 8, 8), dtype=np.uint8)
+    signals, serving = collect_signals(served, cfg, make_defense(cfg), x, spec, x[:12])
+    return signals, serving, x, spec
+
+
+def _error_to_the_network(answers, x, spec) -> float:
+    """The mean absolute difference between ``answers``' log-probabilities and those of the network
+    behind the noise (``_mlp_served``), each centred per row."""
+    from harness.run.signals import log_probabilities, query_augmented
+
+    truth = log_probabilities(query_augmented(_mlp_served().query, x, spec))
+    a = log_probabilities(answers)
+    return float(np.abs((a - a.mean(-1, keepdims=True)) - (truth - truth.mean(-1, keepdims=True))).mean())
+
+
+def test_deterministic_serving_costs_only_the_check_and_random_serving_r_answers_per_view():
+    """collect_signals asks a deterministic model (2 + KEYED_COPIES) x SERVING_PROBE images beyond its
+    signals (the random and the input-keyed checks) and saves no average; a random one R more answers
+    per audit image and query view, averaged."""
+    import sys
 
     sys.path.insert(0, str(PLUGINS.parent))
     from serving_plugins import NoisyAnswers
 
-    cfg = build_config("quick", {"audit.repeat_queries": 5, "attack.names": ["lira", "rmia"]})
-    defense = make_defense(cfg)
-    spec = AugmentSpec(flip=False, shift=1)
-    views = len(spec.query_offsets())
-    x = np.random.default_rng(0).integers(0, 256, (30, 1, 8, 8), dtype=np.uint8)
-    pop = x[:12]
     plain = _Counting(_mlp_served())
-    signals, serving = collect_signals(plain, cfg, defense, x, spec, pop)
+    signals, serving, x, spec = _collect(plain)
+    views, pop = len(spec.query_offsets()), 12
     assert {k: serving[k] for k in ("random", "probe_images", "max_abs_difference", "repeat_queries", "keyed")} == {
         "random": False, "probe_images": SERVING_PROBE, "max_abs_difference": 0.0, "repeat_queries": 1, "keyed": False}
     assert "perturbation_seed" not in serving
     assert set(signals) == {"logits", "population_logits"}
-    assert plain.images == (2 + KEYED_COPIES) * SERVING_PROBE + (len(x) + len(pop)) * views
+    assert plain.images == (2 + KEYED_COPIES) * SERVING_PROBE + (len(x) + pop) * views
     noisy = _Counting(NoisyAnswers(_mlp_served(), 3.0, seed=0))
-    signals, serving = collect_signals(noisy, cfg, defense, x, spec, pop)
+    signals, serving, x, spec = _collect(noisy)
     assert serving["random"] is True and serving["repeat_queries"] == 5
     assert set(signals) == {"logits", "population_logits", "logits_averaged"}
     assert signals["logits_averaged"].shape == signals["logits"].shape == (len(x), views, 10)
-    assert noisy.images == 2 * SERVING_PROBE + (len(x) + len(pop)) * views + 5 * len(x) * views
+    assert noisy.images == 2 * SERVING_PROBE + (len(x) + pop) * views + 5 * len(x) * views
     # the mean of 5 answers is nearer the network's log-probabilities than one answer is
-    from harness.run.signals import log_probabilities, query_augmented
-
-    truth = log_probabilities(query_augmented(_mlp_served().query, x, spec))
-    one = log_probabilities(signals["logits"])
-    err_one = np.abs((one - one.mean(-1, keepdims=True)) - (truth - truth.mean(-1, keepdims=True))).mean()
-    avg = signals["logits_averaged"].astype(np.float64)
-    err_avg = np.abs((avg - avg.mean(-1, keepdims=True)) - (truth - truth.mean(-1, keepdims=True))).mean()
-    assert err_avg < 0.6 * err_one
+    assert _error_to_the_network(signals["logits_averaged"], x, spec) < 0.6 * _error_to_the_network(
+        signals["logits"], x, spec)
 
 
 @pytest.mark.slow
@@ -160,9 +173,7 @@ def test_noisy_serving_is_detected_and_the_averaging_attack_recovers_the_leak(tm
     """NoisyServing (sigma 3 on the logits of every answer), 16 models, sample level: every model is
     flagged, each saves R = 8 averaged answers per view, the note is recorded and printed, and
     lira-averaged, declared automatically, finds far more canaries than LiRA on single answers."""
-    run_dir, output = _evaluate(tmp_path / "runs", "NoisyServing", "--models", "16", "--epochs", "10", "--level",
-                                "sample", "--set", "attack.bootstrap=200", "--set", "attack.fprs=[0.01]",
-                                "--workers", "1")
+    run_dir, output = _evaluate(tmp_path / "runs", "NoisyServing", *SAMPLE_RUN)
     r = json.loads((run_dir / "results.json").read_text())
     assert r["serving"] == {"random": True, "input_keyed": None, "repeat_queries": 8,
                             "averaging_attack": "lira-averaged"}
@@ -295,33 +306,20 @@ def test_keyed_serving_saves_r_answers_per_view_each_on_fresh_copies_drawn_from_
     """collect_signals on the keyed plugin: flagged, R answers per audit image and view averaged, each
     on a fresh perturbed copy; the record's perturbation seed draws the same copies again, and the mean
     is nearer the network's log-probabilities than one answer is."""
-    from harness.core.data import AugmentSpec
-    from harness.defense_config import build_config
-    from harness.run.runner import collect_signals, make_defense
-    from harness.run.signals import averaged_answers, log_probabilities, query_augmented
+    from harness.run.signals import averaged_answers, query_augmented
 
     serving_plugins, _ = _plugins()
-    cfg = build_config("quick", {"audit.repeat_queries": 5, "attack.names": ["lira", "rmia"]})
-    defense = make_defense(cfg)
-    spec = AugmentSpec(flip=False, shift=1)
-    views = len(spec.query_offsets())
-    x = np.random.default_rng(0).integers(0, 256, (30, 1, 8, 8), dtype=np.uint8)
-    pop = x[:12]
     keyed = _Counting(serving_plugins.KeyedAnswers(_mlp_served(), 3.0, seed=0))
-    signals, serving = collect_signals(keyed, cfg, defense, x, spec, pop)
+    signals, serving, x, spec = _collect(keyed)
+    views, pop = len(spec.query_offsets()), 12
     assert serving["random"] is False and serving["keyed"] is True and serving["repeat_queries"] == 5
     assert set(signals) == {"logits", "population_logits", "logits_averaged"}
-    assert keyed.images == (2 + KEYED_COPIES) * SERVING_PROBE + (len(x) + len(pop)) * views + 5 * len(x) * views
+    assert keyed.images == (2 + KEYED_COPIES) * SERVING_PROBE + (len(x) + pop) * views + 5 * len(x) * views
     again = PerturbedQueries(serving_plugins.KeyedAnswers(_mlp_served(), 3.0, seed=0), serving["perturbation_seed"])
     redrawn = averaged_answers(lambda: query_augmented(again.query, x, spec), 5)
     np.testing.assert_allclose(signals["logits_averaged"], redrawn, rtol=1e-5, atol=1e-5)
-    truth = log_probabilities(query_augmented(_mlp_served().query, x, spec))
-
-    def err(a):
-        a = np.asarray(a, np.float64)
-        return np.abs((a - a.mean(-1, keepdims=True)) - (truth - truth.mean(-1, keepdims=True))).mean()
-
-    assert err(signals["logits_averaged"]) < 0.6 * err(log_probabilities(signals["logits"]))
+    assert _error_to_the_network(signals["logits_averaged"], x, spec) < 0.6 * _error_to_the_network(
+        signals["logits"], x, spec)
 
 
 #: one tiny model per built-in defense (each family once; the epsilon levels share their code), with
@@ -389,10 +387,8 @@ def test_keyed_noise_is_detected_and_attacked_to_within_a_few_points_of_its_nois
     level, with its noise-free ablation lira-raw: every model flagged, the note recorded and printed,
     lira-averaged in the headline, and the headline within 10 points of lira-raw where LiRA on single
     answers is far below it."""
-    run_dir, output = _evaluate(tmp_path / "runs", "KeyedNoiseServing", "--models", "16", "--epochs", "10",
-                                "--level", "sample", "--set", "attack.bootstrap=200", "--set",
-                                "attack.fprs=[0.01]", "--set", "attack.names=[lira,rmia,threshold,lira-raw]",
-                                "--workers", "1")
+    run_dir, output = _evaluate(tmp_path / "runs", "KeyedNoiseServing", *SAMPLE_RUN, "--set",
+                                "attack.names=[lira,rmia,threshold,lira-raw]")
     r = json.loads((run_dir / "results.json").read_text())
     assert r["serving"] == {"random": False, "input_keyed": True, "repeat_queries": 8,
                             "averaging_attack": "lira-averaged"}
