@@ -328,14 +328,20 @@ def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[t
         legend.append(("bound", bound_note))
     if ref_points or ref_line:
         legend.append(("reference", reference.source))
-    lx, ly0 = right + 10, bottom - 15 * len(legend) + 4
+    # each label whole (wrap_label), an entry 15 px high plus 12 px a further line, the last ending at the axis
+    lx = right + 10
+    wrapped = [wrap_label(text, width - lx - 18, 10) for _, text in legend]
+    ly0 = bottom - sum(15 + 12 * (len(lines) - 1) for lines in wrapped) + 4
     legend_box = (lx - 2, ly0 - 10, width - 2, bottom + 4)
     parts.append('<g class="legend">')
-    for n, (kind, text) in enumerate(legend):
-        ly = ly0 + 15 * n
+    ly = ly0
+    for (kind, text), lines in zip(legend, wrapped):
+        spans = "".join(f'<tspan x="{lx + 16}" dy="{0 if k == 0 else 12}">{escape(line, quote=True)}</tspan>'
+                        for k, line in enumerate(lines))
         parts.append(_marker(kind, lx + 6, ly - 4, legend=True)
-                     + f'<text x="{lx + 16}" y="{ly}" font-size="10">{escape(_fit(text, width - lx - 18, 10))}'
-                     f'<title>{escape(text, quote=True)}</title></text>')
+                     + f'<text x="{lx + 16}" y="{ly}" font-size="10"><title>{escape(text, quote=True)}</title>'
+                     f'{spans}</text>')
+        ly += 15 + 12 * (len(lines) - 1)
     parts.append("</g>")
     # one label per spot: points drawn at the same place share it
     xy = [(_lin_pos(p.acc, xlo, xhi, left, right), _log_pos(p.tpr, ylo, 1.0, bottom, top)) for p in points]

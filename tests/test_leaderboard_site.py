@@ -761,6 +761,20 @@ def test_the_figure_legend_lists_only_what_the_figure_draws():
     assert legend(privacy_utility_svg(dp[:1] + others, {"s": [(0.94, 0.08)]}, "t")) == ["DP-SGD", "other defenses"]
     bound = [Point("coarse", 0.9, 0.2, False, bound=True)]
     assert legend(privacy_utility_svg(bound, {}, "t", bound_note="at most")) == ["at most"]
+    # labels wider than the margin are wrapped, never cut: each drawn whole below the last
+    from leaderboard.paper import SOURCE
+    from leaderboard.plots import Reference
+
+    svg = privacy_utility_svg(bound + dp, {"s": [(0.94, 0.08), (0.9, 0.01)]}, "t", bound_note="unresolved (upper bound)",
+                              reference=Reference(SOURCE, [("HAMP", 0.88, 0.285)]))
+    group = re.search(r'<g class="legend">(.*?)</g>', svg, re.S).group(1)
+    texts = re.findall(r'<text x="[\d.]+" y="([\d.]+)"[^>]*><title>([^<]*)</title>(.*?)</text>', group, re.S)
+    assert [t for _, t, _ in texts] == ["DP-SGD", "DP-SGD frontier", "unresolved (upper bound)", SOURCE]
+    for _, title, spans in texts:
+        assert " ".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", spans)) == title
+    assert max(len(re.findall("<tspan", spans)) for *_, spans in texts) == 2
+    ys = [float(y) for y, *_ in texts]
+    assert all(b - a >= 15 for a, b in zip(ys, ys[1:])) and ys[-1] <= 440 - 42  # no overlap, above the axis
 
 
 def test_roc_legend_labels_are_whole_and_the_unresolved_fprs_shaded():
