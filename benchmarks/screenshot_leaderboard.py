@@ -1,7 +1,7 @@
 """Build the leaderboard site from run directories, open every page in headless Chromium, screenshot the index.
 
     python benchmarks/screenshot_leaderboard.py RUNS... [--out site] [--png docs/leaderboard-{width}.png]
-        [--widths 1280,1920]
+        [--widths 390,1280,1920]
     python benchmarks/screenshot_leaderboard.py --evaluate all [--preset quick] [--runs-root runs/leaderboard]
         [--data-dir PATH] [--workers 2] [--out site] [--png docs/leaderboard-{width}.png] [--chromium /usr/bin/chromium]
 
@@ -52,7 +52,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("site"))
     ap.add_argument("--png", default="docs/leaderboard-{width}.png", help="'{width}' is replaced by each width")
-    ap.add_argument("--widths", default="1280,1920", help="window widths in px, comma-separated")
+    ap.add_argument("--widths", default="390,1280,1920", help="window widths in px, comma-separated")
     ap.add_argument("--chromium", default=shutil.which("chromium") or shutil.which("chromium-browser"))
     args = ap.parse_args()
     if not args.chromium:

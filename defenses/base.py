@@ -209,6 +209,9 @@ class Defense(ABC):
 
     name: ClassVar[str]
     description: ClassVar[str]
+    #: an https URL of the defense's paper or code (the leaderboard links the defense's name to it;
+    #: results.json ``defense_reference``); "" for none
+    reference: ClassVar[str] = ""
     default_canary: ClassVar[str] = "mislabeled"
     adaptive_attacks: ClassVar[tuple[str, ...]] = ("lira",)
     ablation_attacks: ClassVar[tuple[str, ...]] = ()  # run and reported, never a headline

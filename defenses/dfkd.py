@@ -185,6 +185,7 @@ class DFKD(Defense):
 
     name = "dfkd"
     description = "data-free distillation: the student learns from images synthesized from the undefended teacher"
+    reference = "https://arxiv.org/abs/1912.08795"
     default_canary = "mislabeled"
     adaptive_attacks = ("lira",)
     reuses_undefended = True

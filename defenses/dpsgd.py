@@ -386,6 +386,7 @@ class DPSGD(Defense):
 
     name = "dpsgd"
     description = "DP-SGD (Opacus accounting) with augmult, clipping 1, Poisson sampling and weight EMA"
+    reference = "https://arxiv.org/abs/1607.00133"
     default_canary = ("mislabeled", "ood", "blank")  # type: ignore[assignment]
     adaptive_attacks = ("lira",)
     train_fields = frozenset({"model", "width", "augment"})

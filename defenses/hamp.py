@@ -95,6 +95,7 @@ class HAMPServed(ServedModel):
 class HAMP(Defense):
     name = "hamp"
     description = "HAMP: high-entropy soft labels + entropy regularizer + rank-preserving output masking"
+    reference = "https://arxiv.org/abs/2307.01610"
     default_canary = "mislabeled"
     adaptive_attacks = ("label-only", "lira")
     ablation_attacks = ("lira-raw",)

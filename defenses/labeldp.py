@@ -143,6 +143,7 @@ class LabelDP(Defense):
     """Shared by ALIBI and AGIBI: noise the labels once, train on Bayesian soft labels."""
 
     mechanism: ClassVar[str]
+    reference = "https://arxiv.org/abs/2106.03408"  # Malek et al., NeurIPS 2021 (ALIBI; AGIBI in its appendix)
     default_canary = "mislabeled"
     adaptive_attacks = ("lira",)
     recipe_note = "label-DP trains with the preset's recipe on soft labels"

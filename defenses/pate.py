@@ -151,6 +151,7 @@ class PATEFM(Defense):
     name = "pate-fm"
     description = ("label-DP (labels only): PATE-FM, FixMatch teachers on disjoint label partitions, "
                    "Confident-GNMax answers, FixMatch student")
+    reference = "https://arxiv.org/abs/2106.03408"
     default_canary = "mislabeled"
     adaptive_attacks = ("lira",)
     train_fields = frozenset({"model", "width"})

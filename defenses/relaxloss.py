@@ -47,6 +47,7 @@ def relaxloss_loss(logits: torch.Tensor, y: torch.Tensor, epoch: int, alpha: flo
 class RelaxLoss(Defense):
     name = "relaxloss"
     description = "RelaxLoss: gradient ascent and posterior flattening below a target training loss"
+    reference = "https://openreview.net/forum?id=FEDfGWVZYIn"
     default_canary = "mislabeled"
     adaptive_attacks = ("lira",)
     param_defaults = {"target_loss": 0.5946}

@@ -180,6 +180,7 @@ class SELENA(Defense):
 
     name = "selena"
     description = "Split-AI (K teachers, each sample left out of L) self-distilled into a served student"
+    reference = "https://arxiv.org/abs/2110.08324"
     default_canary = "duplicates"
     #: ``lira-neighbour`` is the paper's ``splitai_nn``: Split-AI queried at each canary's near-duplicate
     adaptive_attacks = ("lira", "lira-neighbour")

@@ -296,6 +296,7 @@ class SimCLR(SSLDefense):
 
     name = "ssl-simclr"
     description = "SimCLR self-supervised encoder + linear probe (labels only in the probe)"
+    reference = "https://arxiv.org/abs/2002.05709"
     param_defaults: ClassVar[dict[str, Any]] = {**SSLDefense.param_defaults, "temperature": 0.5, "projection_dim": 128,
                                                 "view_batching": "concat"}
 
@@ -325,6 +326,7 @@ class MoCo(SSLDefense):
 
     name = "ssl-moco"
     description = "MoCo v2 self-supervised encoder (momentum encoder, key queue) + linear probe"
+    reference = "https://arxiv.org/abs/1911.05722"
     param_defaults: ClassVar[dict[str, Any]] = {**SSLDefense.param_defaults, "temperature": 0.1, "projection_dim": 128,
                                                 "queue_size": 4096, "key_momentum": 0.99}
 

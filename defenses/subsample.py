@@ -50,6 +50,7 @@ class SubsampledServed(ServedModel):
 class Subsample(Defense):
     name = "subsample"
     description = "train the inner defense on a random fraction of the data (Thudi et al.: less can be more)"
+    reference = "https://openreview.net/forum?id=daXqjb6dVE"
     param_defaults = {"inner": "undefended", "rate": 0.5, "inner_params": {}}
 
     @classmethod

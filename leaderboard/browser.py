@@ -37,6 +37,14 @@ class PageReport:
     plot_labels: list[tuple[str, Box]] = field(default_factory=list)
     plot_markers: list[Box] = field(default_factory=list)
     plot_texts: list[tuple[str, Box]] = field(default_factory=list)
+    #: index table column (its data-col) -> the widest of its cells, in px
+    column_widths: dict[str, float] = field(default_factory=dict)
+    #: the page's first heading overflows its box (its text is cut)
+    title_cut: bool = False
+    #: the narrowest value cell of an entry page's summary table, in px (0: no summary table)
+    summary_value_width: float = 0.0
+    #: the widest element of the page that reaches past the window's right edge (tag.class), for a message
+    widest: str = ""
 
 
 _LINES = """els => { const out = {}; for (const td of els) { const col = td.dataset.col; const range = document.createRange();
@@ -84,8 +92,21 @@ def render(chromium: str, page_file: Path, screenshot: Path | None, width: int =
             report.svg_boxes = sum(w > 0 and h > 0 for w, h in report.svg_sizes)
             report.scroll_width = float(page.evaluate("document.documentElement.scrollWidth"))
             report.viewport_width = float(page.evaluate("window.innerWidth"))
+            report.widest = str(page.evaluate(_WIDEST))
+            report.title_cut = bool(page.evaluate(
+                "(() => { const h = document.querySelector('h1'); return !!h && (h.scrollWidth > h.clientWidth + 1 || "
+                "h.scrollHeight > h.clientHeight + 1); })()"))
+            report.summary_value_width = float(page.evaluate(
+                "Math.min(...[...document.querySelectorAll('table.summary td')].map(td => "
+                "td.getBoundingClientRect().width), Infinity)") or 0.0)
+            if report.summary_value_width == float("inf"):
+                report.summary_value_width = 0.0
             report.column_lines = {str(k): int(v) for k, v in
                                    page.eval_on_selector_all("table.sortable tbody td[data-col]", _LINES).items()}
+            report.column_widths = {str(k): float(v) for k, v in page.eval_on_selector_all(
+                "table.sortable tbody td[data-col]", "els => { const out = {}; for (const td of els) { "
+                "out[td.dataset.col] = Math.max(out[td.dataset.col] || 0, td.getBoundingClientRect().width); } "
+                "return out; }").items()}
             if page.locator("svg.privacy-utility").count():
                 plot = page.eval_on_selector("svg.privacy-utility", _PLOT)
                 report.plot_viewbox = tuple(plot["viewbox"])
@@ -95,8 +116,9 @@ def render(chromium: str, page_file: Path, screenshot: Path | None, width: int =
                 report.plot_texts = [(t, tuple(b)) for t, b in plot["texts"]]
             if screenshot is not None:  # before any click: the rows in rank order
                 page.screenshot(path=str(screenshot), full_page=True)
-            if report.table_rows:  # a click on the first table's test-accuracy header sorts its rows by it
-                page.locator("table.sortable").first.locator('th[data-col="test acc"]').click()
+            header = page.locator("table.sortable").first.locator('th[data-col="test acc"]')
+            if report.table_rows and header.is_visible():  # a click on the test-accuracy header sorts the rows
+                header.click()
                 report.sorted_column = [float(v) for v in page.eval_on_selector(
                     "table.sortable", """t => [...t.querySelectorAll('tbody td[data-col="test acc"]')]
                     .map(c => c.dataset.sort)""")]
@@ -104,6 +126,35 @@ def render(chromium: str, page_file: Path, screenshot: Path | None, width: int =
             browser.close()
     report.console_errors += [f"blocked network request: {u}" for u in report.blocked_requests]
     return report
+
+
+_WIDEST = """(() => { const w = window.innerWidth; let best = null, right = w;
+for (const e of document.body.querySelectorAll('*')) { const r = e.getBoundingClientRect();
+if (r.right > right + 0.5) { right = r.right; best = e; } }
+return best ? `<${best.tagName.toLowerCase()} class="${best.getAttribute('class') || ''}"> reaches `
++ `${Math.round(right)} px` : ''; })()"""
+
+
+def visible_rows(chromium: str, page_file: Path, uncheck: tuple[str, ...] = (), verified_only: bool = False,
+                 width: int = 1280) -> list[str]:
+    """The defense names of the index rows left visible after unticking the provenance filter's
+    ``uncheck`` boxes (and ticking "verified only"), in a real headless Chromium."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": width, "height": 900})
+            page.goto(page_file.resolve().as_uri())
+            for prov in uncheck:
+                page.locator(f'.filter input[data-prov="{prov}"]').uncheck()
+            if verified_only:
+                page.locator("#verified-only").check()
+            return [str(t) for t in page.eval_on_selector_all(
+                "table.board tbody tr", "rows => rows.filter(r => r.offsetParent !== null)"
+                ".map(r => r.querySelector('a.dname').textContent)")]
+        finally:
+            browser.close()
 
 
 def overlaps(a: Box, b: Box) -> bool:
@@ -117,7 +168,10 @@ def layout_problems(report: PageReport, max_lines: int = 2) -> list[str]:
     figure labels that overlap each other or cover a marker, text outside the figure."""
     out = []
     if report.scroll_width > report.viewport_width:
-        out.append(f"the page is {report.scroll_width:.0f} px wide in a {report.viewport_width:.0f} px window")
+        out.append(f"the page is {report.scroll_width:.0f} px wide in a {report.viewport_width:.0f} px window"
+                   + (f" ({report.widest})" if report.widest else ""))
+    if report.title_cut:
+        out.append("the title is cut")
     out += [f"a {col!r} cell wraps to {n} lines" for col, n in report.column_lines.items() if n > max_lines]
     labels = report.plot_labels
     for i, (ta, a) in enumerate(labels):

@@ -18,6 +18,7 @@ from typing import Any
 from harness.audit.attack_phase import run_label_privacy, run_privacy
 from harness.audit.report import trained_outside
 from harness.core import jsonio
+from harness.core.labels import without_bidi_controls
 from harness.core.registry import is_file_reference
 from harness.run.runstore import RunDir, atomic_write_bytes
 
@@ -49,9 +50,15 @@ def public_results(obj: Any) -> Any:
 
 
 def display_name(results: dict[str, Any]) -> str:
-    """The defense's name as the board shows it, never a path: a file plugin's declared ``name``
-    (``defense_name``; its class name in a results.json from before that key), else the name it was
-    run by (a built-in's or an installed package's)."""
+    """The defense's name as the board shows it, never a path and without bidirectional control
+    characters (they would reorder the page's text after the name; ``harness import --name`` refuses
+    them, a file from elsewhere may hold them): a file plugin's declared ``name`` (``defense_name``;
+    its class name in a results.json from before that key), else the name it was run by (a
+    built-in's or an installed package's)."""
+    return without_bidi_controls(_display_name(results))
+
+
+def _display_name(results: dict[str, Any]) -> str:
     spec = str(results.get("defense", ""))
     if trained_outside(results):  # harness import: the label it was imported under (--name)
         return strip_paths(str((results.get("external") or {}).get("name") or "external models"))

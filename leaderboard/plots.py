@@ -1,11 +1,15 @@
 """Self-contained inline SVG plots for the leaderboard site (no plotting library at view time).
 
 - :func:`roc_svg`: log-log ROC curves (the paper's Figure 3 style), TPR vs FPR from 1e-5 to 1, the
-  chance diagonal dashed.
+  chance diagonal dashed, the FPRs below the design's smallest resolvable one (1 / its non-member
+  guesses) shaded, each legend label whole (wrapped over up to three lines, never cut where two
+  variants differ).
 - :func:`privacy_utility_svg`: test accuracy vs sample-level TPR@0.1% FPR on a log axis (the
   paper's Figure 7), one labelled point per entry (labels placed so that none overlaps another, a
   point or the legend: :func:`place_labels`), the DP-SGD baselines joined as a frontier, and an
-  entry whose figure is unresolved drawn at its upper bound with its own marker.
+  entry whose figure is unresolved drawn at its upper bound with its own marker; its legend lists only
+  the kinds of marks the figure draws, and at the paper's setting the paper's figures (Table 1) are
+  drawn as a reference.
 
 Every label is escaped (``html.escape(quote=True)``): the plots embed submitted text.
 """
@@ -13,6 +17,7 @@ Every label is escaped (``html.escape(quote=True)``): the plots embed submitted 
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from html import escape
 from typing import NamedTuple, Sequence
@@ -41,9 +46,40 @@ def _points(fpr: Sequence[float], tpr: Sequence[float], left: float, right: floa
                     for f, t in zip(fpr, tpr))
 
 
-def roc_axes(left: float, right: float, top: float, bottom: float, height: float) -> list[str]:
+_BREAKS = re.compile(r"[^:\-\s,/]+[:\-\s,/]*|[:\-\s,/]+")
+
+
+def wrap_label(text: str, room: float, size: float, max_lines: int = 3) -> list[str]:
+    """``text`` in lines of at most ``room`` px at ``size`` (:func:`text_width`), broken after ``:``,
+    ``-``, ``,``, ``/`` or a space (a longer run of characters is split anywhere). Past ``max_lines``
+    the last line keeps the text's *end* after an ellipsis: two legend labels that differ only at
+    their ends (``...-persample`` and ``...-global``) stay told apart."""
+    lines: list[str] = []
+    for token in _BREAKS.findall(text):
+        while token:
+            if lines and text_width(lines[-1] + token, size) <= room:
+                lines[-1] += token
+                break
+            if text_width(token, size) <= room:
+                lines.append(token)
+                break
+            n = max([k for k in range(1, len(token)) if text_width(token[:k], size) <= room] or [1])
+            lines.append(token[:n])  # a run wider than a line: as much as fits, the rest after it
+            token = token[n:]
+    lines = [ln.rstrip() for ln in lines] or [""]
+    if len(lines) > max_lines:
+        tail = text
+        while tail and text_width("…" + tail, size) > room:
+            tail = tail[1:]
+        lines = lines[: max_lines - 1] + ["…" + tail]
+    return lines
+
+
+def roc_axes(left: float, right: float, top: float, bottom: float, height: float,
+             resolvable: float | None = None) -> list[str]:
     """The log-log frame of a TPR-vs-FPR plot from 1e-5 to 1: a grid line and a label per decade on
-    both axes, the box, the chance diagonal (dashed) and the axis titles."""
+    both axes, the FPRs below ``resolvable`` shaded (where given), the box, the chance diagonal
+    (dashed) and the axis titles."""
     parts = []
     for k in range(-5, 1):  # decades
         x = _log_pos(10.0**k, LOG_MIN, 1.0, left, right)
@@ -52,6 +88,14 @@ def roc_axes(left: float, right: float, top: float, bottom: float, height: float
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{right}" y2="{y:.1f}" stroke="#e5e5e5"/>')
         parts.append(f'<text x="{x:.1f}" y="{bottom + 15}" text-anchor="middle" font-size="10">1e{k}</text>')
         parts.append(f'<text x="{left - 5}" y="{y + 3:.1f}" text-anchor="end" font-size="10">1e{k}</text>')
+    if resolvable is not None and resolvable > LOG_MIN:
+        edge = _log_pos(resolvable, LOG_MIN, 1.0, left, right)
+        why = (f"FPR below {resolvable:.2g} = 1 / the design's non-member guesses: not resolved (a TPR there "
+               "reads one false positive or none)")
+        parts.append(f'<rect class="unresolved" x="{left}" y="{top}" width="{edge - left:.1f}" height="{bottom - top}" '
+                     f'fill="#000" fill-opacity="0.07"><title>{escape(why, quote=True)}</title></rect>')
+        if edge - left >= text_width("unresolved", 9) + 6:
+            parts.append(f'<text x="{left + 3}" y="{top + 11}" font-size="9" fill="#666">unresolved</text>')
     parts.append(f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" fill="none" stroke="#444"/>')
     parts.append(f'<line x1="{left}" y1="{bottom}" x2="{right}" y2="{top}" stroke="#999" stroke-dasharray="4 3"/>')
     parts.append(f'<text x="{(left + right) / 2}" y="{height - 8}" text-anchor="middle" font-size="11">'
@@ -63,32 +107,38 @@ def roc_axes(left: float, right: float, top: float, bottom: float, height: float
 
 def roc_svg(curves: Sequence[tuple[str, Sequence[float], Sequence[float]]], title: str,
             width: int = 520, height: int = 420,
-            minor: Sequence[tuple[str, Sequence[float], Sequence[float], int]] = ()) -> str:
-    """Log-log ROC curves: ``curves`` are (label, fpr, tpr) with FPR/TPR in [0, 1], one legend line
-    each; points at 0 are drawn on the 1e-5 edge. ``minor`` curves (label, fpr, tpr, index of the
-    curve whose colour they share) are drawn thin and faint, named in their tooltip only."""
+            minor: Sequence[tuple[str, Sequence[float], Sequence[float], int]] = (),
+            resolvable: float | None = None) -> str:
+    """Log-log ROC curves: ``curves`` are (label, fpr, tpr) with FPR/TPR in [0, 1], one legend entry
+    each (the whole label, :func:`wrap_label`); points at 0 are drawn on the 1e-5 edge. ``minor``
+    curves (label, fpr, tpr, index of the curve whose colour they share) are drawn thin and faint,
+    named in their tooltip only. ``resolvable``: the smallest FPR the design resolves (1 / its
+    non-member guesses); the FPRs below it, where a TPR reads one guess or none, are shaded."""
     left, right, top, bottom = 60, width - 190, 30, height - 45
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" class="plot roc" width="{width}" height="{height}" '
              f'viewBox="0 0 {width} {height}" role="img" aria-label="{_label(title, 200)}">',
              f'<title>{escape(title, quote=True)}</title>',
              f'<text x="{(left + right) / 2}" y="18" text-anchor="middle" font-size="13">{_label(title, 70)}</text>']
-    parts += roc_axes(left, right, top, bottom, height)
+    parts += roc_axes(left, right, top, bottom, height, resolvable)
     for label, fpr, tpr, i in minor:
         parts.append(f'<polyline class="curve minor" fill="none" stroke="{PALETTE[i % len(PALETTE)]}" '
                      f'stroke-width="0.8" stroke-opacity="0.4" points="{_points(fpr, tpr, left, right, top, bottom)}">'
                      f'<title>{escape(label, quote=True)}</title></polyline>')
+    ly = top + 12
     for i, (label, fpr, tpr) in enumerate(curves):
         color = PALETTE[i % len(PALETTE)]
         pts = _points(fpr, tpr, left, right, top, bottom)
         parts.append(f'<polyline class="curve" fill="none" stroke="{color}" stroke-width="1.6" points="{pts}">'
                      f'<title>{escape(label, quote=True)}</title></polyline>')
-        ly = top + 12 + 15 * i
         parts.append(f'<line x1="{right + 10}" y1="{ly - 4}" x2="{right + 28}" y2="{ly - 4}" stroke="{color}" '
                      'stroke-width="2"/>')
-        parts.append(f'<text x="{right + 32}" y="{ly}" font-size="10"><title>{escape(label, quote=True)}</title>'
-                     f'{_label(label, 28)}</text>')
+        lines = wrap_label(label, width - right - 36, 10)
+        spans = "".join(f'<tspan x="{right + 32}" dy="{0 if k == 0 else 12}">{escape(line, quote=True)}</tspan>'
+                        for k, line in enumerate(lines))
+        parts.append(f'<text class="legend-label" x="{right + 32}" y="{ly}" font-size="10">'
+                     f'<title>{escape(label, quote=True)}</title>{spans}</text>')
+        ly += 12 * len(lines) + 4
     if minor:
-        ly = top + 12 + 15 * len(curves)
         parts.append(f'<text x="{right + 10}" y="{ly}" font-size="10" fill="#666">thin: {len(minor)} other '
                      'variants</text>')
     parts.append("</svg>")
@@ -208,17 +258,31 @@ class Point(NamedTuple):
     bound: bool = False
 
 
+class Reference(NamedTuple):
+    """Published figures drawn beside the board's: ``points`` (label, accuracy, TPR) as hollow
+    diamonds, ``frontier`` (accuracy, TPR) joined as a dotted line, named ``source`` in the legend."""
+
+    source: str
+    points: Sequence[tuple[str, float, float]]
+    frontier: Sequence[tuple[float, float]] = ()
+
+
 def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[tuple[float, float]]], title: str,
-                        width: int = 760, height: int = 440, bound_note: str = "unresolved: at most") -> str:
+                        width: int = 760, height: int = 440, bound_note: str = "unresolved: at most",
+                        reference: Reference | None = None) -> str:
     """Test accuracy (x) vs sample-level TPR@0.1% FPR (y, log): one marker per :class:`Point` with its
     label placed by :func:`place_labels` (points at the same spot share one label, their names
     joined; a label that fits nowhere becomes a number, named in a key below the figure);
     ``frontiers`` maps a setting (dataset/preset) to its DP-SGD (accuracy, TPR) points, joined in
-    order of accuracy. TPRs below 1e-3 are drawn on the 1e-3 edge. ``title`` is one short line (it
-    is cut to the figure's width); the explanation belongs in the page around the figure."""
+    order of accuracy. TPRs below 1e-3 are drawn on the 1e-3 edge. ``reference``: published figures
+    at this setting (the paper's), drawn unlabelled (named in their tooltips). The legend lists only
+    the kinds of marks drawn. ``title`` is one short line (it is cut to the figure's width); the
+    explanation belongs in the page around the figure."""
     left, right, top, bottom = 56, width - 160, 30, height - 42
     ylo = 1e-3
-    accs = [p.acc for p in points] or [0.0, 1.0]
+    ref_points = list(reference.points) if reference else []
+    ref_line = sorted(reference.frontier) if reference else []
+    accs = [p.acc for p in points] + [a for _, a, _ in ref_points] + [a for a, _ in ref_line] or [0.0, 1.0]
     xlo = max(0.0, math.floor(min(accs) * 20) / 20 - 0.02)
     xhi = min(1.0, math.ceil(max(accs) * 20) / 20 + 0.01)
     if xhi <= xlo:
@@ -252,18 +316,42 @@ def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[t
         parts.append(f'<polyline class="frontier" fill="none" stroke="#555" stroke-width="1.5" '
                      f'stroke-dasharray="6 3" points="{xy_line}"><title>DP-SGD frontier: {escape(setting, quote=True)}'
                      '</title></polyline>')
-    # the legend, in the right margin at the bottom; the labels keep clear of it
-    legend = [("dp", "DP-SGD"), ("frontier", "DP-SGD frontier"), ("point", "other defenses")]
+    if ref_line:
+        xy_ref = " ".join(f"{_lin_pos(a, xlo, xhi, left, right):.1f},{_log_pos(t, ylo, 1.0, bottom, top):.1f}"
+                          for a, t in ref_line)
+        parts.append(f'<polyline class="reference-frontier" fill="none" stroke="#888" stroke-width="1.2" '
+                     f'stroke-dasharray="1 3" points="{xy_ref}"><title>DP-SGD, {escape(reference.source, quote=True)}'
+                     '</title></polyline>')
+    ref_xy = [(_lin_pos(a, xlo, xhi, left, right), _log_pos(t, ylo, 1.0, bottom, top)) for _, a, t in ref_points]
+    for (label, a, t), (x, y) in zip(ref_points, ref_xy):
+        parts.append(f'<g>{_marker("reference", x, y)}<title>{escape(reference.source, quote=True)}: '
+                     f'{escape(label, quote=True)}, accuracy {100 * a:.1f}%, TPR {100 * t:.1f}%</title></g>')
+    # the legend, in the right margin at the bottom, listing only what the figure draws; the labels keep clear of it
+    legend = []
+    if any(p.is_dp and not p.bound for p in points):
+        legend.append(("dp", "DP-SGD"))
+    if any(len(pts) >= 2 for pts in frontiers.values()):
+        legend.append(("frontier", "DP-SGD frontier"))
+    if any(not p.is_dp and not p.bound for p in points):
+        legend.append(("point", "other defenses"))
     if any(p.bound for p in points):
         legend.append(("bound", bound_note))
-    lx, ly0 = right + 10, bottom - 15 * len(legend) + 4
+    if ref_points or ref_line:
+        legend.append(("reference", reference.source))
+    # each label whole (wrap_label), an entry 15 px high plus 12 px a further line, the last ending at the axis
+    lx = right + 10
+    wrapped = [wrap_label(text, width - lx - 18, 10) for _, text in legend]
+    ly0 = bottom - sum(15 + 12 * (len(lines) - 1) for lines in wrapped) + 4
     legend_box = (lx - 2, ly0 - 10, width - 2, bottom + 4)
     parts.append('<g class="legend">')
-    for n, (kind, text) in enumerate(legend):
-        ly = ly0 + 15 * n
+    ly = ly0
+    for (kind, text), lines in zip(legend, wrapped):
+        spans = "".join(f'<tspan x="{lx + 16}" dy="{0 if k == 0 else 12}">{escape(line, quote=True)}</tspan>'
+                        for k, line in enumerate(lines))
         parts.append(_marker(kind, lx + 6, ly - 4, legend=True)
-                     + f'<text x="{lx + 16}" y="{ly}" font-size="10">{escape(_fit(text, width - lx - 18, 10))}'
-                     f'<title>{escape(text, quote=True)}</title></text>')
+                     + f'<text x="{lx + 16}" y="{ly}" font-size="10"><title>{escape(text, quote=True)}</title>'
+                     f'{spans}</text>')
+        ly += 15 + 12 * (len(lines) - 1)
     parts.append("</g>")
     # one label per spot: points drawn at the same place share it
     xy = [(_lin_pos(p.acc, xlo, xhi, left, right), _log_pos(p.tpr, ylo, 1.0, bottom, top)) for p in points]
@@ -274,14 +362,16 @@ def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[t
     texts = [_fit(", ".join(dict.fromkeys(points[i].label for i in g)), 200, LABEL_SIZE) for g in spots]
     area = (left + 2, top + 2, width - 4, bottom - 2)
     segments = []
-    for pts in frontiers.values():
+    for pts in [*frontiers.values(), ref_line]:
         line = [(_lin_pos(a, xlo, xhi, left, right), _log_pos(t, ylo, 1.0, bottom, top)) for a, t in sorted(pts)]
         segments += [(*a, *b) for a, b in zip(line, line[1:])]
-    placed = place_labels(texts, [xy[g[0]] for g in spots], area, [legend_box], lines=segments)
+    ref_boxes = [(x - 6, y - 6, x + 6, y + 6) for x, y in ref_xy]
+    placed = place_labels(texts, [xy[g[0]] for g in spots], area, [legend_box, *ref_boxes], lines=segments)
     missing = [n for n, lab in enumerate(placed) if lab is None]
     if missing:  # numbers instead of names where a name fits nowhere, the names in a key
         numbers = place_labels([str(k + 1) for k in range(len(missing))], [xy[spots[n][0]] for n in missing], area,
-                               [legend_box, *(lab.box for lab in placed if lab is not None)], lines=segments)
+                               [legend_box, *ref_boxes, *(lab.box for lab in placed if lab is not None)],
+                               lines=segments)
         for k, n in enumerate(missing):
             placed[n] = numbers[k]
     for i, p in enumerate(points):
@@ -333,6 +423,9 @@ def _marker(kind: str, x: float, y: float, dp: bool = False, legend: bool = Fals
     entry's upper bound a hollow triangle pointing down (grey for DP-SGD), the frontier a dash."""
     r = 4 if legend else 5
     cls = "mark" if legend else "point"  # the legend's markers stand for no entry
+    if kind == "reference":  # a published figure: a hollow grey diamond
+        return (f'<path class="{"mark" if legend else "ref"}" d="M{x:.1f},{y - r - 1:.1f} L{x + r + 1:.1f},{y:.1f} '
+                f'L{x:.1f},{y + r + 1:.1f} L{x - r - 1:.1f},{y:.1f} Z" fill="#fff" stroke="#777" stroke-width="1.4"/>')
     if kind == "frontier":
         return f'<line x1="{x - 6:.1f}" y1="{y:.1f}" x2="{x + 6:.1f}" y2="{y:.1f}" stroke="#555" stroke-dasharray="4 2"/>'
     if kind == "dp":

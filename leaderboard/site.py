@@ -40,6 +40,7 @@ from harness.core.machine import describe as describe_machine
 from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
                                refusal, strip_paths, to_markdown)
 from leaderboard.bracket import bracket_section
+from leaderboard.paper import PAPER_SETTING, TABLE1, paper_reference
 from leaderboard.plots import Point, privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -47,33 +48,54 @@ td,th{border:1px solid #ccc;padding:4px 8px;text-align:right;vertical-align:top}
 table.sortable th{cursor:pointer}
 td.name,th.name{text-align:left;max-width:260px;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
 .beats{color:#1a7f37}.loses{color:#b42318}.badge{background:#1a7f37;color:#fff;border-radius:3px;padding:0 4px;font-size:11px}
-td.wrap{text-align:left;max-width:640px;word-break:break-all}
+td.wrap{text-align:left;max-width:640px;overflow-wrap:anywhere}
 pre{background:#f7f7f7;padding:8px;overflow:auto;max-height:420px}.muted{color:#666;font-size:13px}
-.plots{display:flex;flex-wrap:wrap;gap:16px}
+.plots{display:flex;flex-wrap:wrap;gap:16px;overflow-x:auto;max-width:100%}.scroll{overflow-x:auto;max-width:100%}
+svg.plot{flex:none}
+h1.title{overflow-wrap:anywhere;display:-webkit-box;-webkit-line-clamp:3;-webkit-box-orient:vertical;overflow:hidden}
 table.board{font-size:14px}.board td,.board th{padding:3px 7px;white-space:nowrap}.board th{vertical-align:bottom}
 table.board th[title]{text-decoration:underline dotted #999;text-underline-offset:3px}
-table.board .defense,table.board .text{text-align:left}table.board a.dname{display:inline-block;max-width:190px;overflow:hidden;
-text-overflow:ellipsis;white-space:nowrap;vertical-align:bottom}
-table.board tbody tr:nth-child(even){background:#fafafa}
-.ci{color:#666;font-size:11px}.tag{color:#555;border:1px solid #bbb;border-radius:3px;padding:0 3px;font-size:11px;
+table.board .defense,table.board .text{text-align:left}
+.dcell{display:flex;align-items:baseline;max-width:300px}.dcell a.dname{flex:0 1 auto;min-width:3em;overflow:hidden;
+text-overflow:ellipsis;white-space:nowrap}.dcell .tags{flex:none;white-space:nowrap}a.ref{text-decoration:none;margin-left:3px}
+table.board tbody tr:nth-child(even){background:#fafafa}table.board tr.hidden{display:none}
+.ci{color:#666;font-size:11px;white-space:nowrap}table.board td.num{white-space:normal}.board .v{white-space:nowrap}.tag{color:#555;border:1px solid #bbb;border-radius:3px;padding:0 3px;font-size:11px;
 margin-left:5px}a.flag{color:#b42318;text-decoration:none;margin-left:2px}
+.filter{font-size:13px;margin:8px 0}.filter label{margin-right:12px;white-space:nowrap}
 .legend{display:grid;grid-template-columns:max-content 1fr;gap:2px 12px;font-size:13px;max-width:1180px;margin:4px 0}
 .legend dt{font-weight:600}.legend dd{margin:0}.foot{font-size:13px;max-width:1180px}
-table.summary th{text-align:left;white-space:nowrap}figure{margin:16px 0}figcaption{font-size:13px;color:#444;max-width:760px}"""
+table.summary th{text-align:left;white-space:nowrap}figure{margin:16px 0}figcaption{font-size:13px;color:#444;max-width:760px}
+@media (max-width:720px){body{margin:10px}h1.title{font-size:20px;-webkit-line-clamp:5}
+table.board,table.board tbody,table.board tr,table.board td{display:block}table.board thead{display:none}
+table.board tr{border:1px solid #ccc;margin:0 0 10px;padding:4px 8px}table.board tr.hidden{display:none}
+table.board td{border:0;padding:1px 0;text-align:right;white-space:normal}
+table.board td::before{content:attr(data-label);float:left;margin-right:10px;color:#555;font-weight:600}
+table.board td.defense::before{content:none}.dcell{max-width:none}
+.legend{grid-template-columns:1fr}.legend dd{margin:0 0 4px}
+table.summary,table.summary tbody,table.summary tr,table.summary th,table.summary td{display:block;border:0}
+table.summary tr{border-top:1px solid #ddd;padding:3px 0}table.summary th{background:none;padding:0}
+table.summary td{text-align:left;padding:0 0 2px;max-width:none}}"""
 
 SORT_JS = """document.querySelectorAll('table.sortable').forEach(function(t){
 t.querySelectorAll('th').forEach(function(th,i){th.addEventListener('click',function(){
 var body=t.tBodies[0],rows=Array.prototype.slice.call(body.rows),asc=th.dataset.dir!=='asc';th.dataset.dir=asc?'asc':'desc';
 rows.sort(function(a,b){var x=a.cells[i].dataset.sort,y=b.cells[i].dataset.sort;var nx=parseFloat(x),ny=parseFloat(y);
 var c=(isNaN(nx)||isNaN(ny))?String(x).localeCompare(String(y)):nx-ny;return asc?c:-c;});
-rows.forEach(function(r){body.appendChild(r);});});});});"""
+rows.forEach(function(r){body.appendChild(r);});});});});
+function applyFilter(){var on={};document.querySelectorAll('.filter input[data-prov]').forEach(function(c){
+on[c.dataset.prov]=c.checked;});var v=document.getElementById('verified-only');
+document.querySelectorAll('table.board tbody tr').forEach(function(r){
+var show=on[r.dataset.prov]!==false&&(!v||!v.checked||r.dataset.verified==='1');r.classList.toggle('hidden',!show);});}
+document.querySelectorAll('.filter input').forEach(function(c){c.addEventListener('change',applyFilter);});"""
 
 #: the index's columns: (key, short header, its tooltip); one table per dataset/preset
 INDEX_COLUMNS = (
     ("rank", "#", "rank by the leak: the sample level's best attack that ran, selection-adjusted (lower is more "
      "private); no choice of declared attacks moves it"),
     ("defense", "defense", "the name the defense declares, and where its code comes from"),
-    ("test acc", "acc", "test accuracy of the defended models (mean over the victim models)"),
+    ("test acc", "acc", "test accuracy of the sample-level models (trained with the defense's canaries; mean over "
+     "the victim models): the accuracy the DP-SGD comparison and the figure use; the population level's is on the "
+     "entry page"),
     ("leak TPR", "leak", "sample level (the defense's canaries): TPR at the figure FPR of the best of every attack "
      "variant the harness ran, selection-adjusted, with its one-sided 95% lower bound; hover for the attack"),
     ("declared TPR", "declared", "the defense's declared headline (the best of its declared adaptive attacks) at the "
@@ -88,6 +110,9 @@ INDEX_COLUMNS = (
      "✓ the entry's ranking figure is lower, ✗ it is not"),
     ("DP ε", "ε", "the DP epsilon of DP-trained models (delta 1e-5); label: a label-DP epsilon, which covers "
      "the labels only"),
+    ("setup", "S×C", "S models per level × C audit samples per model (the defense's canaries at the sample level): "
+     "the S × C guesses each figure pools"),
+    ("date", "date", "when the run was prepared (UTC)"),
 )
 COLUMNS = tuple(key for key, _, _ in INDEX_COLUMNS)
 #: the footnote of the ⚠ mark
@@ -180,7 +205,32 @@ def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], ei
         "verified_by": meta.get("verified_by"),
         "source_kind": meta.get("source", "run"),
         "is_dpsgd": is_dpsgd(results),
+        "date": str(results.get("created") or "")[:10],
+        "C": results.get("audit_size"),  # base["models"] is S
+        "reference": defense_reference(results),
+        "paper": paper_figure(results),
     }
+
+
+def defense_reference(results: dict[str, Any]) -> str | None:
+    """The https URL of the defense's paper or code: what its class declared (results.json
+    ``defense_reference``), else, for a built-in run by an earlier version, its class's today; None
+    for none or for anything but an https URL (a page links only those)."""
+    url = results.get("defense_reference")
+    if url is None and provenance(results) == "built-in":
+        from harness.plugins import resolve
+
+        url = getattr(resolve("defenses", str(results.get("defense"))), "reference", "")
+    url = str(url or "").strip()
+    return url if re.fullmatch(r"https://[^\s\"'<>]+", url) else None
+
+
+def paper_figure(results: dict[str, Any]) -> tuple[str, float, float] | None:
+    """(the paper's name, sample-level accuracy, TPR) of a built-in defense in the paper's Table 1,
+    for an entry at the paper's setting only (leaderboard.paper)."""
+    if f"{results.get('dataset')}/{results.get('preset')}" != PAPER_SETTING or provenance(results) != "built-in":
+        return None
+    return TABLE1.get(str(results.get("defense")))
 
 
 def _pct(v: Any) -> str:
@@ -201,9 +251,11 @@ def _figure(v: Any, ci: tuple[float, float] | None, lower: Any = None) -> str:
     figures as text."""
     if not isinstance(v, float):
         return _pct(v)
+    # value and its interval each unbroken; a board too wide for the window puts the interval on a second line
     if ci:
-        return _pct(v) + f' <span class="ci">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>'
-    return _pct(v) + (f' <span class="ci">(&ge;{100 * lower:.1f})</span>' if isinstance(lower, float) else "")
+        return f'<span class="v">{_pct(v)}</span> <span class="ci">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>'
+    return f'<span class="v">{_pct(v)}</span>' + (f' <span class="ci">(&ge;{100 * lower:.1f})</span>'
+                                                   if isinstance(lower, float) else "")
 
 
 def _tags(r: dict[str, Any]) -> str:
@@ -221,7 +273,12 @@ def _tags(r: dict[str, Any]) -> str:
     elif r["source_kind"] == "submission":
         tags += ('<span class="tag" title="trained by the submitter and submitted; its numbers were re-computed '
                  'from its signals, but its models have not been re-trained by the board">submitted</span>')
-    return tags
+    return f'<span class="tags">{tags}</span>'
+
+
+#: the index's provenance filter: (row value, label); "verified" is a status, filtered on its own
+PROVENANCES = (("built-in", "built-in"), ("plugin", "plugin"), ("package", "package"),
+               ("trained outside", "trained outside"))
 
 
 def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
@@ -230,10 +287,17 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
     if col == "rank":
         n = r.get("rank")
         return (str(n) if n else "-"), str(n or 10**6), (f"not ranked: {r['unranked']}" if r.get("unranked") else "")
-    if col == "defense":
+    if col == "defense":  # the name shrinks (cut with an ellipsis, whole in its tooltip); the tags never do
         name = str(r["defense"])
-        return (f'<a class="dname" href="entries/{_q(r["id"])}/index.html" title="{_q(name)}">{escape(name)}</a>'
-                + _tags(r)), name, ""
+        ref = r.get("reference")
+        link = (f'<a class="ref" href="{_q(ref)}" title="the defense\'s paper or code: {_q(ref)}" rel="noopener '
+                f'noreferrer">&#8599;</a>' if ref else "")
+        return (f'<span class="dcell"><a class="dname" href="entries/{_q(r["id"])}/index.html" title="{_q(name)}">'
+                f'{escape(name)}</a>{link}{_tags(r)}</span>'), name, ""
+    if col == "setup":
+        return f"{r['models']}×{r['C']}", str(r["models"] * (r["C"] or 0)), f"S = {r['models']} models per level, C = {r['C']} audit samples"
+    if col == "date":
+        return f'<span class="v">{escape(r["date"] or "-")}</span>', r["date"] or "", ""
     if col in ("leak TPR", "population leak TPR"):
         lower = r.get("leak lower" if col == "leak TPR" else "population leak lower")
         fpr = r.get("figure FPR" if col == "leak TPR" else "population figure FPR")
@@ -241,6 +305,9 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
         att = r.get("leak attack" if col == "leak TPR" else "population leak attack", "")
         tip = (f"{att} at {100 * fpr:g}% FPR" if isinstance(fpr, float) else
                "unresolved: no FPR with 3 expected false positives")
+        if col == "leak TPR" and r.get("paper"):
+            name, acc, tpr = r["paper"]
+            tip += f"; the paper (Table 1, {name}): {100 * tpr:.1f}% at {100 * acc:.1f}% accuracy"
         return html, (f"{v:.6f}" if isinstance(v, float) else "9"), tip
     if col == "declared TPR":
         html = _figure(v, tuple(r["declared CI"]) if r.get("declared CI") else None, r.get("declared lower"))
@@ -258,7 +325,7 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
             return "-", "-1", "no bootstrap CI for the ratio in this results.json"
         value, (lo, hi) = v
         up = "∞" if hi == float("inf") else f"{hi:.1f}"
-        return f'{value:.1f}x <span class="ci">[{lo:.1f}, {up}]</span>', f"{value:.6f}", ""
+        return f'<span class="v">{value:.1f}x</span> <span class="ci">[{lo:.1f}, {up}]</span>', f"{value:.6f}", ""
     if col == "attack":
         return escape(str(v) or "-"), str(v), r.get("leak attack") or r.get("attack", "")
     if col == "DP-SGD at same acc":
@@ -286,6 +353,8 @@ LEGEND = (
           "defense declares, so no declaration can move a row up. A table is one setting: dataset, preset, models per "
           "level and audit samples (fewer models weaken every attack); an entry audited with other attacks or "
           "canaries than the preset's is listed apart, unranked."),
+    ("acc", "test accuracy of the sample-level models (trained with the defense's canaries), mean over the victim "
+            "models: the accuracy the DP-SGD comparison and the figure use; each entry's page gives both levels'."),
     ("leak", "TPR on the defense's canaries (built to mimic the most vulnerable samples) of the best of every attack "
              "variant the harness ran on what the deployed model serves, at the figure FPR (0.1%, or the smallest "
              "FPR with 3 expected false positives), selection-adjusted; (≥: its one-sided 95% lower bound, bootstrap "
@@ -299,6 +368,8 @@ LEGEND = (
     ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same setting): "
                "✓ the defense's figure is lower, ✗ it is not; n/a: no DP-SGD entries bracket its accuracy."),
     ("ε", "DP epsilon (delta 1e-5); label: label-DP, a guarantee for the labels only."),
+    ("S×C, date", "S models per level × C audit samples per model; the date the run was prepared (UTC)."),
+    ("↗", "the defense's paper or code (what its class declares)."),
     ("tags", "built-in, plugin (a user's file, shown by its declared name), package, or trained outside (models "
              "trained by the submitter's own code from a harness plan: attacks re-run, never the training); "
              "submitted: numbers re-computed from its signals; verified: re-trained by the board with an unseen seed; "
@@ -313,17 +384,21 @@ def _cls(key: str) -> str:
 
 
 def _board(rows: list[dict[str, Any]]) -> str:
-    """One setting's ranked table (sortable by any column, in the page itself)."""
+    """One setting's ranked table (sortable by any column, in the page itself). Each row carries its
+    provenance and verified status for the filter; each cell its column's short name, which a narrow
+    window shows beside the value (one card per row, no table header)."""
     head = "".join(f'<th class="{_cls(key)}" data-col="{_q(key)}" title="{_q(tip)}">{escape(label)}</th>'
                    for key, label, tip in INDEX_COLUMNS)
     body = []
     for r in rows:
         cells = []
-        for key, _, _ in INDEX_COLUMNS:
+        for key, label, _ in INDEX_COLUMNS:
             html, sort, tip = _cell(key, r)
             title = f' title="{_q(tip)}"' if tip else ""
-            cells.append(f'<td class="{_cls(key)}" data-col="{_q(key)}" data-sort="{_q(sort)}"{title}>{html}</td>')
-        body.append("<tr>" + "".join(cells) + "</tr>")
+            cells.append(f'<td class="{_cls(key)}" data-col="{_q(key)}" data-label="{_q(label)}" '
+                         f'data-sort="{_q(sort)}"{title}>{html}</td>')
+        body.append(f'<tr data-prov="{_q(r["provenance"])}" data-verified="{int(bool(r["verified"]))}">'
+                    + "".join(cells) + "</tr>")
     return f'<table class="sortable board"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
@@ -337,7 +412,19 @@ def _figure_of(setting: str, rows: list[dict[str, Any]], frontier: list[tuple[fl
         elif r["rank TPR"] == "unresolved":
             points.append(Point(str(r["defense"]), r["test acc"], r["bound"][1], r["is_dpsgd"], bound=True))
     return privacy_utility_svg(points, {setting: frontier} if frontier else {}, f"Privacy vs utility: {setting}",
-                               bound_note="unresolved (upper bound)")
+                               bound_note="unresolved (upper bound)", reference=paper_reference(setting))
+
+
+def _filter(rows: list[dict[str, Any]]) -> str:
+    """The provenance filter above the boards: one checkbox per provenance on the board (with its
+    count), and "verified only" where an entry is verified; the page's script hides the other rows."""
+    counts = {kind: sum(r["provenance"] == kind for r in rows) for kind, _ in PROVENANCES}
+    boxes = "".join(f'<label><input type="checkbox" data-prov="{_q(kind)}" checked> {escape(label)} ({counts[kind]})'
+                    f'</label>' for kind, label in PROVENANCES if counts[kind])
+    verified = sum(bool(r["verified"]) for r in rows)
+    if verified:
+        boxes += (f'<label><input type="checkbox" id="verified-only"> verified only ({verified})</label>')
+    return f'<div class="filter">show: {boxes}</div>'
 
 
 def index_html(rows: list[dict[str, Any]]) -> str:
@@ -368,19 +455,23 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     legend = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in LEGEND)
     flagged = any(r.get("sample beats headline") or r.get("population beats headline") for r in rows)
     where = f" ({escape(settings[0])})" if one else ""
+    paper_note = (f" At the paper's setting ({escape(PAPER_SETTING)}) the paper's own figures (Aerni et al. 2024, "
+                  "Table 1: sample-level accuracy and TPR of each defense it evaluates) are drawn as hollow diamonds, "
+                  "its DP-SGD ones joined by a dotted line; hover for each." if PAPER_SETTING in settings else "")
     return _page("privacy-harness leaderboard", f"""<h1>privacy-harness leaderboard</h1>
 <p>How often the strongest membership-inference attack the harness ran finds each defense's most vulnerable
 samples{where}: the leak, TPR at 0.1% FPR (or the smallest FPR the design resolves), lower is more private. Rows rank
 by the leak, which no choice of declared attacks can lower; the defense's declared headline stays beside it as its
 author's claim. Column definitions are below the table; each defense links to its details (ROC curves, every attack,
 ε bounds, compute, provenance).</p>
+{_filter(rows)}
 {boards}
 <dl class="legend">{legend}</dl>
 <p class="foot" id="fn-flag">&#9888; {escape(FLAG_NOTE)}{'' if flagged else ' (no entry is flagged.)'}
 Click a column header to sort.</p>
 <figure><div class="plots">{figures}</div><figcaption>Test accuracy against the leak (sample level; lower is more
 private), the DP-SGD entries joined as the frontier (the paper's Figure 7). An entry without a figure (no FPR with 3
-expected false positives) is drawn as &#9661; at TPR 1, an upper bound.</figcaption></figure>
+expected false positives) is drawn as &#9661; at TPR 1, an upper bound.{paper_note}</figcaption></figure>
 <p class="muted">{len(rows)} entries. Built by privacy-harness from results.json files; every number links to its
 entry's page and results.json.</p>""", script=True)
 
@@ -404,7 +495,8 @@ def _attack_table(level_name: str, level: dict[str, Any], targets: list[str]) ->
                     f'<td class="name" title="{escape(a["variant"], quote=True)}">{escape(a["variant"])}</td>'
                     f'<td>{escape(a.get("access", ""))}</td>'
                     + "".join(tds) + f'<td>{a["auc"]:.3f}</td></tr>')
-    return f'<table><tr><th class="name">experiment</th><th class="name">attack</th><th class="name">variant</th><th>access</th>{head}<th>AUC</th></tr>{"".join(rows)}</table>'
+    return (f'<div class="scroll"><table><tr><th class="name">experiment</th><th class="name">attack</th>'
+            f'<th class="name">variant</th><th>access</th>{head}<th>AUC</th></tr>{"".join(rows)}</table></div>')
 
 
 def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
@@ -443,9 +535,9 @@ def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
         value, (lo, hi) = ratio
         note = (f'<p>Sample- over population-level leak: <b>{value:.1f}x</b> '
                 f'<span class="muted">[{lo:.1f}, {hi:.1f}], 95% bootstrap CI over victim models</span></p>')
-    return (f'<table><tr><th class="name">level</th><th class="name">figure</th><th class="name">attack</th>'
+    return (f'<div class="scroll"><table><tr><th class="name">level</th><th class="name">figure</th><th class="name">attack</th>'
             f'<th class="name">variant</th><th>access</th><th>plausible of</th><th>FPR</th><th>TPR</th></tr>'
-            f'{"".join(rows)}</table>{note}')
+            f'{"".join(rows)}</table></div>{note}')
 
 
 def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
@@ -476,7 +568,11 @@ def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
     items = {
         "defense": f"{display_name(results)} ({provenance(results)}; run as {strip_paths(str(results['defense']))})",
         "setting": f"{results['dataset']}/{results['preset']}",
-        "test accuracy": _pct(row["test acc"]),
+        "test accuracy, sample level": (f"{_pct(results['sample']['test_accuracy']['mean'])} (the models trained with "
+                                        "the canaries; the board's acc)" if "sample" in results else None),
+        "test accuracy, population level": (f"{_pct(results['population']['test_accuracy']['mean'])} (the models "
+                                            "trained on the audit samples as they are)" if "population" in results
+                                            else None),
         "leak, sample level (ranked)": fig("sample", "leak"),
         "leak, population level": fig("population", "leak"),
         "declared headline, sample level": fig("sample", "declared"),
@@ -488,11 +584,19 @@ def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "checks": (check_summary(results["checks"]) if isinstance(results.get("checks"), dict) else
                    "not recorded (results.json from before the checks of harness.core.checks)"),
         "ranked": (f"no: {row['unranked']}" if row.get("unranked") else f"yes, in {row['setting']}"),
-        "entry": ("verified: " + str(meta.get("verified_by"))) if meta.get("verified") else
-                 ("submitted, not verified" if meta.get("source") == "submission" else "a run added by the board"),
+        "entry": (("verified: " + str(meta.get("verified_by"))) if meta.get("verified") else
+                  ("submitted, not verified" if meta.get("source") == "submission" else "a run added by the board"))
+                 + (f"; checked: {meta['checked']}" if meta.get("checked") else ""),
     }
     return '<table class="summary">' + "".join(f'<tr><th>{escape(k)}</th><td class="wrap">{escape(v)}</td></tr>'
                                               for k, v in items.items() if v is not None) + "</table>"
+
+
+def _resolvable(levels: list[dict[str, Any]]) -> float | None:
+    """The smallest FPR every one of ``levels`` resolves: 1 / its fewest non-member guesses (the
+    primary variants' ``num_neg``); None where no attack records them."""
+    negs = [int(a["num_neg"]) for lv in levels for a in lv.get("attacks", []) if a.get("num_neg")]
+    return 1.0 / min(negs) if negs else None
 
 
 def _experiments(results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -517,21 +621,32 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         minor = [(f"{a['name']}:{a['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"], colour.get(a["name"], 7))
                  for a in level["attacks"] if not a.get("primary") and "roc_curve" in a]
         if curves or minor:
-            figures.append(roc_svg(curves, f"{name} (canary: {level['canary']}), every variant", minor=minor))
+            figures.append(roc_svg(curves, f"{name} (canary: {level['canary']}), every variant", minor=minor,
+                                   resolvable=_resolvable([level])))
         tables.append(_attack_table(name, level, targets))
     headline = [(name, lv) for name, lv in _experiments(results)]
     hl_curves = [(f"{name}: {lv['best']['name']}:{lv['best']['variant']}", a["roc_curve"]["fpr"], a["roc_curve"]["tpr"])
                  for name, lv in headline for a in lv["attacks"]
                  if (a["name"], a["variant"]) == (lv["best"]["name"], lv["best"]["variant"]) and "roc_curve" in a]
     if hl_curves:
-        figures.insert(0, roc_svg(hl_curves, "Headline attack: population vs each canary"))
+        figures.insert(0, roc_svg(hl_curves, "Headline attack: population vs each canary",
+                                  resolvable=_resolvable([lv for _, lv in headline])))
     if not figures:
         figures.append('<p class="muted">This results.json predates ROC curves in results.json (harness 0.2.0 '
                        'before roc_curve): re-run `harness attack RUN_DIR` to add them.</p>')
     levels, hours, devices = _compute(results)
+    outside = results.get("provenance") == "external"
+    models_version = results.get("trained_with_version")
     prov = {
-        "harness version": results.get("harness_version"),
-        "trained with version": results.get("trained_with_version"),
+        "harness version (these figures)": results.get("harness_version"),
+        # the models version is the training code's, kept by releases that train the same models: not
+        # the release that trained them (0.3.0 trains as 0.2.1 did), and for imported models not a trainer's
+        ("models version (of the importing harness)" if outside else "models version (training code)"): (
+            f"{models_version}: " + ("these models were trained outside the harness; the version is that of the "
+                                     "harness that imported their outputs" if outside else
+                                     "the version of the harness's training code, part of the run fingerprint; a "
+                                     "release that trains the same models keeps it, so a newer harness may have "
+                                     "trained them")) if models_version else None,
         "run fingerprint": results.get("fingerprint"),
         "data fingerprint": results.get("data_fingerprint"),
         "seed": results.get("seed"),
@@ -544,7 +659,7 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
         "source": meta.get("source", "run"),
         "verified": ("yes, " + str(meta.get("verified_by"))) if meta.get("verified") else "no",
     }
-    if results.get("provenance") == "external":
+    if outside:
         ext = results.get("external") or {}
         prov["trained"] = OUTSIDE
         prov["plan fingerprint"] = ext.get("plan_fingerprint")
@@ -558,8 +673,7 @@ def entry_html(results: dict[str, Any], meta: dict[str, Any], results_href: str 
     notes += "".join(f'<li class="loses"><b>warning:</b> {escape(str(w))}</li>' for w in results.get("warnings", []))
     back = f'<p><a href="{escape(index_href, quote=True)}">← leaderboard</a></p>' if index_href else ""
     title = f"{display_name(results)} ({results['dataset']}/{results['preset']})"
-    return _page(f"privacy-harness: {title}", f"""{back}<h1 class="name" title="{escape(title, quote=True)}"
-style="max-width:100%;overflow:hidden;text-overflow:ellipsis;white-space:nowrap">{escape(title)}</h1>
+    return _page(f"privacy-harness: {title}", f"""{back}<h1 class="title" title="{escape(title, quote=True)}">{escape(title)}</h1>
 <p><a href="{escape(results_href, quote=True)}" download>download results.json</a></p>
 {f'<ul>{notes}</ul>' if notes else ''}
 <h2>Summary</h2>{_summary_table(results, meta)}
@@ -569,12 +683,14 @@ level's figure FPR (at least 3 expected false positives), selection-adjusted whe
 with a 95% CI (one variant) or a one-sided 95% lower bound (&ge;, a best of several); bootstrap over victim models,
 conditional on the audit samples. &#9888;: the headline test (Hansen's SPA) finds a variant that beats the declared
 headline.</p>{_figures_table(results, targets)}
-<div class="plots">{''.join(figures)}</div>{bracket_section(results.get("bracket"))}
+<div class="plots">{''.join(figures)}</div>
+<p class="muted">Shaded in the ROC figures: the FPRs below 1 / (the experiment's non-member guesses), which its
+design does not resolve.</p>{bracket_section(results.get("bracket"))}
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's declared headline variant; each
 variant's own TPR as the paper reads it (FPR &le; x%; not selection-adjusted) with a percentile bootstrap interval
 over victim models (not calibrated at low FPR: docs/protocol.md); "unresolved": fewer than 3 expected false
 positives.</p>{''.join(tables)}
-<h2>Provenance</h2><table>{prov_rows}</table>
+<h2>Provenance</h2><div class="scroll"><table>{prov_rows}</table></div>
 <h2>Config</h2><pre>{escape(jsonio.dumps(results.get("config", {}), indent=2, sort_keys=True))}</pre>""")
 
 

@@ -253,6 +253,19 @@ def _compare_cli(a: Path, b: Path, *options: str):
     return runner.invoke(app, ["compare", str(a), str(b), *options], env={"COLUMNS": "250"})
 
 
+def test_compare_into_a_file_keeps_every_cell_whole(api_run, tmp_path):
+    """issue 48: piped or redirected, `harness compare A B` was cut to rich's 80 columns ("populat...",
+    "lira:on..."); not on a terminal, no width limit applies (CliRunner's output is not a terminal,
+    and no COLUMNS is set here)."""
+    r, _ = api_run
+    b = _results_dir(tmp_path, "b-" + "x" * 60, r.data)
+    res = runner.invoke(app, ["compare", str(r.path), str(b)])
+    assert res.exit_code == 0, res.output
+    assert "…" not in res.output and str(b) in res.output and "population" in res.output
+    variant = next(e["variant"] for e in r.data["population"]["attacks"] if e["name"] == "lira" and e["primary"])
+    assert variant in res.output and max(len(line) for line in res.output.splitlines()) > 80
+
+
 def test_compare_prints_an_unresolved_fpr_as_unresolved(api_run, tmp_path):
     """At 8 models the 0.1% FPR is unresolved: every TPR there, and every difference with it, reads
     'unresolved' (as the report says), never a bare '-' nor TPR at FPR 0."""

@@ -161,3 +161,30 @@ def test_the_license_and_the_citation_match_the_package():
                   "One (1) Training Run", "PATE and ALIBI"):  # docs/bounds.md's sources
         assert title in cited
     assert "CITATION.cff" in README and "LICENSE" in README
+
+
+@pytest.mark.parametrize("where, name, safe", [
+    ("", ".DS_Store", True), ("", ".population.partial", True), ("", "notes.txt", False), ("", "population.bak", False),
+    ("population", "model_0003.npz", True), ("population", ".model_0003.npz.k2j4.tmp", True),
+    ("population", "model_3.npz", False), ("population", "model_00003.npz", False),
+    ("population", "model_0008.npz", False), ("population", "model_0003.npz.tmp", False),
+    ("population", "model_0003.npz~", False)])
+def test_the_output_folder_names_external_models_md_calls_safe_are(tmp_path, where, name, safe):
+    """docs/external-models.md, Names in the outputs folder: hidden names are ignored at both depths,
+    model_NNNN.npz for the plan's S models are read, anything else is refused naming the file."""
+    from types import SimpleNamespace
+
+    from harness.core.errors import ConfigError
+    from harness.run.external import _scan
+
+    assert "**Names in the outputs folder.**" in (REPO / "docs" / "external-models.md").read_text()
+    plan = SimpleNamespace(experiments=["population", "sample-mislabeled"], num_models=8)
+    (tmp_path / "population").mkdir()
+    (tmp_path / "population" / "model_0000.npz").write_bytes(b"")
+    (tmp_path / where / name).write_bytes(b"")
+    if safe:
+        found = _scan(plan, tmp_path)
+        assert sorted(found["population"]) == ([0, 3] if name == "model_0003.npz" else [0])
+    else:
+        with pytest.raises(ConfigError, match=re.escape(str(tmp_path / where / name))):
+            _scan(plan, tmp_path)

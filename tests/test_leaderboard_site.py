@@ -79,7 +79,7 @@ def test_matched_baseline_interpolates_between_bracketing_dpsgd_points():
 
 def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
     page = (site / "index.html").read_text()
-    assert page.count("<tr>") == 1 + 6  # header + one row per entry
+    assert len(re.findall(r"<tr[ >]", page)) == 1 + 6  # header + one row per entry
     assert 'class="sortable board"' in page and "data-sort=" in page and "addEventListener('click'" in page
     assert 'class="frontier"' in page and page.count('class="point') == 6
     # hamp at 92% sits between dpsgd-medium (90%, 1%) and dpsgd-high (94%, 8%): 4.5%, and 2% beats it
@@ -90,7 +90,9 @@ def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
     assert "n/a" in html and "bracket" in tip  # 97% is above every DP-SGD entry
     html, _, tip = _index_cells(page, "undefended")["DP-SGD at same acc"]  # 90% at 95%: above every DP-SGD entry
     assert "n/a" in html
-    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
+    # nothing from the network: the only URLs are the links of the defenses' papers (a click, never a load)
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert set(re.findall(r'"(https://[^"]*)"', page)) == set(re.findall(r'<a class="ref" href="(https://[^"]*)"', page))
     md = (site / "leaderboard.md").read_text()
     assert len([ln for ln in md.splitlines() if ln.startswith("| ")]) == 7
     html, key, tip = _index_cells(page, "relaxloss")["DP ε"]  # carries a label-DP record
@@ -253,10 +255,11 @@ def test_site_renders_in_headless_chromium_without_errors(site):
     assert entry.console_errors == [] and entry.svg_boxes >= 2
 
 
-@pytest.mark.parametrize("width", [1280, 1920])
+@pytest.mark.parametrize("width", [390, 1280, 1920])
 def test_the_index_reads_without_scrolling_sideways_wrapped_cells_or_overlapping_labels(site, width):
     """issue 36: at 1280 px the table needed horizontal scrolling, the attack column wrapped to 4
-    lines and the figure's labels overlapped; measured here in Chromium's own layout."""
+    lines and the figure's labels overlapped; issue 48: at 390 px (a phone) the index was 1221 px
+    wide. Measured here in Chromium's own layout (at 390 px each row is a card, one value a line)."""
     browser = _browser()
     from leaderboard.browser import layout_problems, render
 
@@ -449,8 +452,9 @@ def test_index_rows_each_have_an_upper_bound_only_where_unresolved(site):
 
 def _index_cells(page: str, defense: str) -> dict[str, tuple[str, str, str]]:
     """The index row of ``defense``: column -> (its cell's HTML, its sort key, its tooltip)."""
-    row = next(r for r in page.split("<tr>") if f">{defense}</a>" in r)
-    cells = re.findall(r'<td class="[^"]*" data-col="([^"]*)" data-sort="([^"]*)"(?: title="([^"]*)")?>(.*?)</td>', row)
+    row = next(r for r in re.split(r"<tr[ >]", page) if f">{defense}</a>" in r)
+    cells = re.findall(r'<td class="[^"]*" data-col="([^"]*)" data-label="[^"]*" data-sort="([^"]*)"'
+                       r'(?: title="([^"]*)")?>(.*?)</td>', row)
     assert [c[0] for c in cells] == list(COLUMNS), row
     return {col: (html, key, tip) for col, key, tip, html in cells}
 
@@ -478,7 +482,7 @@ def test_a_beaten_declared_headline_gets_a_mark_naming_the_comparison_and_one_fo
     assert 'class="flag" href="#fn-flag"' in html and "rmia (online-noaug) finds 77.7% at 5% FPR" in html
     assert "where the declared headline finds 11.1% (adjusted p = 0.004" in html
     html, key, tip = cells["leak TPR"]  # the leak (ranked) has no mark: it does not depend on the declaration
-    assert html.startswith("20.0%") and key == "0.200000" and "flag" not in html
+    assert html.startswith('<span class="v">20.0%') and key == "0.200000" and "flag" not in html
     assert page.count('id="fn-flag"') == 1 and page.count("finds an attack variant that beats") == 1
     (row,) = _md_rows((tmp_path / "leaderboard.md").read_text())
     assert row["declared TPR"].endswith(" ⚠") and row["leak TPR"] == "20.0%"
@@ -600,3 +604,218 @@ def test_verify_on_a_full_disk_leaves_entry_json_as_it_was(results, disk_full, t
     assert err.value.errno == errno.ENOSPC
     assert (d / "entry.json").read_text() == meta
     assert sorted(p.name for p in d.iterdir()) == ["entry.json", "results.json"]  # no temp file
+
+
+# --- issue 48: pages a second reader uses (phones, crowded boards, provenance, the paper's figures) ------
+
+
+def _crowded(results: dict, folder: Path) -> list[dict]:
+    """Entries whose every figure is resolved, with its CI, beaten (⚠) and a ratio, one of them with a
+    100-character name trained outside and verified (two tags): the widest rows a board has."""
+    out = []
+    for i, (name, acc, tpr) in enumerate([("undefended", 0.95, 0.9), ("dpsgd-high", 0.94, 0.08),
+                                          ("dpsgd-medium", 0.90, 0.01), ("hamp", 0.92, 0.02),
+                                          ("relaxloss", 0.97, 0.05), ("outside", 0.935, 0.5)]):
+        r = _variant(results, name, acc, tpr, f"{i + 20:064x}")
+        r.pop("defense_reference")  # as a file from before the key: a built-in's is looked up
+        for lv in ("population", "sample"):
+            for which in ("best", "strongest"):
+                fig = r[lv][which]
+                if (lv, which) != ("sample", "best"):
+                    fig["tpr_at_fpr"]["0.001"] = 0.981
+                fig["resolved"]["0.001"], fig["tpr_ci"]["0.001"] = True, [0.887, 0.999]
+            r[lv]["strongest"]["beats_headline"] = True
+        r["sample_population_ratio"] = {"ratio": 293.6, "ci": [50.0, 725.7]}
+        r["sample"]["privacy"] = {"epsilon": 8.53e6}
+        if name == "outside":
+            r["provenance"], r["external"] = "external", {"name": "a-long-label-for-models-trained-elsewhere-" * 2}
+        d = folder / f"run{i}"
+        d.mkdir(parents=True)
+        (d / "results.json").write_text(json.dumps(r))
+        out.append(r)
+    return out
+
+
+@pytest.fixture()
+def crowded_site(results, tmp_path) -> Path:
+    rs = _crowded(results, tmp_path / "in")
+    out = tmp_path / "site"
+    assert runner.invoke(app, ["leaderboard", "build", str(tmp_path / "in"), "--out", str(out)]).exit_code == 0
+    (out / "entries" / entry_id(rs[-1]) / "entry.json").write_text(
+        json.dumps({"source": "submission", "verified": True, "verified_by": "the board"}))
+    rebuild(out)
+    return out
+
+
+@pytest.mark.parametrize("width", [390, 1280, 1920])
+def test_a_crowded_index_and_its_entry_pages_fit_the_window(crowded_site, width):
+    """The widest rows (CIs everywhere, ⚠ marks, a long name with two tags) fit 390, 1280 and 1920 px:
+    no sideways scrolling, the name cut and capped while its tags stay whole, at most two lines a
+    cell; an entry page fits too, its title whole, its summary values in a column wide enough to read."""
+    browser = _browser()
+    from leaderboard.browser import layout_problems, render
+
+    report = render(browser, crowded_site / "index.html", None, width=width)
+    assert 0 < report.scroll_width <= width and layout_problems(report) == [], layout_problems(report)
+    assert report.column_lines["defense"] == 1, report.column_lines
+    if width > 720:  # a table (narrower windows get one card per row)
+        assert report.column_widths["defense"] <= 320, report.column_widths
+    for eid in ("undefended", "outside"):
+        page = next(p for p in (crowded_site / "entries").glob(f"{eid}*/index.html"))
+        entry = render(browser, page, None, width=width)
+        assert entry.console_errors == [] and 0 < entry.scroll_width <= width, (eid, entry.widest)
+        assert not entry.title_cut and entry.summary_value_width >= min(300, width - 60), entry.summary_value_width
+
+
+def test_the_provenance_filter_hides_the_other_rows(crowded_site):
+    browser = _browser()
+    from leaderboard.browser import visible_rows
+
+    page = crowded_site / "index.html"
+    everyone = visible_rows(browser, page)
+    assert len(everyone) == 6
+    outside = visible_rows(browser, page, uncheck=("built-in",))
+    assert len(outside) == 1 and outside[0].startswith("a-long-label")
+    assert visible_rows(browser, page, uncheck=("trained outside",)) == [n for n in everyone if n != outside[0]]
+    assert visible_rows(browser, page, verified_only=True) == outside
+    assert visible_rows(browser, page, uncheck=("built-in",), width=390) == outside  # the cards too
+
+
+def test_the_index_gives_date_s_and_c_a_paper_link_and_a_filter_per_provenance(crowded_site, results):
+    page = (crowded_site / "index.html").read_text()
+    cells = _index_cells(page, "hamp")
+    assert cells["date"][0] == f'<span class="v">{results["created"][:10]}</span>'
+    assert cells["setup"][0] == f'{results["num_models"]}×{results["audit_size"]}'
+    assert '<a class="ref" href="https://arxiv.org/abs/2307.01610"' in cells["defense"][0]  # HAMP's paper
+    assert 'class="ref"' not in _index_cells(page, "undefended")["defense"][0]  # no paper of its own
+    boxes = re.findall(r'<input type="checkbox" data-prov="([^"]*)" checked> [^(]*\((\d+)\)', page)
+    assert boxes == [("built-in", "5"), ("trained outside", "1")]  # the provenances on the board, counted
+    assert 'id="verified-only"' in page and page.count('data-verified="1"') == 1
+    assert re.findall(r'<tr data-prov="([^"]*)"', page).count("built-in") == 5
+
+
+def test_only_https_references_become_links(results, tmp_path):
+    from leaderboard.site import defense_reference
+
+    for url, linked in (("https://example.org/paper", True), ("javascript:alert(1)", False),
+                        ("http://example.org", False), ('https://x.org/"onmouseover=1', False), ("", False)):
+        assert (defense_reference({**results, "defense_reference": url}) == url) is linked, url
+    old = {k: v for k, v in results.items() if k != "defense_reference"}
+    assert defense_reference({**old, "defense": "dfkd"}) == "https://arxiv.org/abs/1912.08795"  # a built-in's today
+    assert defense_reference({**old, "defense": "x.py:Mine"}) is None
+    assert results["defense_reference"] == ""  # undefended declares none
+
+
+def test_the_paper_figures_are_drawn_where_the_board_is_at_the_papers_setting(results, tmp_path):
+    """At cifar10/paper the figure draws the paper's Table 1 (hollow diamonds, its DP-SGD ones joined)
+    and names it in the legend, and a built-in's row tooltip gives the paper's figure; at any other
+    setting none of it."""
+    folder = tmp_path / "in"
+    for i, (name, acc, tpr) in enumerate([("hamp", 0.88, 0.3), ("dpsgd-high", 0.91, 0.1)]):
+        for preset in ("paper", "quick"):
+            r = _variant(results, name, acc, tpr, f"{i}{preset}".ljust(64, "0"))
+            r["dataset"], r["preset"] = ("cifar10", preset) if preset == "paper" else (r["dataset"], preset)
+            (folder / f"{name}-{preset}").mkdir(parents=True)
+            (folder / f"{name}-{preset}" / "results.json").write_text(json.dumps(r))
+    assert runner.invoke(app, ["leaderboard", "build", str(folder), "--out", str(tmp_path / "site")]).exit_code == 0
+    page = (tmp_path / "site" / "index.html").read_text()
+    svgs = re.findall(r"<svg[^>]*privacy-utility.*?</svg>", page, re.S)
+    paper = next(g for g in svgs if "cifar10/paper" in g)
+    other = next(g for g in svgs if "cifar10/paper" not in g)
+    assert paper.count('class="ref"') == 10 and 'class="reference-frontier"' in paper
+    assert "paper (Aerni et al. 2024, Table 1)" in paper and "HAMP, accuracy 88.0%, TPR 28.5%" in paper
+    assert 'class="ref"' not in other and "Aerni" not in other
+    tips = re.findall(r'data-col="sample TPR"[^>]* title="([^"]*)"', page)
+    assert sum("the paper (Table 1, HAMP): 28.5% at 88.0% accuracy" in t for t in tips) == 1
+
+
+def test_the_figure_legend_lists_only_what_the_figure_draws():
+    from leaderboard.plots import Point, privacy_utility_svg
+
+    def legend(svg: str) -> list[str]:
+        group = re.search(r'<g class="legend">(.*?)</g>', svg, re.S).group(1)
+        return re.findall(r"<title>([^<]*)</title>", group)
+
+    others = [Point("hamp", 0.9, 0.1, False), Point("selena", 0.92, 0.3, False)]
+    dp = [Point("dpsgd-high", 0.94, 0.08, True), Point("dpsgd-medium", 0.9, 0.01, True)]
+    assert legend(privacy_utility_svg(others, {}, "t")) == ["other defenses"]
+    assert legend(privacy_utility_svg(dp, {"s": [(0.94, 0.08), (0.9, 0.01)]}, "t")) == ["DP-SGD", "DP-SGD frontier"]
+    assert legend(privacy_utility_svg(dp[:1] + others, {"s": [(0.94, 0.08)]}, "t")) == ["DP-SGD", "other defenses"]
+    bound = [Point("coarse", 0.9, 0.2, False, bound=True)]
+    assert legend(privacy_utility_svg(bound, {}, "t", bound_note="at most")) == ["at most"]
+    # labels wider than the margin are wrapped, never cut: each drawn whole below the last
+    from leaderboard.paper import SOURCE
+    from leaderboard.plots import Reference
+
+    svg = privacy_utility_svg(bound + dp, {"s": [(0.94, 0.08), (0.9, 0.01)]}, "t", bound_note="unresolved (upper bound)",
+                              reference=Reference(SOURCE, [("HAMP", 0.88, 0.285)]))
+    group = re.search(r'<g class="legend">(.*?)</g>', svg, re.S).group(1)
+    texts = re.findall(r'<text x="[\d.]+" y="([\d.]+)"[^>]*><title>([^<]*)</title>(.*?)</text>', group, re.S)
+    assert [t for _, t, _ in texts] == ["DP-SGD", "DP-SGD frontier", "unresolved (upper bound)", SOURCE]
+    for _, title, spans in texts:
+        assert " ".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", spans)) == title
+    assert max(len(re.findall("<tspan", spans)) for *_, spans in texts) == 2
+    ys = [float(y) for y, *_ in texts]
+    assert all(b - a >= 15 for a, b in zip(ys, ys[1:])) and ys[-1] <= 440 - 42  # no overlap, above the axis
+
+
+def test_roc_legend_labels_are_whole_and_the_unresolved_fprs_shaded():
+    from leaderboard.plots import LOG_MIN, roc_svg, wrap_label
+
+    labels = ["sample-mislabeled: lira:online-logit-noaug-persample", "sample-mislabeled: lira:online-logit-noaug-global",
+              "lira-averaged:online-logit-noaug-persample", "x" * 90]
+    svg = roc_svg([(lb, [0.0, 1.0], [0.0, 1.0]) for lb in labels], "t", resolvable=1 / 3200)
+    shown = ["".join(re.findall(r"<tspan[^>]*>([^<]*)</tspan>", t))
+             for t in re.findall(r'<text class="legend-label".*?</text>', svg, re.S)]
+    assert shown[:3] == labels[:3]  # whole, over several lines: the variants told apart
+    assert shown[3].startswith("x") and shown[3].endswith("xxxx") and "…" in shown[3]  # too long: its end kept
+    assert all(len(wrap_label(lb, 154, 10)) <= 3 for lb in labels)
+    (x, w) = map(float, re.search(r'<rect class="unresolved" x="([\d.]+)" y="[\d.]+" width="([\d.]+)"', svg).groups())
+    left, right = 60, 520 - 190
+    import math
+
+    assert w == pytest.approx((math.log10(1 / 3200) - math.log10(LOG_MIN)) / -math.log10(LOG_MIN) * (right - left), abs=0.1)
+    assert 'class="unresolved"' not in roc_svg([("a", [0.0, 1.0], [0.0, 1.0])], "t")
+
+
+def test_entry_pages_shade_below_the_designs_resolution_and_name_versions_and_accuracies(results, tmp_path):
+    """The entry page: its ROC figures shaded below 1 / the experiment's non-member guesses; both
+    levels' test accuracies (the board's acc is the sample level's); the models version named for
+    what it is, for a run the harness trained and for imported outputs."""
+    from leaderboard.site import entry_html
+
+    r = copy.deepcopy(results)
+    r["population"]["test_accuracy"]["mean"], r["sample"]["test_accuracy"]["mean"] = 0.963, 0.844
+    page = entry_html(r, {"source": "run"})
+    negs = {lv: r[lv]["attacks"][0]["num_neg"] for lv in ("population", "sample")}
+    assert page.count('class="unresolved"') == 3  # the headline figure and one per experiment
+    assert f"FPR below {1 / min(negs.values()):.2g}" in page and f"FPR below {1 / negs['population']:.2g}" in page
+    assert "test accuracy, sample level</th><td class=\"wrap\">84.4%" in page
+    assert "test accuracy, population level</th><td class=\"wrap\">96.3%" in page
+    assert "trained with version" not in page and "models version (training code)" in page
+    assert f"{r['trained_with_version']}: the version of the harness&#x27;s training code" in page
+    r["provenance"], r["external"] = "external", {"name": "mine"}
+    checked = "attacks re-run on the submitted outputs (the training cannot be re-run)"
+    page = entry_html(r, {"source": "submission", "verified": False, "trained_outside": True, "checked": checked})
+    assert "models version (of the importing harness)" in page and "trained outside the harness" in page
+    assert f"submitted, not verified; checked: {checked}" in page  # as docs/external-models.md, section 4, says
+    from leaderboard.site import INDEX_COLUMNS
+
+    assert "sample-level models" in dict((k, t) for k, _, t in INDEX_COLUMNS)["test acc"]
+
+
+def test_names_with_bidi_controls_are_refused_at_import_and_cut_on_the_pages(results, tmp_path):
+    """U+202E reverses what follows it in terminals, titles and tooltips: `harness import --name`
+    refuses it (one line, before anything is read), and a name from elsewhere that holds one is shown
+    without it."""
+    from leaderboard.build import display_name
+
+    res = runner.invoke(app, ["import", str(tmp_path / "plan"), "--outputs", str(tmp_path / "out"),
+                              "--name", "resnet\u202egnp.exe"])
+    assert res.exit_code == 2 and "bidirectional control characters (U+202E)" in res.output, res.output
+    assert "Traceback" not in res.output
+    r = {**results, "provenance": "external", "external": {"name": "resnet\u202egnp.exe\u2066"}}
+    assert display_name(r) == "resnetgnp.exe"
+    from leaderboard.site import entry_html
+
+    assert "\u202e" not in entry_html(r, {"source": "run"})

@@ -38,6 +38,15 @@ RANDOM_UNAVERAGED_NOTE = ("the served outputs are random ({random} of {checked} 
                           "differently when asked twice), but audit.repeat_queries=1: no averaged answers were saved, so "
                           "the headline reads single noisy answers and may understate the leak; train with "
                           "--set audit.repeat_queries=8 (or more) for the lira-averaged attack")
+KEYED_SERVING_NOTE = ("the served outputs are keyed to the input ({keyed} of {checked} models answered the same "
+                      "images identically but copies one grey level off in a few pixels far apart: noise seeded by "
+                      "the image itself): the lira-averaged attack (LiRA on the mean of R = {r} answers per query "
+                      "view, each to a fresh perturbed copy, audit.repeat_queries) was added automatically and "
+                      "counts for the headline")
+KEYED_UNAVERAGED_NOTE = ("the served outputs are keyed to the input ({keyed} of {checked} models answered copies one "
+                         "grey level off in a few pixels far apart from the images), but audit.repeat_queries=1: no "
+                         "averaged answers were saved, so the headline reads single noisy answers and may understate "
+                         "the leak; train with --set audit.repeat_queries=8 (or more) for the lira-averaged attack")
 DETERMINISTIC_NOTE = ("every model answered the same images identically when asked twice (deterministic serving): "
                       "no repeated queries were needed (audit.repeat_queries={r}), and lira-averaged, where it ran, "
                       "reads each model's one answer")
@@ -50,29 +59,44 @@ def serving_record(metas: list[dict[str, Any]]) -> dict[str, Any]:
     two answers to the same image, and R of the averaged answers saved (1: none)."""
     recs = [m["serving"] for m in metas if isinstance(m.get("serving"), dict)]
     flagged = [r for r in recs if r.get("random")]
+    keyed = [r for r in recs if r.get("keyed")]
+    medians = [float(r["perturbed_median_difference"]) for r in recs if "perturbed_median_difference" in r]
     return {"checked_models": len(recs), "random_models": len(flagged),
             "max_abs_difference": max((float(r["max_abs_difference"]) for r in recs), default=None),
-            "repeat_queries": max((int(r.get("repeat_queries", 1)) for r in flagged), default=1)}
+            "repeat_queries": max((int(r.get("repeat_queries", 1)) for r in flagged + keyed), default=1),
+            # the input-keyed check (deterministic models of a run trained since it; 0 / None before)
+            "keyed_checked_models": len(medians), "keyed_models": len(keyed),
+            "max_perturbed_median_difference": max(medians, default=None)}
 
 
 def serving_notes(levels: dict[str, dict[str, Any]], repeat_queries: int, averaging_asked: bool
-                  ) -> tuple[bool | None, list[str]]:
-    """(whether serving is random, the notes to record) from each level's :func:`serving_record`:
-    None where no model was checked (trained before the check). With random serving the averaging
-    attack is declared when R > 1, and said not to be otherwise; with deterministic serving, a
-    note where the user asked for the averaging (R other than the default, or ``lira-averaged``)."""
+                  ) -> tuple[bool | None, bool | None, list[str]]:
+    """(whether serving is random, whether it is input-keyed, the notes to record) from each
+    level's :func:`serving_record`: None where no model was checked (trained before the check; for
+    the keyed check, before it existed). With random or input-keyed serving the averaging attack
+    is declared when R > 1, and said not to be otherwise; with deterministic serving, a note where
+    the user asked for the averaging (R other than the default, or ``lira-averaged``)."""
     from harness.core.config import DEFAULT_REPEAT_QUERIES
 
     checked = sum(r["checked_models"] for r in levels.values())
     flagged = sum(r["random_models"] for r in levels.values())
+    keyed_checked = sum(r.get("keyed_checked_models", 0) for r in levels.values())
+    keyed = sum(r.get("keyed_models", 0) for r in levels.values())
     if not checked:
-        return None, []
+        return None, None, []
+    is_keyed = keyed > 0 if keyed_checked else None
+    notes = []
     if flagged:
         text = RANDOM_SERVING_NOTE if repeat_queries > 1 else RANDOM_UNAVERAGED_NOTE
-        return True, [text.format(random=flagged, checked=checked, r=repeat_queries)]
+        notes.append(text.format(random=flagged, checked=checked, r=repeat_queries))
+    if keyed:
+        text = KEYED_SERVING_NOTE if repeat_queries > 1 else KEYED_UNAVERAGED_NOTE
+        notes.append(text.format(keyed=keyed, checked=checked, r=repeat_queries))
+    if notes:
+        return flagged > 0, is_keyed, notes
     if repeat_queries != DEFAULT_REPEAT_QUERIES or averaging_asked:
-        return False, [DETERMINISTIC_NOTE.format(r=repeat_queries)]
-    return False, []
+        return False, is_keyed, [DETERMINISTIC_NOTE.format(r=repeat_queries)]
+    return False, is_keyed, []
 
 
 def is_one_hot(logits: np.ndarray) -> bool:
@@ -134,7 +158,8 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
         )
     for n, models in lacking.items():
         base = BUILTIN_SIGNALS[n].averages if n in BUILTIN_SIGNALS else None
-        deterministic = all((metas[i].get("serving") or {}).get("random") is False for i in models)
+        deterministic = all((metas[i].get("serving") or {}).get("random") is False
+                            and not (metas[i].get("serving") or {}).get("keyed") for i in models)
         if base is not None and base in signals and base not in lacking and deterministic:
             for i in models:  # the mean of R equal answers
                 signals[n][i] = log_probabilities(signals[base][i]).astype(signals[n].dtype)
@@ -565,6 +590,8 @@ def evaluate_run(
         "defense": cfg.defense,
         # the name the defense's class declares (a file plugin's ``name``, not its path)
         "defense_name": str(getattr(type(defense), "name", "") or ""),
+        # a URL of the defense's paper or code that its class declares ("" for none): the board links it
+        "defense_reference": str(getattr(type(defense), "reference", "") or ""),
         "preset": cfg.preset,
         "dataset": cfg.data.name,
         "num_models": cfg.audit.models,
@@ -601,18 +628,19 @@ def evaluate_run(
     served = {lv: serving_record(first.metas if lv == levels[0] else
                                  [m for i in range(cfg.audit.models) if (m := run.read_signals_meta(lv, i)) is not None])
               for lv in levels} if first is not None else {}
-    is_random, serving_lines = serving_notes(served, cfg.audit.repeat_queries,
-                                             "lira-averaged" in [a.name for a in attacks])
-    averaging = is_random is True and cfg.audit.repeat_queries > 1
+    is_random, is_keyed, serving_lines = serving_notes(served, cfg.audit.repeat_queries,
+                                                       "lira-averaged" in [a.name for a in attacks])
+    averaging = (is_random is True or is_keyed is True) and cfg.audit.repeat_queries > 1
     if averaging and "lira-averaged" not in headline_attacks:
-        # a model that answers the same image differently each time is attacked with the mean of R
-        # answers, whatever the defense declared (as label-only for labels)
+        # a model that answers the same image differently each time, or copies one grey level off
+        # far apart, is attacked with the mean of R answers (each to a fresh perturbed copy for
+        # input-keyed serving), whatever the defense declared (as label-only for labels)
         if "lira-averaged" not in [a.name for a in attacks]:
             attacks = [*attacks, *load_attacks(["lira-averaged"])]
         headline_attacks.append("lira-averaged")
     if serving_lines:
         results["notes"] = [*results.get("notes", []), *serving_lines]
-    results["serving"] = {"random": is_random, "repeat_queries": cfg.audit.repeat_queries,
+    results["serving"] = {"random": is_random, "input_keyed": is_keyed, "repeat_queries": cfg.audit.repeat_queries,
                           "averaging_attack": "lira-averaged" if averaging else None}
     # every level's figures are read at FPRs its pooled non-member guesses resolve (3 expected false
     # positives); the sample level's over all of its canary experiments, which it chooses among together

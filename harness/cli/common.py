@@ -23,6 +23,13 @@ from harness.core.errors import ConfigError
 console = Console()
 err_console = Console(stderr=True)
 
+
+def table_console() -> Console:
+    """The console a command's tables go to: :data:`console` on a terminal (its width); where stdout is
+    a pipe or a file, one without a width limit, so that no cell is cut to rich's 80-column default
+    (``harness compare A B > file`` keeps every name and figure whole)."""
+    return console if console.is_terminal else Console(width=100_000)
+
 WAIT_HELP = "if another harness process is using the run directory, wait for it instead of stopping"
 
 

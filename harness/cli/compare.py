@@ -10,7 +10,7 @@ from rich import box
 from rich.table import Table
 
 from harness.cli.app import app
-from harness.cli.common import console, guard
+from harness.cli.common import guard, table_console
 
 UNRESOLVED = "unresolved"
 
@@ -68,6 +68,7 @@ def compare(
 
     with guard():
         c = compare_runs(run_a, run_b, fpr=fpr)
+    console = table_console()
     at = f"TPR@{100 * c.fpr:g}% FPR"
     heads = Table(title=f"A: {run_a}\nB: {run_b}", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("level", "figure", "FPR", "A", "A TPR", "B", "B TPR", "B - A"):

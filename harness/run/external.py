@@ -56,6 +56,7 @@ from harness.core.config import ExperimentConfig, apply_overrides, validate_conf
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
 from harness.core.checks import probability_rows
+from harness.core.labels import bidi_controls
 from harness.core.signals import CONTRASTIVE_REPETITIONS
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run.fingerprint import run_fingerprint, sha256_json, trained_config
@@ -827,6 +828,9 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
     """Check the plan and every output file and decide the run: nothing is written (module docstring).
     ``force``: import although the membership-consistency check fails (recorded as forced);
     ``probabilities``: outputs that are probabilities are turned into log-probabilities."""
+    if name is not None and (bidi := bidi_controls(name)):  # they reorder what follows them on every page
+        raise ConfigError(f"--name holds bidirectional control characters ({', '.join(bidi)}), which reverse or "
+                          f"reorder the text after them in terminals, titles and tooltips; give a plain label")
     from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
     from harness.run.runner import default_run_dir, make_defense
 

@@ -400,23 +400,29 @@ def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense
     """(signals, serving record) of one model: every signal the run's attacks need
     (:mod:`harness.run.signals`), on the audit samples ``x``, for population signals on
     ``population_x``, and for neighbour signals on the canaries' near-duplicates ``neighbour_x``;
-    then the random-serving check (:func:`harness.run.signals.check_serving`: the first audit
-    images asked twice), and where serving is random and ``audit.repeat_queries`` R > 1 every
-    signal of repeated queries (``logits_averaged``: R answers per query view). A deterministic
-    model is asked nothing more than the check's few images."""
-    from harness.run.signals import check_serving, compute_signals, signal_seed, stored
+    then the serving checks (:func:`harness.run.signals.check_serving`: the first audit images
+    asked twice, and for a deterministic model a few copies of them one grey level off), and where
+    serving is random or input-keyed and ``audit.repeat_queries`` R > 1 every signal of repeated
+    queries (``logits_averaged``: R answers per query view; for input-keyed serving each on fresh
+    perturbed copies, drawn from the seed the record names). A deterministic model is asked nothing
+    more than the checks' few images."""
+    from harness.run.signals import (AVERAGED_COPIES, check_serving, compute_signals, perturbation_seed, signal_seed,
+                                     stored)
 
     names, table = run_signals(cfg, defense)
     pop = population_x if population_x is not None else x[:0]
     single = [n for n in names if table[n].averages is None]
-    signals = compute_signals(single, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x)
-    serving = check_serving(served, x)
-    repeats = cfg.audit.repeat_queries if serving["random"] else 1
+    seed = signal_seed(cfg.seed)
+    signals = compute_signals(single, table, served, x, pop, spec, seed, neighbour_x)
+    serving = check_serving(served, x, seed)
+    repeats = cfg.audit.repeat_queries if serving["random"] or serving["keyed"] else 1
     serving["repeat_queries"] = repeats  # R of the saved averages; 1: none saved
+    perturb = perturbation_seed(seed, AVERAGED_COPIES) if serving["keyed"] and repeats > 1 else None
+    if perturb is not None:  # what anyone needs to draw the averaged answers' copies again
+        serving["perturbation_seed"] = perturb
     if repeats > 1:
         averaged = sorted(n for n, sig in table.items() if sig.averages in single)
-        signals.update(compute_signals(averaged, table, served, x, pop, spec, signal_seed(cfg.seed), neighbour_x,
-                                       repeats))
+        signals.update(compute_signals(averaged, table, served, x, pop, spec, seed, neighbour_x, repeats, perturb))
     return stored(signals, cfg.audit.signal_dtype), serving
 
 

@@ -27,8 +27,9 @@ Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index
   ``similarity`` score);
 - ``logits_averaged`` (N, A, K): for a model whose serving is random (:func:`check_serving`), the
   mean of the log-probabilities of ``audit.repeat_queries`` answers per query view of the audit
-  samples (``lira-averaged`` reads it); a deterministic model saves none (its average is the
-  log-softmax of ``logits``, which the attack phase takes instead).
+  samples (``lira-averaged`` reads it); for an input-keyed one, the same over answers to fresh
+  copies one grey level off in a few pixels (:class:`PerturbedQueries`); a deterministic model
+  saves none (its average is the log-softmax of ``logits``, which the attack phase takes instead).
 
 Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Signal`). A signal
 value holding a NaN is refused when computed (:func:`compute_signals`, one line naming it): no
@@ -137,6 +138,15 @@ def _logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) ->
 SERVING_PROBE = 8
 #: answers that differ by more than this (on log-probabilities, relative and absolute) are random
 SERVING_TOLERANCE = 1e-4
+#: copies of each probe image the input-keyed check asks about (:func:`check_serving`)
+KEYED_COPIES = 4
+#: entries (channel, row, column) of an image that a perturbed copy changes, each by one grey level:
+#: the smallest step uint8 images allow (:func:`perturb_pixels`)
+KEYED_PIXELS = 3
+#: serving is input-keyed where the median, over the probe's (image, copy) pairs, of the largest
+#: difference between the answers' log-probabilities exceeds this (measured: docs/protocol.md,
+#: Input-keyed noise; ``benchmarks/bench_keyed_serving.py``)
+KEYED_THRESHOLD = 0.5
 
 
 def log_probabilities(z: np.ndarray) -> np.ndarray:
@@ -147,25 +157,98 @@ def log_probabilities(z: np.ndarray) -> np.ndarray:
     return z - m - np.log(np.exp(z - m).sum(axis=-1, keepdims=True))
 
 
-def check_serving(served: ServedModel, x: np.ndarray) -> dict[str, Any]:
-    """Ask the served model the same :data:`SERVING_PROBE` images (the first of ``x``, unaugmented)
-    twice and compare the two answers as log-probabilities (a constant added per row is not a
-    difference). ``random``: they differ beyond :data:`SERVING_TOLERANCE` (``np.allclose``, relative
-    and absolute): the model serves fresh randomness per query, so one answer per image understates
-    what R answers reveal. Returns the per-model record saved with the signals (``serving``)."""
+#: the streams of perturbed copies drawn from a run's signal seed (:func:`perturbation_seed`)
+CHECK_COPIES, AVERAGED_COPIES = 0, 1
+
+
+def perturbation_seed(seed: int, stream: int = CHECK_COPIES) -> int:
+    """The seed of a stream of perturbed copies (the input-keyed check's, :data:`CHECK_COPIES`, or
+    the averaged answers', :data:`AVERAGED_COPIES`): a function of the run's signal seed only, so
+    every model of a run, victim and shadows alike, is asked the same copies."""
+    return int(np.random.SeedSequence([seed, 0x6B6579, stream]).generate_state(1)[0])
+
+
+def perturb_pixels(x: np.ndarray, rng: np.random.Generator, pixels: int = KEYED_PIXELS) -> np.ndarray:
+    """A copy of the uint8 images ``x`` (N, C, H, W) with ``pixels`` distinct entries per image
+    (channel, row, column, drawn uniformly) moved by one grey level, up or down with probability 1/2
+    (up from 0, down from 255): every copy differs from its image, by the smallest step the data's
+    uint8 format allows, where no model that is smooth in its input can answer differently."""
+    n = len(x)
+    flat = np.array(x, dtype=np.uint8, copy=True).reshape(n, -1)
+    d = flat.shape[1]
+    k = min(pixels, d)
+    pos = rng.integers(0, d, (n, k))
+    while k > 1:  # redraw the rows that hit one entry twice (rare): the k entries are distinct
+        s = np.sort(pos, axis=1)
+        dup = (s[:, 1:] == s[:, :-1]).any(axis=1)
+        if not dup.any():
+            break
+        pos[dup] = rng.integers(0, d, (int(dup.sum()), k))
+    step = rng.choice(np.array([-1, 1], dtype=np.int16), size=(n, k))
+    rows = np.arange(n)[:, None]
+    v = flat[rows, pos].astype(np.int16)
+    flat[rows, pos] = np.where(v == 0, 1, np.where(v == 255, 254, v + step)).astype(np.uint8)
+    return flat.reshape(x.shape)
+
+
+class PerturbedQueries:
+    """A served model asked every query on fresh perturbed copies of its images
+    (:func:`perturb_pixels`, drawn from ``seed`` in query order): the answers of a model whose
+    noise is keyed to the input bytes, fresh per copy, for the averaged answers of input-keyed
+    serving. Only ``query`` is served."""
+
+    def __init__(self, served: Any, seed: int) -> None:
+        self.served = served
+        self.rng = np.random.default_rng(seed)
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        return self.served.query(perturb_pixels(x, self.rng))
+
+
+def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str, Any]:
+    """Two checks of how a model serves, on the first :data:`SERVING_PROBE` images of ``x``,
+    unaugmented; returns the per-model record saved with the signals (``serving``).
+
+    *Random*: the same images asked twice, the answers compared as log-probabilities (a constant
+    added per row is not a difference). ``random``: they differ beyond :data:`SERVING_TOLERANCE`
+    (``np.allclose``, relative and absolute): the model serves fresh randomness per query, so one
+    answer per image understates what R answers reveal.
+
+    *Input-keyed* (a deterministic model only; None for a random one): :data:`KEYED_COPIES` copies
+    of each probe image, each one grey level off in :data:`KEYED_PIXELS` entries
+    (:func:`perturb_pixels`, from :func:`perturbation_seed` of ``seed``); per (image, copy) pair the
+    largest absolute difference of the two answers' log-probabilities, d. ``keyed``: the median d
+    exceeds :data:`KEYED_THRESHOLD`: the answers jump where the input barely moves, as noise seeded
+    by the image's bytes does (the same image, the same noise; one grey level off, fresh noise),
+    which averaging over perturbed copies removes as averaging over repeats removes fresh noise.
+    The median keeps a model whose answer jumps at a decision boundary one copy in a few (labels
+    only, rank masking) unflagged."""
     probe = x[:SERVING_PROBE]
     if isinstance(served, CheckedServed):
         served.during = f"the random-serving check (the first {len(probe)} audit images, asked twice)"
     first, second = (log_probabilities(served.query(probe)) for _ in range(2))
     diff = float(np.abs(first - second).max()) if first.size else 0.0
     random = not np.allclose(first, second, rtol=SERVING_TOLERANCE, atol=SERVING_TOLERANCE)
-    return {"random": bool(random), "probe_images": int(len(probe)), "max_abs_difference": diff}
+    record: dict[str, Any] = {"random": bool(random), "probe_images": int(len(probe)), "max_abs_difference": diff}
+    if random or not len(probe):  # fresh noise moves every answer: the keyed check reads deterministic ones
+        return {**record, "keyed": None}
+    if isinstance(served, CheckedServed):
+        served.during = (f"the input-keyed check (the first {len(probe)} audit images, {KEYED_COPIES} copies each "
+                         f"one grey level off in {KEYED_PIXELS} pixels)")
+    rng = np.random.default_rng(perturbation_seed(seed))
+    copies = np.concatenate([perturb_pixels(probe, rng) for _ in range(KEYED_COPIES)])
+    answers = log_probabilities(served.query(copies)).reshape(KEYED_COPIES, len(probe), -1)
+    d = np.abs(answers - first[None]).max(axis=-1)
+    median = float(np.median(d))
+    return {**record, "keyed": bool(median > KEYED_THRESHOLD), "keyed_copies": KEYED_COPIES,
+            "keyed_pixels": KEYED_PIXELS, "perturbed_median_difference": median,
+            "perturbed_max_difference": float(d.max())}
 
 
 def averaged_answers(answer: Callable[[], np.ndarray], repeats: int) -> np.ndarray:
     """The mean log-probabilities (float32) of ``repeats`` calls of ``answer`` (each a fresh answer
-    of a random served model, (..., K) scores): the standard estimate of the model behind the noise
-    (docs/protocol.md, Random serving)."""
+    of a random served model, or of an input-keyed one on fresh perturbed copies, (..., K) scores):
+    the standard estimate of the model behind the noise (docs/protocol.md, Random serving)."""
     total: np.ndarray | None = None
     for _ in range(repeats):
         lp = log_probabilities(answer())
@@ -298,12 +381,15 @@ def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str,
 
 def compute_signals(names: list[str], table: dict[str, Signal], served: ServedModel, audit_x: np.ndarray,
                     population_x: np.ndarray, spec: AugmentSpec, seed: int,
-                    neighbour_x: np.ndarray | None = None, repeats: int = 1) -> dict[str, np.ndarray]:
+                    neighbour_x: np.ndarray | None = None, repeats: int = 1,
+                    perturb_seed: int | None = None) -> dict[str, np.ndarray]:
     """Compute the named signals for one trained model: on the audit samples, the population
     samples or the canaries' neighbours (``Signal.images``); a signal whose images a level does not
     have (no population samples, canaries without neighbours) is not computed. A signal of repeated
     queries (``Signal.averages``) is the mean of ``repeats`` answers (:func:`averaged_answers`), and
-    is not computed with ``repeats`` < 2 (a deterministic model, or ``audit.repeat_queries=1``)."""
+    is not computed with ``repeats`` < 2 (a deterministic model, or ``audit.repeat_queries=1``);
+    with ``perturb_seed`` (input-keyed serving) every one of those answers is asked on fresh
+    perturbed copies of the images (:class:`PerturbedQueries`, drawn from that seed)."""
     out: dict[str, np.ndarray] = {}
     images = {"audit": audit_x, "population": population_x,
               "neighbours": neighbour_x if neighbour_x is not None else audit_x[:0]}
@@ -315,7 +401,8 @@ def compute_signals(names: list[str], table: dict[str, Signal], served: ServedMo
         if isinstance(served, CheckedServed):  # its messages name the signal
             served.during = f"signal {n!r} on the {sig.images} samples"
         if sig.averages is not None:
-            value = averaged_answers(lambda: sig.fn(served, x, spec, seed), repeats)
+            asked = served if perturb_seed is None else PerturbedQueries(served, perturb_seed)
+            value = averaged_answers(lambda: sig.fn(asked, x, spec, seed), repeats)
         else:
             value = sig.fn(served, x, spec, seed)
         if value is None:
