@@ -28,10 +28,16 @@ TABLE1 = {
 }
 
 
+def at_paper_setting(setting: str) -> bool:
+    """Whether a board's setting (``dataset/preset`` or ``dataset/preset: S models, C audit samples``,
+    leaderboard.build.setting) is the paper's dataset and preset."""
+    return setting.split(":")[0] == PAPER_SETTING
+
+
 def paper_reference(setting: str) -> Reference | None:
     """The paper's figures for a board of ``setting`` (every defense of Table 1, the DP-SGD ones also
     joined as the paper's frontier); None for any other setting: they are comparable only there."""
-    if setting != PAPER_SETTING:
+    if not at_paper_setting(setting):
         return None
     points = [(name, acc, tpr) for name, acc, tpr in TABLE1.values()]
     frontier = [(acc, tpr) for key, (_, acc, tpr) in TABLE1.items() if key.startswith("dpsgd")]

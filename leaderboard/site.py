@@ -40,7 +40,7 @@ from harness.core.machine import describe as describe_machine
 from leaderboard.build import (display_name, provenance, public_results, rank_order, read_json_object, read_results,
                                refusal, strip_paths, to_markdown)
 from leaderboard.bracket import bracket_section
-from leaderboard.paper import PAPER_SETTING, TABLE1, paper_reference
+from leaderboard.paper import PAPER_SETTING, TABLE1, at_paper_setting, paper_reference
 from leaderboard.plots import Point, privacy_utility_svg, roc_svg
 
 CSS = """body{font-family:system-ui,sans-serif;margin:24px;color:#222}table{border-collapse:collapse;margin:12px 0}
@@ -228,7 +228,7 @@ def defense_reference(results: dict[str, Any]) -> str | None:
 def paper_figure(results: dict[str, Any]) -> tuple[str, float, float] | None:
     """(the paper's name, sample-level accuracy, TPR) of a built-in defense in the paper's Table 1,
     for an entry at the paper's setting only (leaderboard.paper)."""
-    if f"{results.get('dataset')}/{results.get('preset')}" != PAPER_SETTING or provenance(results) != "built-in":
+    if not at_paper_setting(f"{results.get('dataset')}/{results.get('preset')}") or provenance(results) != "built-in":
         return None
     return TABLE1.get(str(results.get("defense")))
 
@@ -457,7 +457,7 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     where = f" ({escape(settings[0])})" if one else ""
     paper_note = (f" At the paper's setting ({escape(PAPER_SETTING)}) the paper's own figures (Aerni et al. 2024, "
                   "Table 1: sample-level accuracy and TPR of each defense it evaluates) are drawn as hollow diamonds, "
-                  "its DP-SGD ones joined by a dotted line; hover for each." if PAPER_SETTING in settings else "")
+                  "its DP-SGD ones joined by a dotted line; hover for each." if any(map(at_paper_setting, settings)) else "")
     return _page("privacy-harness leaderboard", f"""<h1>privacy-harness leaderboard</h1>
 <p>How often the strongest membership-inference attack the harness ran finds each defense's most vulnerable
 samples{where}: the leak, TPR at 0.1% FPR (or the smallest FPR the design resolves), lower is more private. Rows rank
@@ -578,7 +578,7 @@ def _summary_table(results: dict[str, Any], meta: dict[str, Any]) -> str:
         "declared headline, sample level": fig("sample", "declared"),
         "declared headline, population level": fig("population", "declared"),
         "DP ε (δ = 1e-5)": eps,
-        "empirical ε ≥ (one-run, 95% over every primary variant of both levels)": num(row["empirical ε ≥"]),
+        "empirical ε ≥ (one-run, 95%)": num(row["empirical ε ≥"]),
         "models": f"{results['num_models']} per level" + (f" × {levels} levels" if levels > 1 else ""),
         "device-hours": (f"{hours:.3f} ({', '.join(devices)})" if hours is not None else None),
         "checks": (check_summary(results["checks"]) if isinstance(results.get("checks"), dict) else
