@@ -20,7 +20,8 @@
   GPU memory, and ``oom`` where a G did not fit. ``--variants`` times the grouped engine's speed
   settings (defenses.stacked.StackOptions: channels-last, bf16 autocast, torch.compile) at the
   largest G that fitted (or ``--variant-g``), each with its largest logit difference from the plain
-  run and both test accuracies (do they keep the numbers?).
+  run and both test accuracies (do they keep the numbers?). With ``--out`` the figure so far is
+  written after every row (``sweep_complete`` once every G ran, ``complete`` at the end).
 - ``dpsgd``: do DP-SGD's per-sample gradients vectorise across models? The clipped per-sample
   gradient sums of one logical step (defenses/dpsgd.py: ``vmap(grad)`` over samples, augmentation
   multiplicity K) for G models of the ``cifar10`` preset's DP-SGD recipe (cnn-gn, width 16, batch
@@ -146,13 +147,28 @@ def _accuracy(nets: list[torch.nn.Module], data, device: str) -> tuple[float, to
 
 
 def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int, variants: list[str],
-                     variant_g: int | None, project_epochs: int, toy: bool = False) -> dict[str, Any]:
+                     variant_g: int | None, project_epochs: int, toy: bool = False,
+                     out: Path | None = None) -> dict[str, Any]:
     from defenses.stacked import StackOptions, train_stacked
     from defenses.training import init_network, train_classifier
 
     data, trains, ctxs = _fast_setup(data_dir, max(groups + [variant_g or 0]), epochs, device, toy)
     images = statistics.mean(len(t) for t in trains)
     rows: list[dict[str, Any]] = []
+    var_rows: list[dict[str, Any]] = []
+
+    def figure(sweep_complete: bool, complete: bool) -> dict[str, Any]:
+        strip = [{k: v for k, v in r.items() if k != "logits"} for r in rows + var_rows]
+        return {"figure": "stacked airbench throughput on the CIFAR-10 subset", "device": device_name(device),
+                "torch": torch.__version__, "epochs_timed": epochs, "train_images_per_model": images,
+                "project_epochs": project_epochs, "toy": toy, "sweep_complete": sweep_complete,
+                "complete": complete, "rows": strip}
+
+    def save(sweep_complete: bool = False, complete: bool = False) -> None:
+        """The figure so far to OUT/throughput.json after every row: a call cut short keeps what it measured."""
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            (out / "throughput.json").write_text(json.dumps(figure(sweep_complete, complete)) + "\n")
 
     def run(g: int, options: StackOptions | None, alone: bool = False) -> dict[str, Any]:
         tr, cx = trains[:g], ctxs[:g]
@@ -189,10 +205,11 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
         row = run(g, StackOptions())
         rows.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "logits"}), flush=True)
+        save()
         if row.get("oom"):
             break
+    save(sweep_complete=True)
     fitted = [r for r in rows if r.get("mode") == "stacked"]
-    var_rows = []
     if variants and fitted:
         g = variant_g or max(r["G"] for r in fitted)
         plain = next((r for r in fitted if r["G"] == g), None) or run(g, StackOptions())
@@ -207,10 +224,9 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
                 row["speedup_vs_plain"] = plain["seconds"] / row["seconds"]
             var_rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "logits"}), flush=True)
-    strip = [{k: v for k, v in r.items() if k != "logits"} for r in rows + var_rows]
-    return {"figure": "stacked airbench throughput on the CIFAR-10 subset", "device": device_name(device),
-            "torch": torch.__version__, "epochs_timed": epochs, "train_images_per_model": images,
-            "project_epochs": project_epochs, "toy": toy, "rows": strip}
+            save(sweep_complete=True)
+    save(sweep_complete=True, complete=True)
+    return figure(True, True)
 
 
 # --- dpsgd: per-sample gradients across models ----------------------------------------------------
@@ -283,7 +299,7 @@ def main() -> None:
         fig = bench_cpu(args.data_dir, args.models, args.epochs or 3, args.groups or [2, 4], args.runs, args.vs)
     elif args.mode == "throughput":
         fig = bench_throughput(args.data_dir, args.device, args.groups or [1, 8, 16, 32, 64], args.epochs or 2,
-                               args.variants, args.variant_g, args.project_epochs, args.toy)
+                               args.variants, args.variant_g, args.project_epochs, args.toy, args.out)
     else:
         fig = bench_dpsgd(args.device, args.groups or [1, 4, 8, 16])
     line = json.dumps(fig)

@@ -292,13 +292,16 @@ def predict(item: Item, state: dict[str, Any]) -> float:
     return BASE_S + PER_MODEL_S * item.total_models + item.units * rate
 
 
-def plan(state: dict[str, Any], budget_s: float, only: list[str] | None = None) -> tuple[list[Item], list[str]]:
+def plan(state: dict[str, Any], budget_s: float, only: list[str] | None = None,
+         skip: set[str] | frozenset[str] = frozenset()) -> tuple[list[Item], list[str]]:
     """The items a call of ``budget_s`` device seconds runs, in order, and one line per pending item it
     leaves for later. Order: the throughput figure, then sample-level, then population-level items,
     each by ``value / predicted seconds``; an item runs if ``SAFETY x`` its prediction fits what the
-    items before it leave (the last END_RESERVE_S kept for writing the results)."""
+    items before it leave (the last END_RESERVE_S kept for writing the results); ``skip``: items already
+    tried in this call."""
     rank = {"device": 0, "sample": 1, "population": 2}
-    pending = [it for it in ITEMS if state["items"][it.id]["status"] != "done" and (only is None or it.id in only)]
+    pending = [it for it in ITEMS if state["items"][it.id]["status"] != "done" and (only is None or it.id in only)
+               and it.id not in skip]
     pending.sort(key=lambda it: (rank[it.level], -it.value / predict(it, state)))
     left = budget_s - END_RESERVE_S
     chosen, later = [], []
@@ -450,10 +453,12 @@ def run_item(item: Item, ctx: Context, state: dict[str, Any], timeout_s: float) 
         cmd = [ctx.python, str(REPO / "benchmarks" / "bench_stacked_cnn.py"), "throughput", "--data-dir",
                str(ctx.data_dir), "--device", ctx.device, "--out", str(tmp), *item.args,
                *(item.toy if ctx.toy else ())]
+        path = tmp / "throughput.json"
+        path.unlink(missing_ok=True)  # an earlier attempt's, on the same machine
         rc = _run(cmd, timeout_s, ctx.log)
-        if rc != 0:
+        fig = json.loads(path.read_text()) if path.is_file() else {}
+        if not fig.get("sweep_complete"):  # the variants may be cut short; every G must have run
             return ("interrupted" if rc == -2 else "failed"), None
-        fig = json.loads((tmp / "throughput.json").read_text())
         apply_throughput(state, fig)
         return "done", {"throughput": fig, "group_size": state["group_size"]}
     args = [*harness_args(item, ctx.toy)]
@@ -498,23 +503,25 @@ def run_campaign(ctx: Context, state_path: Path, budget_s: float, only: list[str
             "budget_s": budget_s, "toy": ctx.toy, "ran": []}
     state["calls"].append(call)
     chosen, later = plan(state, budget_s, only)
-    ctx.log(f"campaign: {len(chosen)} item(s) planned within {budget_s:.0f} s on {device}: "
-            + ", ".join(f"{it.id} ({predict(it, state):.0f} s)" for it in chosen))
+    ctx.log(f"campaign: {len(chosen)} item(s) planned within {budget_s:.0f} s on {device} (planned again after "
+            "each item, with what it measured): " + ", ".join(f"{it.id} ({predict(it, state):.0f} s)" for it in chosen))
     for line in later:
         ctx.log(f"  later: {line}")
-    done_ids = []
+    tried: set[str] = set()
     try:
-        for item in chosen:
-            left = budget_s - (clock() - t_start) - END_RESERVE_S
+        while True:  # planned again after every item: a measured rate changes what fits
+            chosen, _ = plan(state, budget_s - (clock() - t_start), only, tried)
+            if not chosen:
+                break
+            item = chosen[0]
+            tried.add(item.id)
             predicted = predict(item, state)
-            if SAFETY * predicted > left:
-                ctx.log(f"{item.id}: predicted {predicted:.0f} s no longer fits ({left:.0f} s left); later")
-                continue
             rec = state["items"][item.id]
             rec["attempts"] = rec.get("attempts", 0) + 1
             t0 = clock()
             ctx.log(f"=== {item.id}: {item.question} (predicted {predicted:.0f} s)")
             interrupted = False
+            left = budget_s - (clock() - t_start) - END_RESERVE_S
             try:
                 status, summary = run_item(item, ctx, state, min(left, STOP_FACTOR * predicted + STOP_GRACE_S))
             except KeyboardInterrupt:
@@ -534,7 +541,6 @@ def run_campaign(ctx: Context, state_path: Path, budget_s: float, only: list[str
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(json.dumps(summary, indent=1) + "\n")
                 rec["result"] = str(CAMPAIGN_DIR / f"{item.id}.json")
-                done_ids.append(item.id)
             call["used_s"] = round(clock() - t_start, 1)
             save_state(state, state_path)
             if out is not None:
@@ -758,6 +764,9 @@ def main(argv: list[str] | None = None) -> None:
         toy_data = work / "toy-data"
         if not toy_data.is_dir():
             toy_cifar(data_dir, toy_data)
+            ood = data_dir.parent / "ood_imagenet_samples.pt"  # ../shared/data keeps it beside the subset
+            if not (toy_data / ood.name).is_file() and ood.is_file():
+                shutil.copy(ood, toy_data / ood.name)
         data_dir = toy_data
     runs = (args.runs or (work / "runs" if args.toy else Path(tempfile.gettempdir()) / "gpu-runs")).resolve()
     ctx = Context(data_dir=data_dir, device=device, runs=runs, work=work, toy=args.toy,

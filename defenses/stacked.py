@@ -159,10 +159,12 @@ class _StackedBatches:
             # each model's loss is the mean over its own (unpadded) rows
             weight = (mask / counts.clamp(min=1)[:, None]).to(self.device, torch.float32)
             if self.uniform:  # every model at the same step
-                lrs = torch.full((self.g,), self.lr_of(0), dtype=torch.float32, device=self.device)
+                lr = self.lr_of(0)
+                lrs = torch.full((self.g,), lr, dtype=torch.float32, device=self.device)
             else:
+                lr = None
                 lrs = torch.tensor([self.lr_of(g) for g in range(self.g)], dtype=torch.float32, device=self.device)
-            yield _Step(epoch, x, self.t_all[self.rows, idx_dev], mask, full, weight, lrs,
+            yield _Step(epoch, x, self.t_all[self.rows, idx_dev], mask, full, weight, lrs, lr,
                         None if bool(active.all()) else active)
             self.step += active.numpy()
 
@@ -191,7 +193,8 @@ class _StackedBatches:
 class _Step:
     """One stacked step: inputs (G, B, ...) normalized, targets (G, B, ...), the real rows (G, B) bool
     on the CPU, whether every row is real, the row weights (G, B), each model's learning rate (G,)
-    and the models taking the step (None: all)."""
+    on the device and, where every model is at the same step, that rate as a number (``lr``), and
+    the models taking the step (None: all)."""
 
     epoch: int
     x: torch.Tensor
@@ -200,6 +203,7 @@ class _Step:
     full: bool
     row_weight: torch.Tensor
     lrs: torch.Tensor
+    lr: float | None
     active: torch.Tensor | None
 
 
@@ -279,7 +283,7 @@ def _train_grouped(nets: list[nn.Module], trains: list[LabeledImages], ctxs: lis
             # BatchNorm already left their running statistics as they were)
             off = [] if st.active is None else (~st.active).nonzero().view(-1).tolist()
             keep = [[model_axis(t, g_models)[i].clone() for t in params + bufs] for i in off]
-            _sgd_step(params, bufs, st.lrs, g_models, data.uniform, cfg)
+            _sgd_step(params, bufs, st.lrs, st.lr, g_models, cfg)
             with torch.no_grad():
                 for i, saved in zip(off, keep):
                     for t, t0 in zip(params + bufs, saved):
@@ -293,11 +297,11 @@ def _train_grouped(nets: list[nn.Module], trains: list[LabeledImages], ctxs: lis
 
 
 @torch.no_grad()
-def _sgd_step(params: list[torch.Tensor], bufs: list[torch.Tensor], lrs: torch.Tensor, g_models: int,
-              uniform: bool, cfg: TrainConfig) -> None:
+def _sgd_step(params: list[torch.Tensor], bufs: list[torch.Tensor], lrs: torch.Tensor, lr: float | None,
+              g_models: int, cfg: TrainConfig) -> None:
     """``torch.optim.SGD``'s update (dampening 0, no Nesterov) on stacked parameters:
     ``d = g + wd p``, ``b = m b + d`` (``b = d`` without momentum; from a zero buffer, ``b = d`` at the
-    first step, as torch's), ``p = p - lr_g b``; ``uniform``: every model has the rate ``lrs[0]``."""
+    first step, as torch's), ``p = p - lr_g b``; ``lr`` (not None): every model's rate, else ``lrs``."""
     grads = [p.grad for p in params]
     if cfg.weight_decay:
         torch._foreach_add_(grads, params, alpha=cfg.weight_decay)
@@ -307,8 +311,8 @@ def _sgd_step(params: list[torch.Tensor], bufs: list[torch.Tensor], lrs: torch.T
         step = bufs
     else:
         step = grads
-    if uniform:
-        torch._foreach_add_(params, step, alpha=-float(lrs[0]))
+    if lr is not None:
+        torch._foreach_add_(params, step, alpha=-lr)
         return
     for p, b in zip(params, step):
         pv, bv = model_axis(p, g_models), model_axis(b, g_models)

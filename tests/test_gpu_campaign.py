@@ -93,11 +93,13 @@ def test_campaign_resumes_from_its_state_and_learns_its_rates(tmp_path, monkeypa
     assert state["items"]["undefended-mislabeled"]["status"] == "done"
     assert state["items"]["hamp-mislabeled"]["status"] == "interrupted"
     assert (work / gc.CAMPAIGN_DIR / "undefended-mislabeled.json").is_file()
-    # the airbench rate is now what undefended-mislabeled measured (half its prediction)
+    # the airbench rate is now what the items measured (undefended-mislabeled took half its prediction),
+    # and the call, planned again after each item, ran more than the 3 items its first plan held
     prior = gc.PRIOR_RATES["airbench"]["seconds"]
     assert state["rates"]["airbench"]["seconds"] < 0.6 * prior
-    assert "measured: undefended-mislabeled" in state["rates"]["airbench"]["source"]
-    assert clock.t <= 360
+    assert state["rates"]["airbench"]["source"].startswith("measured: ")
+    assert len(gc.plan(gc.new_state(), 360)[0]) == 3 and len(first) > 3
+    assert clock.t <= 360 - gc.END_RESERVE_S
     calls.clear()
     calls2 = _fake_runner(monkeypatch, clock, {})
     clock.t = 0.0
