@@ -4,7 +4,7 @@
         [--groups 2 4] [--runs 2] [--vs REV]
     python benchmarks/bench_stacked_cnn.py throughput --data-dir DIR [--device cuda] [--groups 1 8 16 32 64]
         [--epochs 2] [--variants channels_last bf16 compile] [--out DIR]
-    python benchmarks/bench_stacked_cnn.py dpsgd [--device cuda] [--groups 1 4 8 16]
+    python benchmarks/bench_stacked_cnn.py dpsgd [--device cuda] [--groups 1 4 8 16] [--repeats 7]
 
 - ``cpu``: the ``cifar10`` preset end to end (``harness evaluate undefended --preset cifar10``, the
   population level, ``--models`` models of ``--epochs`` epochs, 2 workers: this project's 2 cores)
@@ -18,7 +18,8 @@
   epoch, images per second, models per second at the campaign's 60 epochs (``--project-epochs``)
   and the projected seconds for 2 x 64 such models (issue 45's goal: under 2 minutes), the peak
   GPU memory, and ``oom`` where a G did not fit. ``--variants`` times the grouped engine's speed
-  settings (defenses.stacked.StackOptions: channels-last, bf16 autocast, torch.compile) at the
+  settings (defenses.stacked.StackOptions), each changed alone from the device's defaults
+  (channels-last switched, on the CPU off; bf16 autocast on; torch.compile on), at the
   largest G that fitted (or ``--variant-g``), each with its largest logit difference from the plain
   run and both test accuracies (do they keep the numbers?). With ``--out`` the figure so far is
   written after every row (``sweep_complete`` once every G ran, ``complete`` at the end).
@@ -150,7 +151,7 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
                      variant_g: int | None, project_epochs: int, toy: bool = False,
                      out: Path | None = None) -> dict[str, Any]:
     from defenses.stacked import StackOptions, train_stacked
-    from defenses.training import init_network, train_classifier
+    from defenses.training import channels_last_default, init_network, train_classifier
 
     data, trains, ctxs = _fast_setup(data_dir, max(groups + [variant_g or 0]), epochs, device, toy)
     images = statistics.mean(len(t) for t in trains)
@@ -213,10 +214,12 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
     if variants and fitted:
         g = variant_g or max(r["G"] for r in fitted)
         plain = next((r for r in fitted if r["G"] == g), None) or run(g, StackOptions())
-        for v in variants:
-            opts = StackOptions(channels_last=v == "channels_last", bf16=v == "bf16", compile=v == "compile")
+        layout = channels_last_default(torch.device(device))
+        for v in variants:  # each variant changes one setting of the plain run (the device's defaults)
+            opts = StackOptions(channels_last=(not layout) if v == "channels_last" else None, bf16=v == "bf16",
+                                compile=v == "compile")
             row = run(g, opts)
-            row["variant"] = v
+            row["variant"] = f"channels_last={'off' if layout else 'on'}" if v == "channels_last" else v
             if not row.get("oom"):
                 diff = (row["logits"] - plain["logits"]).abs().max() / plain["logits"].abs().max().clamp(min=1e-6)
                 row["max_logit_difference_vs_plain"] = float(diff)
@@ -232,7 +235,7 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
 # --- dpsgd: per-sample gradients across models ----------------------------------------------------
 
 
-def bench_dpsgd(device: str, groups: list[int], repeats: int = 5,
+def bench_dpsgd(device: str, groups: list[int], repeats: int = 7,
                 batch: int = 16, augmult: int = 4, width: int = 16) -> dict[str, Any]:
     from defenses.dpsgd import per_sample_grad_fn, sum_clipped
     from defenses.models import build_model
@@ -291,6 +294,7 @@ def main() -> None:
     ap.add_argument("--variant-g", type=int, default=None)
     ap.add_argument("--project-epochs", type=int, default=PROJECT_EPOCHS)
     ap.add_argument("--toy", action="store_true", help="throughput: width 8, batch 32 (CPU tests)")
+    ap.add_argument("--repeats", type=int, default=7, help="dpsgd: timed repeats of each (the median is kept)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     if args.mode in ("cpu", "throughput") and args.data_dir is None:
@@ -301,7 +305,7 @@ def main() -> None:
         fig = bench_throughput(args.data_dir, args.device, args.groups or [1, 8, 16, 32, 64], args.epochs or 2,
                                args.variants, args.variant_g, args.project_epochs, args.toy, args.out)
     else:
-        fig = bench_dpsgd(args.device, args.groups or [1, 4, 8, 16])
+        fig = bench_dpsgd(args.device, args.groups or [1, 4, 8, 16], args.repeats)
     line = json.dumps(fig)
     print(line, flush=True)
     if args.out is not None:

@@ -16,7 +16,8 @@ item that finishes replaces its kind's rate with what it measured, and the throu
 the stacked airbench rate and the group size of the stacked items.
 
 One call (``--budget-s``) runs the items not yet done: the throughput figure first, then the
-sample-level items, then the population-level ones, each group by answer per predicted second
+sample-level items, the DP-SGD vectorisation figure, then the population-level items, each group
+by answer per predicted second
 (``value / predicted``), skipping an item whose prediction (x :data:`SAFETY`) does not fit what
 is left; an item stops at twice its prediction or at the budget's end (it is then marked
 ``interrupted`` and runs again next call, resuming its run where the machine is the same). Every
@@ -100,6 +101,7 @@ PRIOR_RATES: dict[str, dict[str, Any]] = {
              "synthesis and distillation (unmeasured)"},
     "throughput": {"seconds": 0.063, "unit": "model-epoch", "source": "measured: H200 fast e60, one at a time "
                    "(the figure trains airbench)"},
+    "seconds": {"seconds": 1.0, "unit": "second", "source": "prior: the figure's own estimate"},
 }
 #: the throughput figure's model-epochs: G = 1 alone and G = 1, 8, 16, 32, 64 stacked, each for one untimed
 #: and two timed epochs, and three variants at G = 16; plus torch.compile's compilation (seconds, a guess)
@@ -125,7 +127,7 @@ class Item:
 
     id: str
     question: str
-    level: str  # "device", "sample" or "population"
+    level: str  # "device" (first), "sample", "extra" (after the sample level) or "population"
     kind: str
     units: float
     models: int
@@ -166,6 +168,9 @@ ITEMS: tuple[Item, ...] = (
                                      "channels_last", "bf16", "compile", "--variant-g", "16"),
          toy=("--toy", "--groups", "1", "2", "--epochs", "1", "--variants", "channels_last", "--variant-g", "2"),
          scale="2 timed epochs after one untimed, per G"),
+    Item("dpsgd-vmap", "do DP-SGD's per-sample gradients vectorise across models (nested vmap vs one at a time)?",
+         "extra", "seconds", 40, 0, 1.0, ("--groups", "1", "4", "8", "16"), toy=("--groups", "1", "2", "--repeats", "2"),
+         scale="one logical step of the cifar10 preset's DP-SGD recipe (cnn-gn width 16, batch 16, augmult 4)"),
     Item("undefended-mislabeled", "are mislabeled canaries found near 100% (LiRA)?", "sample", "airbench",
          16 * AIRBENCH_EPOCHS, 16, 3.0, _fast("undefended", "sample", "--set", "audit.canary=mislabeled"),
          toy=TOY_AIRBENCH, epochs=AIRBENCH_EPOCHS, paper="Undefended", canaries=("mislabeled",), stacked=True, scale=AIRBENCH_SCALE),
@@ -289,17 +294,19 @@ def predict(item: Item, state: dict[str, Any]) -> float:
     rate = float(state["rates"][item.kind]["seconds"])
     if item.kind == "throughput":
         return BASE_S + COMPILE_S + item.units * rate
+    if item.kind == "seconds":
+        return BASE_S + item.units * rate
     return BASE_S + PER_MODEL_S * item.total_models + item.units * rate
 
 
 def plan(state: dict[str, Any], budget_s: float, only: list[str] | None = None,
          skip: set[str] | frozenset[str] = frozenset()) -> tuple[list[Item], list[str]]:
     """The items a call of ``budget_s`` device seconds runs, in order, and one line per pending item it
-    leaves for later. Order: the throughput figure, then sample-level, then population-level items,
-    each by ``value / predicted seconds``; an item runs if ``SAFETY x`` its prediction fits what the
+    leaves for later. Order: the throughput figure, then the sample-level items, the DP-SGD
+    vectorisation figure, then the population-level items, each group by ``value / predicted seconds``; an item runs if ``SAFETY x`` its prediction fits what the
     items before it leave (the last END_RESERVE_S kept for writing the results); ``skip``: items already
     tried in this call."""
-    rank = {"device": 0, "sample": 1, "population": 2}
+    rank = {"device": 0, "sample": 1, "extra": 1.5, "population": 2}
     pending = [it for it in ITEMS if state["items"][it.id]["status"] != "done" and (only is None or it.id in only)
                and it.id not in skip]
     pending.sort(key=lambda it: (rank[it.level], -it.value / predict(it, state)))
@@ -317,7 +324,7 @@ def plan(state: dict[str, Any], budget_s: float, only: list[str] | None = None,
 
 def update_rate(state: dict[str, Any], item: Item, measured_s: float, device: str) -> None:
     """Replace the item's kind's rate with what it measured (``(measured - base) / units``)."""
-    if item.kind == "throughput" or item.units <= 0:
+    if item.kind in ("throughput", "seconds") or item.units <= 0:
         return
     seconds = max(1e-4, (measured_s - BASE_S - PER_MODEL_S * item.total_models) / item.units)
     state["rates"][item.kind] = {"seconds": seconds, "unit": state["rates"][item.kind]["unit"],
@@ -448,6 +455,16 @@ def _run(cmd: list[str], timeout_s: float, log: Callable[[str], None]) -> int:
 def run_item(item: Item, ctx: Context, state: dict[str, Any], timeout_s: float) -> tuple[str, dict[str, Any] | None]:
     """Run one item; return (status, summary): ``done`` with its summary, ``interrupted`` or ``failed``."""
     out_dir = ctx.work / CAMPAIGN_DIR
+    if item.id == "dpsgd-vmap":
+        tmp = ctx.runs / "dpsgd-vmap"
+        path = tmp / "dpsgd.json"
+        path.unlink(missing_ok=True)
+        cmd = [ctx.python, str(REPO / "benchmarks" / "bench_stacked_cnn.py"), "dpsgd", "--device", ctx.device,
+               "--out", str(tmp), *item.args, *(item.toy if ctx.toy else ())]
+        rc = _run(cmd, timeout_s, ctx.log)
+        if rc != 0 or not path.is_file():
+            return ("interrupted" if rc == -2 else "failed"), None
+        return "done", {"dpsgd": json.loads(path.read_text())}
     if item.kind == "throughput":
         tmp = ctx.runs / "throughput"
         cmd = [ctx.python, str(REPO / "benchmarks" / "bench_stacked_cnn.py"), "throughput", "--data-dir",
@@ -614,7 +631,7 @@ def campaign_rows(work: Path, state: dict[str, Any]) -> list[str]:
             "device s (predicted; measured) | status |", "|---|---|---|---|---|---|---|---|"]
     rows = []
     for it in ITEMS:
-        if it.kind == "throughput":
+        if it.level in ("device", "extra"):
             continue
         rec = state["items"][it.id]
         paper = PAPER.get(it.paper or "")
@@ -667,6 +684,19 @@ def throughput_rows(work: Path, state: dict[str, Any]) -> list[str]:
     return head + rows
 
 
+def dpsgd_rows(work: Path, state: dict[str, Any]) -> list[str]:
+    head = ["| G | one model at a time, s | nested vmap, s | speed-up | largest difference | device |",
+            "|---|---|---|---|---|---|"]
+    res = _read_result(work, state["items"]["dpsgd-vmap"])
+    if state["items"]["dpsgd-vmap"]["status"] != "done" or res is None:
+        return head + ["| 1, 4, 8, 16 | pending | pending | pending | pending | "
+                       "pending: `bash benchmarks/gpu_run.sh campaign` on a lent GPU |"]
+    fig = res["dpsgd"]
+    return head + [f"| {r['G']} | {r['sequential_seconds']:.4f} | {r['vmap_seconds']:.4f} | {r['speedup']:.2f}x | "
+                   f"{r['max_difference']:.2g} | {fig['device']}, torch {fig['torch']}{' (toy)' if res.get('toy') else ''} |"
+                   for r in fig["rows"]]
+
+
 def _read_result(work: Path, rec: dict[str, Any]) -> dict[str, Any] | None:
     p = rec.get("result")
     if not p or not (work / p).is_file():
@@ -690,6 +720,7 @@ def write_docs(work: Path, state: dict[str, Any]) -> None:
     text = path.read_text()
     text = replace_section(text, "campaign-table", campaign_rows(work, state))
     text = replace_section(text, "stacked-throughput", throughput_rows(work, state))
+    text = replace_section(text, "dpsgd-vmap", dpsgd_rows(work, state))
     path.write_text(text)
 
 

@@ -82,6 +82,7 @@ class GroupedBatchNorm2d(nn.BatchNorm2d):
         if self.momentum is None:
             raise ValueError("grouped BatchNorm with a row mask needs a momentum (cumulative averages are not stacked)")
         b, _, h, w = x.shape
+        x = x.float()  # statistics in float32, as batch_norm computes them under autocast
         m = self.row_mask.to(x.dtype)  # (B, G)
         m = m.repeat_interleave(self.channels, dim=1).view(b, -1, 1, 1)  # (B, G C, 1, 1)
         count = m.sum(0).view(-1) * (h * w)  # (G C,)

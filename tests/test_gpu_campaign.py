@@ -46,6 +46,8 @@ def _fake_runner(monkeypatch, clock: FakeClock, factor: dict[str, float], outcom
         status = (outcome or {}).get(item.id, "done")
         if status != "done":
             return status, None
+        if item.id == "dpsgd-vmap":
+            return "done", {"dpsgd": {"rows": [], "device": "cpu", "torch": "t"}}
         if item.kind == "throughput":
             return "done", {"throughput": {"rows": [], "project_epochs": 60, "device": "cpu", "torch": "t",
                                            "epochs_timed": 1, "train_images_per_model": 100}, "group_size": None}
@@ -62,7 +64,7 @@ def test_plan_orders_by_level_then_answer_per_second_and_fits_the_budget():
     state = gc.new_state()
     chosen, later = gc.plan(state, 360)
     assert chosen[0].id == "throughput"  # the stacked trainer's figure first
-    ranks = [{"device": 0, "sample": 1, "population": 2}[it.level] for it in chosen]
+    ranks = [{"device": 0, "sample": 1, "extra": 1.5, "population": 2}[it.level] for it in chosen]
     assert ranks == sorted(ranks)
     sample = [it for it in chosen if it.level == "sample"]
     per_s = [it.value / gc.predict(it, state) for it in sample]
