@@ -19,7 +19,8 @@
   and the projected seconds for 2 x 64 such models (issue 45's goal: under 2 minutes), the peak
   GPU memory, and ``oom`` where a G did not fit. ``--variants`` times the grouped engine's speed
   settings (defenses.stacked.StackOptions), each changed alone from the device's defaults
-  (channels-last switched, on the CPU off; bf16 autocast on; torch.compile on), at the
+  (channels-last switched, on the CPU off; bf16 autocast on; torch.compile on; ``nondeterministic``:
+  CUDA's fast nondeterministic kernels and cuDNN's benchmark mode, ``run.deterministic=false``), at the
   largest G that fitted (or ``--variant-g``), each with its largest logit difference from the plain
   run and both test accuracies (do they keep the numbers?). With ``--out`` the figure so far is
   written after every row (``sweep_complete`` once every G ran, ``complete`` at the end).
@@ -152,6 +153,7 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
                      out: Path | None = None) -> dict[str, Any]:
     from defenses.stacked import StackOptions, train_stacked
     from defenses.training import channels_last_default, init_network, train_classifier
+    from harness.run.runner import configure_determinism
 
     data, trains, ctxs = _fast_setup(data_dir, max(groups + [variant_g or 0]), epochs, device, toy)
     images = statistics.mean(len(t) for t in trains)
@@ -171,7 +173,16 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
             out.mkdir(parents=True, exist_ok=True)
             (out / "throughput.json").write_text(json.dumps(figure(sweep_complete, complete)) + "\n")
 
-    def run(g: int, options: StackOptions | None, alone: bool = False) -> dict[str, Any]:
+    def run(g: int, options: StackOptions | None, alone: bool = False, deterministic: bool = True) -> dict[str, Any]:
+        if not deterministic:
+            configure_determinism(device, False)
+        try:
+            return _run(g, options, alone)
+        finally:
+            if not deterministic:
+                configure_determinism(device, True)
+
+    def _run(g: int, options: StackOptions | None, alone: bool = False) -> dict[str, Any]:
         tr, cx = trains[:g], ctxs[:g]
         warm = [dataclasses.replace(c, train=c.train.model_copy(update={"epochs": 1})) for c in cx]
         if device.startswith("cuda"):
@@ -218,7 +229,7 @@ def bench_throughput(data_dir: Path, device: str, groups: list[int], epochs: int
         for v in variants:  # each variant changes one setting of the plain run (the device's defaults)
             opts = StackOptions(channels_last=(not layout) if v == "channels_last" else None, bf16=v == "bf16",
                                 compile=v == "compile")
-            row = run(g, opts)
+            row = run(g, opts, deterministic=v != "nondeterministic")
             row["variant"] = f"channels_last={'off' if layout else 'on'}" if v == "channels_last" else v
             if not row.get("oom"):
                 diff = (row["logits"] - plain["logits"]).abs().max() / plain["logits"].abs().max().clamp(min=1e-6)
@@ -290,7 +301,8 @@ def main() -> None:
     ap.add_argument("--epochs", type=int, default=None, help="cpu: 3; throughput: 2 (timed)")
     ap.add_argument("--runs", type=int, default=2, help="cpu: runs of each setting")
     ap.add_argument("--vs", default=None, help="cpu: also time this commit's code one at a time")
-    ap.add_argument("--variants", nargs="*", default=[], choices=["channels_last", "bf16", "compile"])
+    ap.add_argument("--variants", nargs="*", default=[],
+                    choices=["channels_last", "bf16", "compile", "nondeterministic"])
     ap.add_argument("--variant-g", type=int, default=None)
     ap.add_argument("--project-epochs", type=int, default=PROJECT_EPOCHS)
     ap.add_argument("--toy", action="store_true", help="throughput: width 8, batch 32 (CPU tests)")

@@ -3,7 +3,7 @@
     python benchmarks/gpu_campaign.py --plan [--budget-s 360]                  # what the next call runs
     bash benchmarks/gpu_run.sh campaign                                         # on a lent GPU (docs/gpu.md)
     python benchmarks/gpu_campaign.py --apply FILES_AT/campaign-update.tar.gz   # back here: commit what it brought
-    python benchmarks/gpu_campaign.py --device cpu --toy --data-dir ../shared/data/cifar10-subset --work /tmp/toy
+    python benchmarks/gpu_campaign.py --device cpu --toy                        # every item at toy scale, here
 
 The campaign is a list of items (:data:`ITEMS`), each one ``harness evaluate`` run (or, first, the
 stacked trainer's throughput figure) that answers one question of the paper (Aerni, Zhang and
@@ -32,15 +32,16 @@ copied into :data:`PAPER`).
 
 ``--toy`` runs every item end to end at toy scale (the first 24 images of each training batch, 60
 test images, 6 models, one epoch, 8 audit samples) with its state, results and docs copy under
-``--work``: tests/test_gpu_campaign.py runs it on the CPU, with the budget logic, the resume and the
-docs table writer.
+``--work`` (default runs/gpu-campaign-toy): the same command again resumes from that state (and
+runs nothing once every item is done; delete the folder to start over). tests/test_gpu_campaign.py
+checks the budget logic, the resume, the update archive and the docs table writer, and runs three
+items end to end at toy scale.
 """
 
 from __future__ import annotations
 
 import argparse
 import gzip
-import io
 import json
 import os
 import shutil
@@ -49,7 +50,9 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import threading
 import time
+import traceback
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -60,6 +63,9 @@ CAMPAIGN_DIR = Path("benchmarks/gpu-results/campaign")  # relative to the reposi
 STATE_NAME = "state.json"
 DOCS = Path("docs/gpu.md")
 UPDATE_TAR = "campaign-update.tar.gz"
+TOY_WORK = Path("runs/gpu-campaign-toy")
+#: where --data-dir is looked for when not given: a lent GPU's prepared copy, then the shared subset
+DATA_DIRS = (REPO / ".gpu/data/cifar10-subset", REPO.parent / "shared/data/cifar10-subset")
 #: a prediction must fit SAFETY times in what is left of the budget
 SAFETY = 1.25
 #: an item is stopped after STOP_FACTOR x its prediction (+ STOP_GRACE_S)
@@ -104,8 +110,8 @@ PRIOR_RATES: dict[str, dict[str, Any]] = {
     "seconds": {"seconds": 1.0, "unit": "second", "source": "prior: the figure's own estimate"},
 }
 #: the throughput figure's model-epochs: G = 1 alone and G = 1, 8, 16, 32, 64 stacked, each for one untimed
-#: and two timed epochs, and three variants at G = 16; plus torch.compile's compilation (seconds, a guess)
-THROUGHPUT_MODEL_EPOCHS = 3 * (1 + 1 + 8 + 16 + 32 + 64) + 3 * 3 * 16
+#: and two timed epochs, and four variants at G = 16; plus torch.compile's compilation (seconds, a guess)
+THROUGHPUT_MODEL_EPOCHS = 3 * (1 + 1 + 8 + 16 + 32 + 64) + 4 * 3 * 16
 COMPILE_S = 60.0
 #: start-up, data, canaries, queries and the attack phase of one ``harness evaluate`` call (seconds),
 #: plus per model (queries: 18 views of ~2 000 images)
@@ -165,7 +171,7 @@ DP_CANARIES = ("mislabeled", "ood", "uniform")
 ITEMS: tuple[Item, ...] = (
     Item("throughput", "models per second of the stacked airbench network at G = 1, 8, 16, 32, 64", "device",
          "throughput", THROUGHPUT_MODEL_EPOCHS, 0, 5.0, ("--groups", "1", "8", "16", "32", "64", "--epochs", "2", "--variants",
-                                     "channels_last", "bf16", "compile", "--variant-g", "16"),
+                                     "channels_last", "bf16", "nondeterministic", "compile", "--variant-g", "16"),
          toy=("--toy", "--groups", "1", "2", "--epochs", "1", "--variants", "channels_last", "--variant-g", "2"),
          scale="2 timed epochs after one untimed, per G"),
     Item("dpsgd-vmap", "do DP-SGD's per-sample gradients vectorise across models (nested vmap vs one at a time)?",
@@ -412,25 +418,19 @@ def _run(cmd: list[str], timeout_s: float, log: Callable[[str], None]) -> int:
     (the device call's own limit), it stops the command the same way, within 8 s, and re-raises."""
     log(f"$ {' '.join(cmd)}  (stop after {timeout_s:.0f} s)")
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
-    assert proc.stdout is not None
-    os.set_blocking(proc.stdout.fileno(), False)
+                            bufsize=1, start_new_session=True)
+
+    def pump() -> None:  # the command's output, line by line, into the log
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            log("  " + line.rstrip("\n"))
+
+    reader = threading.Thread(target=pump, daemon=True)
+    reader.start()
     deadline = time.monotonic() + timeout_s
-    stopped, buf = False, ""
-
-    def drain(final: bool = False) -> None:
-        nonlocal buf
-        chunk = proc.stdout.read() if proc.stdout is not None else None
-        buf += chunk or ""
-        *lines, buf = buf.split("\n")
-        if final and buf:
-            lines, buf = lines + [buf], ""
-        for line in lines:
-            log("  " + line)
-
+    stopped = False
     try:
         while proc.poll() is None:
-            drain()
             now = time.monotonic()
             if not stopped and now > deadline:
                 log(f"  (stopping: {timeout_s:.0f} s passed)")
@@ -446,9 +446,9 @@ def _run(cmd: list[str], timeout_s: float, log: Callable[[str], None]) -> int:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-        drain(final=True)
+        reader.join(2)
         raise
-    drain(final=True)
+    reader.join(5)
     return -2 if stopped else proc.returncode
 
 
@@ -543,6 +543,9 @@ def run_campaign(ctx: Context, state_path: Path, budget_s: float, only: list[str
                 status, summary = run_item(item, ctx, state, min(left, STOP_FACTOR * predicted + STOP_GRACE_S))
             except KeyboardInterrupt:
                 status, summary, interrupted = "interrupted", None, True
+            except Exception:  # the campaign's own failure on this item: logged, and the call goes on
+                ctx.log(traceback.format_exc())
+                status, summary = "failed", None
             measured = clock() - t0
             rec.update({"status": status, "predicted_s": round(predicted, 1), "measured_s": round(measured, 1),
                         "device": device, "when": datetime.now(timezone.utc).isoformat(timespec="seconds")})
@@ -736,14 +739,17 @@ def toy_work(work: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", type=Path, default=None, help="a CIFAR-10 folder (the subset)")
+    ap.add_argument("--data-dir", type=Path, default=None, help="a CIFAR-10 folder (the subset); default "
+                    ".gpu/data/cifar10-subset where it exists (a lent GPU), else ../shared/data/cifar10-subset")
     ap.add_argument("--device", default=None, help="default: cuda where torch sees one, else cpu")
-    ap.add_argument("--budget-s", type=float, default=360.0, help="device seconds this call may use")
+    ap.add_argument("--budget-s", type=float, default=None, help="device seconds this call may use (default 360; "
+                    "--toy: 3600, so that every item runs: the predictions are the GPU's)")
     ap.add_argument("--runs", type=Path, default=None, help="harness runs (kept: a later call on the same "
                     "machine resumes them); default /tmp/gpu-runs")
     ap.add_argument("--out", type=Path, default=None, help="also write OUT/campaign-update.tar.gz (the device's $OUT)")
     ap.add_argument("--state", type=Path, default=None, help=f"default {CAMPAIGN_DIR / STATE_NAME} (--toy: under --work)")
-    ap.add_argument("--work", type=Path, default=None, help="--toy: the folder its state, results and docs copy go to")
+    ap.add_argument("--work", type=Path, default=None, help="--toy: the folder its state, results and docs copy go "
+                    f"to (default {TOY_WORK}, ignored by git)")
     ap.add_argument("--only", nargs="+", default=None, metavar="ITEM", help="run only these items")
     ap.add_argument("--toy", action="store_true", help="every item at toy scale (the CPU test)")
     ap.add_argument("--plan", action="store_true", help="print what a call of --budget-s would run, and stop")
@@ -756,7 +762,11 @@ def main(argv: list[str] | None = None) -> None:
         if unknown:
             ap.error(f"unknown item(s) {', '.join(unknown)}; known: {', '.join(it.id for it in ITEMS)}")
     if args.toy and args.work is None:
-        ap.error("--toy needs --work DIR (its state, results and docs copy stay out of the checkout)")
+        args.work = REPO / TOY_WORK  # the toy's state, results and docs copy stay out of the checkout's files
+    if args.work is not None and not args.toy:
+        ap.error("--work is for --toy (a real call writes the campaign folder and docs/gpu.md of this checkout)")
+    if args.budget_s is None:
+        args.budget_s = 3600.0 if args.toy else 360.0
     if args.budget_s <= END_RESERVE_S:
         ap.error(f"--budget-s must exceed {END_RESERVE_S:.0f} s")
     work = args.work.resolve() if args.work else REPO
@@ -782,8 +792,11 @@ def main(argv: list[str] | None = None) -> None:
         for line in later:
             print(f"later {line}")
         return
+    if args.data_dir is None:
+        args.data_dir = next((p for p in DATA_DIRS if (p / "cifar-10-batches-py").is_dir()), None)
     if args.data_dir is None or not args.data_dir.is_dir():
-        ap.error("--data-dir must name a CIFAR-10 folder (e.g. .gpu/data/cifar10-subset on a lent GPU)")
+        ap.error("--data-dir must name a CIFAR-10 folder (.gpu/data/cifar10-subset on a lent GPU, "
+                 "../shared/data/cifar10-subset here)")
     import torch
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")

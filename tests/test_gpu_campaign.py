@@ -176,17 +176,19 @@ def test_committed_state_and_paper_figures():
 
 @pytest.mark.slow
 def test_toy_campaign_end_to_end_and_resume(tmp_path, cifar_subset):
-    """``--toy`` on the CPU: the throughput figure and two harness items run end to end (real results
-    read into the docs table), and the same command again runs nothing."""
+    """``--toy`` on the CPU: the throughput and DP-SGD vectorisation figures and two harness items run
+    end to end (real results read into the docs tables), and the same command again runs nothing."""
     work = tmp_path / "work"
     cmd = [sys.executable, str(REPO / "benchmarks" / "gpu_campaign.py"), "--device", "cpu", "--toy", "--data-dir",
            str(cifar_subset), "--work", str(work), "--budget-s", "100000", "--only", "throughput",
-           "undefended-mislabeled", "hamp-mislabeled"]
+           "dpsgd-vmap", "undefended-mislabeled", "hamp-mislabeled"]
     res = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     state = json.loads((work / gc.CAMPAIGN_DIR / gc.STATE_NAME).read_text())
     assert {i for i, r in state["items"].items() if r["status"] == "done"} == {
-        "throughput", "undefended-mislabeled", "hamp-mislabeled"}
+        "throughput", "dpsgd-vmap", "undefended-mislabeled", "hamp-mislabeled"}
+    dp = json.loads((work / gc.CAMPAIGN_DIR / "dpsgd-vmap.json").read_text())["dpsgd"]
+    assert [r["G"] for r in dp["rows"]] == [1, 2] and all(r["max_difference"] < 1e-5 for r in dp["rows"])
     hamp = json.loads((work / gc.CAMPAIGN_DIR / "hamp-mislabeled.json").read_text())
     assert hamp["attack"] == "label-only" and 0 <= hamp["figure"]["tpr"] <= 1 and "lira" in hamp["compare"]
     assert (work / gc.CAMPAIGN_DIR / "hamp-mislabeled.results.json.gz").is_file()
