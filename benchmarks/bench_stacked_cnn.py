@@ -2,6 +2,7 @@
 
     python benchmarks/bench_stacked_cnn.py cpu --data-dir ../shared/data/cifar10-subset [--models 8] [--epochs 3]
         [--groups 2 4] [--runs 2] [--vs REV]
+    python benchmarks/bench_stacked_cnn.py cnn --data-dir ../shared/data/cifar10-subset [--groups 2 4] [--rounds 3]
     python benchmarks/bench_stacked_cnn.py throughput --data-dir DIR [--device cuda] [--groups 1 8 16 32 64]
         [--epochs 2] [--variants channels_last bf16 compile] [--out DIR]
     python benchmarks/bench_stacked_cnn.py dpsgd [--device cuda] [--groups 1 4 8 16] [--repeats 7]
@@ -11,6 +12,10 @@
   with the models trained one at a time (``run.group_size=1``) and stacked (``run.group_size=G``),
   and with ``--vs REV`` REV's code one at a time (a git worktree), the settings taking turns run by
   run. Prints the wall times, each model's own training time (results.json) and the ratios.
+- ``cnn``: the same question inside one process, so that a loaded machine's drift hits every setting
+  alike: seconds per model-epoch of the ``cifar10`` preset's CNN on its population-level training
+  sets, one thread, one model alone (channels-first and channels-last) and G models stacked (both
+  layouts), the settings taking turns for ``--rounds`` rounds (median, min-max).
 - ``throughput`` (the GPU figure of issue 45): G airbench models of the ``fast`` recipe (width 64,
   batch 512, flips and shifts) trained stacked for ``--epochs`` epochs on their own population-level
   training sets of the data folder, for each G of ``--groups``, after an untimed epoch at the same
@@ -104,6 +109,56 @@ def bench_cpu(data_dir: Path, models: int, epochs: int, groups: list[int], runs:
               + (f", each model's own training {statistics.median(pm):.2f} s" if pm else "")
               + f"; alone / this {med['alone'] / v:.2f}x")
     return out
+
+
+# --- cnn: the cifar10 preset's CNN, one process, settings taking turns -------------------------------
+
+
+def bench_cnn(data_dir: Path, groups: list[int], rounds: int) -> dict[str, Any]:
+    from defenses.base import FitContext
+    from defenses.stacked import StackOptions, train_stacked
+    from defenses.training import init_network, train_classifier
+    from harness.core.data import load_dataset
+    from harness.defense_config import build_config
+    from harness.run.runner import build_level, model_seed, training_set
+
+    torch.set_num_threads(1)
+    cfg = build_config("cifar10", {"data.path": str(data_dir), "train.epochs": 1, "run.level": "population"})
+    data = load_dataset(cfg.data, cfg.seed)
+    ld = build_level(cfg, data, "population", "none")
+    n = max(groups)
+    trains = [training_set(data, ld, i) for i in range(n)]
+    ctxs = [FitContext(seed=model_seed(cfg.seed, i, cfg.audit.rng, cfg.audit.models), device="cpu", train=cfg.train)
+            for i in range(n)]
+    settings: dict[str, Any] = {"alone, channels-first": (1, False), "alone, channels-last": (1, True)}
+    for g in groups:
+        settings[f"stacked by {g}, channels-first"] = (g, False)
+        settings[f"stacked by {g}, channels-last"] = (g, True)
+
+    def once(g: int, last: bool) -> float:
+        t0 = time.perf_counter()
+        if g == 1:
+            train_classifier(init_network(trains[0], ctxs[0]), trains[0], ctxs[0], channels_last=last)
+        else:
+            train_stacked([init_network(t, c) for t, c in zip(trains[:g], ctxs[:g])], trains[:g], ctxs[:g],
+                          options=StackOptions(channels_last=last))
+        return (time.perf_counter() - t0) / g
+
+    for g, last in settings.values():  # warm-up: oneDNN builds its kernels for each shape once
+        once(g, last)
+    times: dict[str, list[float]] = {k: [] for k in settings}
+    for r in range(rounds):
+        for name, (g, last) in settings.items():
+            times[name].append(once(g, last))
+            print(f"round {r + 1} {name}: {times[name][-1]:.2f} s per model-epoch", flush=True)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    base = med["alone, channels-first"]
+    for k, v in med.items():
+        print(f"{k}: median {v:.2f} s per model-epoch ({min(times[k]):.2f}-{max(times[k]):.2f}); "
+              f"alone channels-first / this {base / v:.2f}x")
+    return {"figure": "cifar10 preset CNN, seconds per model-epoch, one thread", "train_images": len(trains[0]),
+            "rounds": rounds, "seconds": times, "median": med, "speedup_over_alone_channels_first":
+            {k: base / v for k, v in med.items()}}
 
 
 # --- throughput: models per second of the stacked airbench network --------------------------------
@@ -293,13 +348,14 @@ def bench_dpsgd(device: str, groups: list[int], repeats: int = 7,
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["cpu", "throughput", "dpsgd"])
+    ap.add_argument("mode", choices=["cpu", "cnn", "throughput", "dpsgd"])
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--groups", type=int, nargs="+", default=None)
     ap.add_argument("--models", type=int, default=8, help="cpu: models per run")
     ap.add_argument("--epochs", type=int, default=None, help="cpu: 3; throughput: 2 (timed)")
     ap.add_argument("--runs", type=int, default=2, help="cpu: runs of each setting")
+    ap.add_argument("--rounds", type=int, default=3, help="cnn: rounds of every setting")
     ap.add_argument("--vs", default=None, help="cpu: also time this commit's code one at a time")
     ap.add_argument("--variants", nargs="*", default=[],
                     choices=["channels_last", "bf16", "compile", "nondeterministic"])
@@ -309,10 +365,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=7, help="dpsgd: timed repeats of each (the median is kept)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
-    if args.mode in ("cpu", "throughput") and args.data_dir is None:
+    if args.mode in ("cpu", "cnn", "throughput") and args.data_dir is None:
         ap.error(f"{args.mode} needs --data-dir (a CIFAR-10 folder, e.g. ../shared/data/cifar10-subset)")
     if args.mode == "cpu":
         fig = bench_cpu(args.data_dir, args.models, args.epochs or 3, args.groups or [2, 4], args.runs, args.vs)
+    elif args.mode == "cnn":
+        fig = bench_cnn(args.data_dir, args.groups or [2, 4], args.rounds)
     elif args.mode == "throughput":
         fig = bench_throughput(args.data_dir, args.device, args.groups or [1, 8, 16, 32, 64], args.epochs or 2,
                                args.variants, args.variant_g, args.project_epochs, args.toy, args.out)

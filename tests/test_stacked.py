@@ -107,6 +107,8 @@ def test_auto_group_size_only_for_stackable_recipes():
     c = cfg("relaxloss")
     assert group_size(c, make_defense(c)) == AUTO_GROUP_SIZE  # its own loss, stacked (the grouped engine)
     c = cfg("dpsgd-medium")
+    assert group_size(c, make_defense(c)) == AUTO_GROUP_SIZE  # per-sample gradients of the group in one vmap
+    c = cfg("selena")
     assert group_size(c, make_defense(c)) == 1  # its own loop: one at a time
     c = cfg("undefended", model="cnn")
     assert group_size(c, make_defense(c)) == 1  # a stacked CNN is slower than one alone on the CPU

@@ -579,16 +579,20 @@ def train_group(group: TrainGroup) -> list[dict]:
 
 def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
     """Models per training job: ``run.group_size``, or for 0 (auto) the measured choice for the
-    recipe and device (docs/executors.md): where the defense trains stacked models, AUTO_GROUP_SIZE
-    for the ``mlp``, and for the convolutional networks AUTO_GPU_GROUP_SIZE on a GPU and 1 on the
-    CPU (stacked CNNs were measured slower there); 1 elsewhere."""
+    recipe and device (docs/executors.md): where the defense trains stacked models, for the grouped
+    CNNs (``cnn``, ``airbench``) AUTO_GPU_GROUP_SIZE on a GPU and 1 on the CPU (a stacked CNN was
+    measured slower there), else AUTO_GROUP_SIZE (the ``mlp`` recipes, DP-SGD's ``cnn-gn``); 1 where
+    the defense trains one model at a time."""
     if cfg.run.group_size:
         return cfg.run.group_size
+    from defenses.stacked import GROUPED_MODELS
+
     if not defense.can_group(cfg.train):
         return 1
-    if cfg.train.model == "mlp":
-        return AUTO_GROUP_SIZE
-    return AUTO_GPU_GROUP_SIZE if resolve_device(cfg.run.device).startswith("cuda") else 1
+    if cfg.train.model in GROUPED_MODELS:
+        return AUTO_GPU_GROUP_SIZE if resolve_device(cfg.run.device).startswith("cuda") else 1
+    return AUTO_GROUP_SIZE
+
 
 
 #: models per stacked job when run.group_size is 0, measured on this project's 2-core CPU
