@@ -11,9 +11,10 @@ groups of G (1 thread); the same for the default group size with 2 threads; then
 difference between 1- and 2-thread one-at-a-time training of the same model after 1 and 40 epochs
 (the rounding SGD amplifies; docs/protocol.md, Determinism).
 
-``--defense hamp`` (or ``relaxloss``) times that defense's quick-preset recipe instead, through its own
-``fit`` one at a time and its ``fit_group`` (the grouped engine, defenses/grouped.py) in groups of G, on
-one thread, for ``--epochs`` epochs (default: the recipe's), and prints only those lines.
+``--defense hamp`` (or ``relaxloss``, ``dpsgd-high``, ...) times that defense's recipe of ``--preset``
+(default quick) instead, through its own ``fit`` one at a time and its ``fit_group`` in groups of G
+(the grouped engine, defenses/grouped.py; DP-SGD's nested vmap, defenses/dpsgd_stacked.py), on one
+thread, for ``--epochs`` epochs (default: the recipe's), and prints only those lines.
 """
 
 from __future__ import annotations
@@ -39,8 +40,10 @@ def main() -> None:
     ap.add_argument("--alone", type=int, default=8, help="models timed one at a time")
     ap.add_argument("--models", type=int, default=32, help="models trained in groups of each size")
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--defense", default="undefended", help="undefended (default), hamp or relaxloss")
+    ap.add_argument("--defense", default="undefended", help="undefended (default), or a stackable defense: hamp, relaxloss, dpsgd-high, ...")
     ap.add_argument("--epochs", type=int, default=None, help="--defense: epochs (default: the recipe's)")
+    ap.add_argument("--preset", default="quick", help="--defense: the preset (cifar10 needs --data-dir)")
+    ap.add_argument("--data-dir", default=None, help="--defense: the data folder of --preset cifar10")
     args = ap.parse_args()
     if args.defense != "undefended":
         return defense_timings(args)
@@ -92,11 +95,12 @@ def main() -> None:
 
 
 def defense_timings(args: argparse.Namespace) -> None:
-    """Seconds per model of a defense's quick-preset recipe: its ``fit`` alone against ``fit_group``."""
+    """Seconds per model of a defense's recipe (``--preset``): its ``fit`` alone against ``fit_group``."""
     from harness.plugins import make_defense
 
-    over = {"defense": args.defense, **({"train.epochs": args.epochs} if args.epochs else {})}
-    cfg = build_config("quick", over)
+    over = {"defense": args.defense, **({"train.epochs": args.epochs} if args.epochs else {}),
+            **({"data.path": args.data_dir} if args.data_dir else {})}
+    cfg = build_config(args.preset, over)
     defense = make_defense(cfg)
     data = load_dataset(cfg.data, cfg.seed)
     ld = build_level(cfg, data, "population", "none")
@@ -108,7 +112,8 @@ def defense_timings(args: argparse.Namespace) -> None:
     t0 = time.perf_counter()
     for t, c in zip(trains[: args.alone], ctxs[: args.alone]):
         defense.fit(t, c)
-    print(f"{args.defense}, {cfg.train.epochs} epochs, alone, 1 thread: "
+    epochs = defense.params.get("epochs", cfg.train.epochs)
+    print(f"{args.defense} ({args.preset}, {cfg.train.model}), {epochs} epochs, alone, 1 thread: "
           f"{(time.perf_counter() - t0) / max(args.alone, 1):.2f} s per model", flush=True)
     for g in args.groups:
         times = []
@@ -117,7 +122,8 @@ def defense_timings(args: argparse.Namespace) -> None:
             for lo in range(0, args.models, g):
                 defense.fit_group(trains[lo : min(lo + g, args.models)], ctxs[lo : min(lo + g, args.models)])
             times.append((time.perf_counter() - t0) / args.models)
-        print(f"{args.defense}, stacked by {g}, 1 thread: {statistics.median(times):.2f} s per model "
+        print(f"{args.defense} ({args.preset}, {cfg.train.model}), stacked by {g}, 1 thread: "
+              f"{statistics.median(times):.2f} s per model "
               f"({min(times):.2f}-{max(times):.2f})", flush=True)
 
 

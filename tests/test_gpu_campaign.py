@@ -1,6 +1,7 @@
 """benchmarks/gpu_campaign.py, the GPU campaign of issue 45, on the CPU: its budget logic (what a call
 runs, in which order, what it leaves), the resume from its committed state, the docs/gpu.md table
-writer, the archive that brings a slot's results home, and (slow) items end to end at toy scale."""
+writer, the archive that brings a slot's results home, every item's configuration at full and toy scale,
+and (slow) items end to end at toy scale."""
 
 from __future__ import annotations
 
@@ -172,6 +173,60 @@ def test_committed_state_and_paper_figures():
                            float(r["population_test_acc"]), float(r["sample_test_acc"]))
         assert fig[4:] == (r["canary"], r["adaptive_attack"])
     assert all(it.paper in gc.PAPER for it in gc.ITEMS if it.paper)
+
+
+def _item_config(args: list[str], data_dir: Path, device: str):
+    """The configuration ``harness evaluate ARGS --data-dir DIR --device DEVICE`` would run (its options
+    read as the CLI reads them), without training."""
+    from harness.cli.common import flag_overrides
+    from harness.core.overrides import parse_set_options
+    from harness.defense_config import build_config
+
+    defense, rest = args[0], args[1:]
+    opts: dict[str, str] = {}
+    sets: list[str] = []
+    for flag, value in zip(rest[::2], rest[1::2]):
+        if flag == "--set":
+            sets.append(value)
+        else:
+            opts[flag.lstrip("-")] = value
+    overrides = parse_set_options(sets)
+    overrides.update(flag_overrides(models=int(opts.pop("models")), epochs=int(opts.pop("epochs")) if "epochs" in opts
+                                    else None, level=opts.pop("level"), data_dir=str(data_dir), device=device))
+    preset = opts.pop("preset")
+    assert not opts, f"options the test does not read: {opts}"
+    return build_config(preset, {"defense": defense, **overrides})
+
+
+@pytest.mark.slow  # about 5 s alone: torch and every attack module imported
+def test_every_item_configures_at_full_and_toy_scale(cifar_subset):
+    """Every harness item's arguments, as a GPU slot runs them (full scale, the throughput figure's group
+    size) and as ``--toy`` runs them, build a valid configuration, with the scale the docs table names;
+    the items marked stacked train stacked (so the throughput figure's group size applies to them), and
+    no other item does. No training: a typo in an item fails here, not on the device."""
+    from harness.core.overrides import run_attack_names
+    from harness.plugins import make_defense, resolve
+
+    for it in gc.ITEMS:
+        if it.kind in ("throughput", "seconds"):
+            continue
+        full = [*gc.harness_args(it, False), *(["--set", "run.group_size=16"] if it.stacked else [])]
+        cfg = _item_config(full, cifar_subset, "cuda")
+        assert cfg.audit.models == it.models, it.id
+        if it.epochs is not None:  # SimCLR takes --epochs as its own (defense_params.epochs)
+            assert cfg.defense_params.get("epochs", cfg.train.epochs) == it.epochs, it.id
+        assert cfg.run.level == it.level, it.id
+        if it.canaries:
+            got = cfg.audit.canary if isinstance(cfg.audit.canary, list) else [cfg.audit.canary]
+            assert tuple(got) == it.canaries, it.id
+            for c in got:  # a canary's name is checked when the run starts; here before it
+                resolve("canaries", c)
+        attacks = run_attack_names(cfg.model_dump(), resolve("defenses", cfg.defense))
+        assert {"lira" if it.level == "population" else it.attack, *it.compare} <= set(attacks), it.id
+        assert make_defense(cfg).can_group(cfg.train) == it.stacked or it.kind.startswith("dpsgd"), it.id
+        toy = _item_config(gc.harness_args(it, True), cifar_subset, "cpu")
+        assert toy.audit.models == gc.TOY_MODELS and toy.audit.size == 8, it.id
+        assert toy.defense == cfg.defense and toy.run.level == cfg.run.level, it.id
 
 
 @pytest.mark.slow
