@@ -53,12 +53,14 @@ def reference_seconds(repeats: int = 3) -> float:
     return statistics.median(times)
 
 
-def time_quick(cwd: Path, sets: list[str], phases: list[dict] | None = None) -> float:
-    """Wall seconds of ``harness evaluate undefended`` run from the code at ``cwd``, into a fresh folder;
-    the run's own phase timings (results.json ``timings``) are appended to ``phases`` when given."""
+def time_quick(cwd: Path, sets: list[str], phases: list[dict] | None = None,
+               args: tuple[str, ...] = ("undefended",)) -> float:
+    """Wall seconds of ``harness evaluate ARGS`` (default: ``undefended``, the quick preset) run from the
+    code at ``cwd``, into a fresh folder; the run's own phase timings (results.json ``timings``) are
+    appended to ``phases`` when given."""
     with tempfile.TemporaryDirectory() as out:
         cmd = [sys.executable, "-c", "import sys; from harness.cli import main; sys.exit(main())",
-               "evaluate", "undefended", "--set", f"run.out={out}"]
+               "evaluate", *args, "--set", f"run.out={out}"]
         for s in sets:
             cmd += ["--set", s]
         env = {**os.environ, "PYTHONPATH": str(cwd)}

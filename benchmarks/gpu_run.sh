@@ -4,7 +4,9 @@
 # subset in .gpu/data, each result under $OUT. From the device tool:
 #   run(command="bash benchmarks/gpu_run.sh smoke epoch attack fast", carry=[".gpu"], timeout_s=600)
 # FIGURE is smoke (every figure at toy scale: do the code paths run on this device? about a minute),
-# epoch, attack (after epoch in the same call: it reads $OUT/epoch.json), fast, hamp or ssl.
+# epoch, attack (after epoch in the same call: it reads $OUT/epoch.json), fast, hamp or ssl; or campaign:
+# benchmarks/gpu_campaign.py, the paper's questions item by item within the figure's limit (its state and
+# results come back in $OUT/campaign-update.tar.gz; `python benchmarks/gpu_campaign.py --apply` here).
 # ARGS_<figure> adds arguments to one figure (ARGS_hamp="--models 8 --epochs 30 --workers 4").
 # BUDGET (default 560 s, inside the device call's 600 s) bounds the whole call: each figure stops
 # after LIMIT_<figure> seconds or what is left of the budget, whichever is less, and a figure with
@@ -36,8 +38,9 @@ for fig in "$@"; do
     runs=(--runs /tmp/gpu-runs)
     case "$fig" in smoke|epoch|attack) runs=() ;; esac
     echo "=== $fig ${!extra:-} (limit $limit s) $(date +%T)" | tee -a "$OUT/log.txt"
+    cmd=(benchmarks/bench_gpu.py "$fig"); [ "$fig" = campaign ] && cmd=(benchmarks/gpu_campaign.py --budget-s $((limit - 10)))
     # shellcheck disable=SC2086
-    timeout --signal=INT --kill-after=20 "$limit" python3 benchmarks/bench_gpu.py "$fig" \
+    timeout --signal=INT --kill-after=20 "$limit" python3 "${cmd[@]}" \
         --data-dir .gpu/data/cifar10-subset --device cuda --out "$OUT" "${runs[@]}" ${!extra:-} 2>&1 | tee -a "$OUT/log.txt"
     rc=${PIPESTATUS[0]}
     echo "=== $fig exit $rc $(date +%T)" | tee -a "$OUT/log.txt"

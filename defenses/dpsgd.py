@@ -65,6 +65,10 @@ nn = LazyModule("torch.nn")
 
 Grads = dict[str, "torch.Tensor"]
 
+#: the networks whose DP-SGD models train stacked (defenses/dpsgd_stacked.py): small ones; WRN16-4's
+#: per-sample gradients (2.7 M parameters x physical batch x augmult) already fill a GPU for one model
+STACKABLE_DP_MODELS = ("mlp", "cnn-gn")
+
 #: Largest discretization grid the PRV accountant may use (points). Opacus's PRV accountant needs
 #: about 250 bytes per point; the paper's noise levels need 1e8 points or more (tens of GB).
 PRV_MAX_GRID_POINTS = 4_000_000
@@ -303,7 +307,10 @@ class DPSGDTrainer:
 
     def noisy_gradient(self, idx: torch.Tensor) -> Grads:
         """``(sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / E`` (E the expected batch size) for the batch ``idx``."""
-        total = self.clipped_sum(idx)
+        return self.add_noise(self.clipped_sum(idx))
+
+    def add_noise(self, total: Grads) -> Grads:
+        """``(total + N(0, sigma^2 C^2 I)) / E``, the noise drawn per parameter in the network's order."""
         std = self.settings.noise_multiplier * self.settings.max_grad_norm
         out = {}
         for k, g in total.items():
@@ -329,9 +336,15 @@ class DPSGDTrainer:
 
     def step(self, idx: torch.Tensor) -> None:
         """One logical step on the batch ``idx``: privatized SGD update, EMA, accountant."""
-        if len(idx) == 0:
+        self.finish_step(self.clipped_sum(idx), len(idx))
+
+    def finish_step(self, total: Grads, batch_size: int) -> None:
+        """The step after the clipped sum ``total`` of a batch of ``batch_size`` samples: noise, the
+        SGD update, the EMA and the accountant (:mod:`defenses.dpsgd_stacked` computes the sums of
+        several models at once)."""
+        if batch_size == 0:
             self.empty_batches += 1
-        g = self.noisy_gradient(idx)
+        g = self.add_noise(total)
         with torch.no_grad():
             for k, p in self.net.named_parameters():
                 p.add_(g[k], alpha=-self.settings.lr)
@@ -431,15 +444,35 @@ class DPSGD(Defense):
             raise ValueError(f"DP-SGD needs a model without BatchNorm (per-sample gradients): mlp, cnn-gn or "
                              f"wrn16-4-gn, got train.model={cfg.train.model}")
 
-    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+    def trainer(self, train: LabeledImages, ctx: FitContext) -> DPSGDTrainer:
+        """The trainer of one model (its accountant's grid checked first)."""
         s = self.settings
         n = len(train)
         check_accountant(s.accountant, s.noise_multiplier, sample_rate(n, s.batch_size, s.poisson_rate),
                          s.epochs * steps_per_epoch(n, s.batch_size), s.delta)
-        net = init_network(train, ctx)
-        trainer = DPSGDTrainer(net, train, s, seed=ctx.seed, device=ctx.device, augment=ctx.train.augment)
+        return DPSGDTrainer(init_network(train, ctx), train, s, seed=ctx.seed, device=ctx.device,
+                            augment=ctx.train.augment)
+
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        trainer = self.trainer(train, ctx)
         ema = trainer.train(ctx)
         return TorchClassifier(ema, train.mean, train.std, ctx.device, record=trainer.info())
+
+    def stacks(self, train: Any) -> bool:
+        return train.model in STACKABLE_DP_MODELS
+
+    def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
+        """Several models in one loop, their per-sample gradients in one nested vmap
+        (:mod:`defenses.dpsgd_stacked`), each otherwise exactly as :meth:`fit`; None for a lone model
+        or a network whose per-sample gradients are not stacked (WRN16-4: their memory)."""
+        from defenses.dpsgd_stacked import train_dpsgd_stacked
+
+        if len(trains) == 1 or ctxs[0].train.model not in STACKABLE_DP_MODELS:
+            return None
+        trainers = [self.trainer(t, c) for t, c in zip(trains, ctxs)]
+        emas = train_dpsgd_stacked(trainers, ctxs)
+        return [TorchClassifier(e, t.mean, t.std, c.device, record=tr.info())
+                for e, t, c, tr in zip(emas, trains, ctxs, trainers)]
 
 
 class DPSGDMedium(DPSGD):

@@ -58,6 +58,19 @@ def hamp_loss(logits: torch.Tensor, soft: torch.Tensor, alpha: float) -> torch.T
     return kl - alpha * entropy
 
 
+def hamp_stacked_loss(logits: torch.Tensor, soft: torch.Tensor, row_weight: torch.Tensor,
+                      alpha: float) -> torch.Tensor:
+    """:func:`hamp_loss` of each of G stacked models (G,) on its real rows: with ``w_gi`` = 1/k_g on
+    model g's k_g real rows (0 on padding), ``sum_i w_gi KL_gi / K - alpha sum_i w_gi H_gi``, i.e. the
+    KL divergence's mean over the k_g x K elements and the mean entropy, as alone."""
+    import torch
+
+    logp = torch.log_softmax(logits, dim=-1)
+    kl = (soft * (torch.log(soft) - logp)).sum(-1) / soft.shape[-1]
+    entropy = -(logp.exp() * logp).sum(-1)
+    return (kl * row_weight).sum(1) - alpha * (entropy * row_weight).sum(1)
+
+
 def rank_remap(real: np.ndarray, random_logits: np.ndarray) -> np.ndarray:
     """Give each class of ``real`` (N, K) the random logit of the same rank: the class with the
     k-th smallest real logit receives the k-th smallest of that row of ``random_logits``."""
@@ -110,13 +123,38 @@ class HAMP(Defense):
         if alpha < 0:
             raise ValueError(f"regularization must be >= 0, got {alpha!r}")
 
-    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+    def soft_labels(self, train: LabeledImages) -> np.ndarray:
+        """The high-entropy soft labels (N, K): p on the true class, (1 - p) / (K - 1) elsewhere."""
         k = train.num_classes
         p = soft_label_confidence(float(self.params["entropy_threshold"]), k)
         soft = np.full((len(train), k), (1 - p) / (k - 1), dtype=np.float32)
         soft[np.arange(len(train)), train.y] = p
-        alpha = float(self.params["regularization"])
-        net = init_network(train, ctx)
-        net = train_classifier(net, train, ctx, targets=soft, loss_fn=lambda z, t, epoch: hamp_loss(z, t, alpha))
+        return soft
+
+    def served(self, net: Any, train: LabeledImages, ctx: FitContext) -> ServedModel:
         model = TorchClassifier(net, train.mean, train.std, ctx.device)
         return HAMPServed(model, tuple(train.x.shape[1:]), seed=ctx.seed + 1)
+
+    def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        alpha = float(self.params["regularization"])
+        net = init_network(train, ctx)
+        net = train_classifier(net, train, ctx, targets=self.soft_labels(train),
+                               loss_fn=lambda z, t, epoch: hamp_loss(z, t, alpha))
+        return self.served(net, train, ctx)
+
+    def stacks(self, train: Any) -> bool:
+        from defenses.stacked import stackable
+
+        return stackable(train)
+
+    def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
+        """The models trained stacked with HAMP's loss on their own soft labels
+        (:func:`hamp_stacked_loss`); None where they train one at a time."""
+        from defenses.stacked import train_group_networks
+
+        alpha = float(self.params["regularization"])
+        nets = train_group_networks(trains, ctxs, targets=[self.soft_labels(t) for t in trains],
+                                    loss=lambda z, t, w, epoch: hamp_stacked_loss(z, t, w, alpha))
+        if nets is None:
+            return None
+        return [self.served(n, t, c) for n, t, c in zip(nets, trains, ctxs)]

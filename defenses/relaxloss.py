@@ -44,6 +44,30 @@ def relaxloss_loss(logits: torch.Tensor, y: torch.Tensor, epoch: int, alpha: flo
     return ((1 - correct) * flatten - ce).mean()
 
 
+def relaxloss_stacked_loss(logits: torch.Tensor, y: torch.Tensor, row_weight: torch.Tensor, epoch: int,
+                           alpha: float) -> torch.Tensor:
+    """:func:`relaxloss_loss` of each of G stacked models (G,) on its real rows (``row_weight`` 1/k_g
+    there, 0 on padding): the branch (descent, ascent, posterior flattening) chosen per model from
+    its own mean cross-entropy, as alone."""
+    import torch
+    from torch import nn
+
+    g, b, k = logits.shape
+    ce = nn.functional.cross_entropy(logits.reshape(g * b, k), y.reshape(g * b), reduction="none").view(g, b)
+    mean_ce = (ce * row_weight).sum(1)
+    if epoch % 2 == 0:
+        return (mean_ce - alpha).abs()
+    with torch.no_grad():
+        prob = torch.softmax(logits, dim=-1)
+        p_y = prob.gather(-1, y[..., None])
+        soft = ((1 - p_y) / (k - 1)).expand(-1, -1, k).clone()
+        soft.scatter_(-1, y[..., None], p_y)
+        correct = (logits.argmax(-1) == y).float()
+    flatten = -(soft * torch.log_softmax(logits, dim=-1)).sum(-1)
+    low = (((1 - correct) * flatten - ce) * row_weight).sum(1)
+    return torch.where(mean_ce > alpha, mean_ce, low)
+
+
 class RelaxLoss(Defense):
     name = "relaxloss"
     description = "RelaxLoss: gradient ascent and posterior flattening below a target training loss"
@@ -63,3 +87,20 @@ class RelaxLoss(Defense):
         net = train_classifier(net, train, ctx, loss_fn=lambda z, y, epoch: relaxloss_loss(z, y, epoch, alpha))
         return TorchClassifier(net, train.mean, train.std, ctx.device)
 
+
+    def stacks(self, train: Any) -> bool:
+        from defenses.stacked import stackable
+
+        return stackable(train)
+
+    def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
+        """The models trained stacked with the RelaxLoss objective per model
+        (:func:`relaxloss_stacked_loss`); None where they train one at a time."""
+        from defenses.stacked import train_group_networks
+
+        alpha = float(self.params["target_loss"])
+        nets = train_group_networks(
+            trains, ctxs, loss=lambda z, y, w, epoch: relaxloss_stacked_loss(z, y, w, epoch, alpha))
+        if nets is None:
+            return None
+        return [TorchClassifier(n, t.mean, t.std, c.device) for n, t, c in zip(nets, trains, ctxs)]

@@ -1,23 +1,35 @@
-"""Many small models trained as one: G MLPs with stacked weights, one batched step for all of them.
+"""Many small models trained as one: G models with stacked weights, one batched step for all of them.
 
-A tiny model leaves a CPU's vector units (or a GPU) idle and spends its step in Python and kernel
-launch overhead; G models stacked along a leading axis run each layer as one batched matrix product
-(``torch.bmm``), with the backward pass and the SGD update written out (:class:`_StackedMLP`: no
-autograd graph, buffers reused from step to step, the weight gradients accumulated straight into
-the momentum buffers). Every model keeps what :func:`defenses.training.train_classifier` gives it
-when trained alone: its own initialization (from its seed), its own training set (membership), its
-own data order and augmentations (its own seeded generator, drawn in the same order), the same
-optimizer (SGD with momentum and weight decay as ``torch.optim.SGD``: ``d = g + wd p``,
-``b = m b + d``, ``p = p - lr b``) and learning-rate schedule (:func:`defenses.training.lr_factor`).
-Results equal one-at-a-time training up to float rounding (the batched kernels sum in another
-order); tests/test_stacked.py checks it, and that a model's weights are bit-identical whatever the
-size of its group.
+A small model leaves a CPU's vector units or a GPU idle and spends its step in Python and kernel
+launch overhead; G models stacked along a leading axis run each layer as one batched operation.
+Every model keeps what :func:`defenses.training.train_classifier` gives it when trained alone: its
+own initialization (from its seed), its own training set (membership), its own data order and
+augmentations (its own seeded generator, drawn in the same order), the same optimizer (SGD with
+momentum and weight decay as ``torch.optim.SGD``: ``d = g + wd p``, ``b = m b + d``,
+``p = p - lr b``) and learning-rate schedule (:func:`defenses.training.lr_factor`), and the same
+loss (a defense's own loss, per model: :data:`StackedLoss`). Results equal one-at-a-time training
+up to float rounding (the batched kernels sum in another order); tests/test_stacked.py and
+tests/test_stacked_cnn.py check it.
+
+Two engines:
+
+- the plain ``mlp`` with cross-entropy (the quick preset's undefended models): the backward pass
+  and the SGD update written out (:class:`_StackedMLP`: no autograd graph, buffers reused from
+  step to step, the weight gradients accumulated straight into the momentum buffers); a model's
+  weights are bit-identical whatever the size of its group;
+- every other stackable recipe (``cnn``, ``airbench``, and ``mlp`` with a defense's own loss):
+  the G networks as one grouped network (:mod:`defenses.grouped`: grouped convolutions,
+  per-model BatchNorm statistics, batched linear layers), autograd for the backward pass and the
+  SGD update on the stacked parameters with each model's own learning rate. A model's weights
+  depend on its group's size at float rounding (the kernels' summation order changes with the
+  number of groups), so the runner trains the models of a run in fixed blocks
+  (:func:`harness.run.runner.make_groups`).
 
 Training sets of different sizes are padded: each model's loss is the mean over its own batch
-(padded rows masked out), and a model whose epoch has fewer steps than the longest one skips the
-extra steps entirely (no momentum or weight-decay update), so its step count and schedule are its
-own. Only the plain ``mlp`` architecture is stacked (the quick preset's model); others train one at
-a time (docs/executors.md says why and how the group size was chosen).
+(padded rows masked out, and left out of its BatchNorm statistics), and a model whose epoch has
+fewer steps than the longest one skips the extra steps entirely (no momentum, weight-decay or
+running-statistics update), so its step count and schedule are its own. docs/executors.md says
+which group sizes were measured and chosen.
 """
 
 from __future__ import annotations
@@ -25,21 +37,35 @@ from __future__ import annotations
 import copy
 import functools
 import math
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch
 from torch import nn
 
 from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.grouped import batch_norms, from_grouped, group_networks, model_axis, to_grouped, ungroup_into
 from defenses.models import MLP
-from defenses.training import lr_factor
-from harness.core.augment import random_augment
+from defenses.training import init_network, lr_factor, uses_channels_last
+from harness.core.augment import AugmentDraws, apply_augment, augment_draws
 from harness.core.config import TrainConfig
+
+
+STACKABLE_MODELS = ("mlp", "cnn", "airbench")
+#: the architectures :mod:`defenses.grouped` trains as one grouped network (the others are written out)
+GROUPED_MODELS = ("cnn", "airbench")
+
+#: per-model losses of a stacked step: ``loss(logits (G, B, K), targets (G, B) or (G, B, K),
+#: row_weight (G, B), epoch) -> (G,)``, model g's loss as it would be alone on its real rows:
+#: ``row_weight[g]`` is ``1 / k_g`` on its ``k_g`` real rows and 0 on padding (a mean over its
+#: batch is ``sum_i w_gi l_gi``)
+StackedLoss = Callable[["torch.Tensor", "torch.Tensor", "torch.Tensor", int], "torch.Tensor"]
 
 
 def stackable(cfg: TrainConfig) -> bool:
     """Whether the recipe's models can be trained stacked (:func:`train_stacked`)."""
-    return cfg.model == "mlp"
+    return cfg.model in STACKABLE_MODELS
 
 
 def _linears(net: MLP) -> list[nn.Linear]:
@@ -49,25 +75,258 @@ def _linears(net: MLP) -> list[nn.Linear]:
     return layers
 
 
-def train_stacked(nets: list[MLP], trains: list[LabeledImages], ctxs: list[FitContext],
-                  cfg: TrainConfig | None = None) -> list[MLP]:
+def cross_entropy_loss(logits: torch.Tensor, targets: torch.Tensor, row_weight: torch.Tensor,
+                       epoch: int) -> torch.Tensor:
+    """Each model's mean cross-entropy over its real rows: ``sum_i w_gi CE(z_gi, y_gi)`` (G,)."""
+    g, b, k = logits.shape
+    ce = nn.functional.cross_entropy(logits.reshape(g * b, k), targets.reshape(g * b, *targets.shape[2:]),
+                                     reduction="none").view(g, b)
+    return (ce * row_weight).sum(1)
+
+
+@dataclass(frozen=True)
+class StackOptions:
+    """Speed settings of the grouped engine that change no formula: ``channels_last`` (None: the
+    measured choice for the device, :func:`defenses.training.channels_last_default`), ``bf16`` (forward and loss under
+    ``torch.autocast`` to bfloat16: changes the arithmetic, off unless asked) and ``compile``
+    (``torch.compile`` of the grouped network's forward pass)."""
+
+    channels_last: bool | None = None
+    bf16: bool = False
+    compile: bool = False
+
+
+class _StackedBatches:
+    """The G models' shared loop: each model's own permutation per epoch (from its own generator),
+    its batches of ``batch_size`` rows padded to the longest epoch, its augmentation draws and its
+    learning rate at each step. Model g's generator draws exactly what it draws alone
+    (:func:`defenses.training.train_classifier`): the epoch's permutation, then each of its
+    batches' augmentations, in order."""
+
+    def __init__(self, trains: list[LabeledImages], ctxs: list[FitContext], cfg: TrainConfig, device: torch.device,
+                 targets: list[np.ndarray] | None = None) -> None:
+        self.trains, self.ctxs, self.cfg, self.device = trains, ctxs, cfg, device
+        self.g = len(trains)
+        self.sizes = [len(t) for t in trains]
+        n_max = max(self.sizes)
+        self.shape = trains[0].x.shape[1:]
+        x_all = torch.zeros((self.g, n_max, *self.shape), dtype=torch.uint8)
+        for g, t in enumerate(trains):
+            x_all[g, : self.sizes[g]] = torch.from_numpy(t.x)
+        src = [t.y for t in trains] if targets is None else targets
+        t_all = torch.zeros((self.g, n_max, *src[0].shape[1:]), dtype=torch.from_numpy(src[0][:0]).dtype)
+        for g, t in enumerate(src):
+            t_all[g, : self.sizes[g]] = torch.from_numpy(t)
+        self.normalize = Normalizer(trains[0].mean, trains[0].std, device)
+        self.x_all, self.t_all = x_all.to(device), t_all.to(device)
+        if not cfg.augment:  # the same elementwise arithmetic once per image instead of once per step
+            self.x_all = self.normalize(self.x_all.reshape(self.g * n_max, *self.shape)).reshape(
+                self.g, n_max, *self.shape)
+        self.gens = [torch.Generator().manual_seed(c.seed) for c in ctxs]
+        self.bsz = cfg.batch_size
+        self.steps_per_epoch = [math.ceil(n / self.bsz) for n in self.sizes]
+        self.totals = [s * cfg.epochs for s in self.steps_per_epoch]
+        self.uniform = len(set(self.steps_per_epoch)) == 1  # every model at the same step, same learning rate
+        self.step = np.zeros(self.g, dtype=np.int64)
+        self.rows = torch.arange(self.g, device=device)[:, None]
+
+    def lr_of(self, g: int) -> float:
+        return self.cfg.lr * lr_factor(int(self.step[g]), self.totals[g], self.steps_per_epoch[g], self.cfg)
+
+    def epochs(self) -> Iterator[Iterator[_Step]]:
+        """One iterator of steps per epoch; progress is reported after each epoch."""
+        for epoch in range(self.cfg.epochs):
+            yield self._epoch(epoch)
+            for c in self.ctxs:
+                c.report("train", (epoch + 1) / self.cfg.epochs)
+
+    def _epoch(self, epoch: int) -> Iterator[_Step]:
+        bsz, spe_max = self.bsz, max(self.steps_per_epoch)
+        # model g's permutation, padded with -1 to the longest epoch: step s reads columns [sB, (s+1)B)
+        order = torch.full((self.g, spe_max * bsz), -1, dtype=torch.int64)
+        for g, (n, gen) in enumerate(zip(self.sizes, self.gens)):
+            order[g, :n] = torch.randperm(n, generator=gen)
+        for s in range(spe_max):
+            idx = order[:, s * bsz : (s + 1) * bsz]
+            mask = idx >= 0
+            counts = mask.sum(1)
+            active = counts > 0
+            idx_dev = idx.clamp(min=0).to(self.device)
+            x = self.x_all[self.rows, idx_dev]
+            if self.cfg.augment:
+                x = self._augment(x, counts)
+            full = bool(mask.all())
+            # each model's loss is the mean over its own (unpadded) rows
+            weight = (mask / counts.clamp(min=1)[:, None]).to(self.device, torch.float32)
+            if self.uniform:  # every model at the same step
+                lr = self.lr_of(0)
+                lrs = torch.full((self.g,), lr, dtype=torch.float32, device=self.device)
+            else:
+                lr = None
+                lrs = torch.tensor([self.lr_of(g) for g in range(self.g)], dtype=torch.float32, device=self.device)
+            yield _Step(epoch, x, self.t_all[self.rows, idx_dev], mask, full, weight, lrs, lr,
+                        None if bool(active.all()) else active)
+            self.step += active.numpy()
+
+    def _augment(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Model g's first ``counts[g]`` rows augmented with its own draws, all G at once (padding
+        rows unchanged), then normalized."""
+        spec, shift = self.trains[0].augment, self.trains[0].augment.shift
+        parts = [augment_draws(int(k), t.augment, gen) for k, t, gen in zip(counts, self.trains, self.gens)]
+        b = self.bsz
+        flat = x.reshape(self.g * b, *self.shape)
+
+        def padded(attr: str, fill: Any) -> torch.Tensor | None:
+            if getattr(parts[0], attr) is None:
+                return None
+            out = torch.full((self.g, b), fill, dtype=getattr(parts[0], attr).dtype)
+            for g, d in enumerate(parts):
+                out[g, : len(getattr(d, attr))] = getattr(d, attr)
+            return out.view(-1)
+
+        draws = AugmentDraws(padded("oy", shift), padded("ox", shift), padded("flip", False))
+        out = apply_augment(flat, draws, spec.shift)
+        return self.normalize(out).reshape(self.g, b, *self.shape)
+
+
+@dataclass
+class _Step:
+    """One stacked step: inputs (G, B, ...) normalized, targets (G, B, ...), the real rows (G, B) bool
+    on the CPU, whether every row is real, the row weights (G, B), each model's learning rate (G,)
+    on the device and, where every model is at the same step, that rate as a number (``lr``), and
+    the models taking the step (None: all)."""
+
+    epoch: int
+    x: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    full: bool
+    row_weight: torch.Tensor
+    lrs: torch.Tensor
+    lr: float | None
+    active: torch.Tensor | None
+
+
+def train_group_networks(trains: list[LabeledImages], ctxs: list[FitContext], *,
+                         targets: list[np.ndarray] | None = None, loss: StackedLoss | None = None,
+                         options: StackOptions | None = None) -> list[nn.Module] | None:
+    """The networks of a group (the recipe's architecture, each initialized from its own seed)
+    trained stacked; None where the group trains one model at a time instead (a defense's
+    ``fit_group`` then returns None): a recipe that is not :func:`stackable`, or a lone model of the
+    grouped engine (it trains alone, by :func:`defenses.training.train_classifier`)."""
+    cfg = ctxs[0].train
+    if not stackable(cfg):
+        return None
+    if len(trains) == 1 and (cfg.model in GROUPED_MODELS or targets is not None or loss is not None):
+        return None
+    nets = [init_network(t, c) for t, c in zip(trains, ctxs)]
+    return train_stacked(nets, trains, ctxs, targets=targets, loss=loss, options=options)
+
+
+def train_stacked(nets: list[nn.Module], trains: list[LabeledImages], ctxs: list[FitContext],
+                  cfg: TrainConfig | None = None, *, targets: list[np.ndarray] | None = None,
+                  loss: StackedLoss | None = None, options: StackOptions | None = None) -> list[nn.Module]:
     """Train ``nets[g]`` on ``trains[g]`` with ``ctxs[g].seed`` as :func:`train_classifier` would,
     all G in one batched loop; the trained weights are copied back into ``nets`` (eval mode).
 
-    Every context must share the recipe and device; the generator of model g is seeded with
-    ``ctxs[g].seed`` and draws the epoch permutation, then each batch's augmentation, as alone.
+    ``targets[g]`` replaces model g's labels (soft labels (N_g, K), say) and ``loss`` the
+    cross-entropy (:data:`StackedLoss`). Every context must share the recipe and device; the
+    generator of model g is seeded with ``ctxs[g].seed`` and draws the epoch permutation, then
+    each batch's augmentation, as alone.
     """
     if not nets or not (len(nets) == len(trains) == len(ctxs)):
         raise ValueError("train_stacked needs as many networks, training sets and contexts, at least one")
+    if targets is not None and len(targets) != len(nets):
+        raise ValueError("train_stacked needs one targets array per network")
     cfg = cfg or ctxs[0].train
     device = torch.device(ctxs[0].device)
     if any(torch.device(c.device) != device for c in ctxs):
         raise ValueError("train_stacked: every model of a group must train on one device")
+    if cfg.model == "mlp" and loss is None and targets is None and (options is None or options == StackOptions()):
+        return _train_mlp_written_out(nets, trains, ctxs, cfg, device)
+    return _train_grouped(nets, trains, ctxs, cfg, device, targets, loss or cross_entropy_loss, options or StackOptions())
+
+
+def _train_grouped(nets: list[nn.Module], trains: list[LabeledImages], ctxs: list[FitContext], cfg: TrainConfig,
+                   device: torch.device, targets: list[np.ndarray] | None, loss: StackedLoss,
+                   options: StackOptions) -> list[nn.Module]:
+    """The grouped engine (:mod:`defenses.grouped`): forward and loss of all G models as one network,
+    autograd's backward, then SGD on the stacked parameters, model g with its own learning rate."""
+    g_models = len(nets)
+    nets = [n.to(device) for n in nets]
+    net = group_networks(nets).to(device).train()
+    channels_last = uses_channels_last(net, device, options.channels_last)
+    if channels_last:
+        net = net.to(memory_format=torch.channels_last)
+    forward = torch.compile(net) if options.compile else net
+    norms = batch_norms(net)
+    params = list(net.parameters())
+    bufs = [torch.zeros_like(p) for p in params] if cfg.momentum else []
+    steps_taken = np.zeros(g_models, dtype=np.int64)
+    data = _StackedBatches(trains, ctxs, cfg, device, targets)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=options.bf16)
+    for epoch_steps in data.epochs():
+        for st in epoch_steps:
+            xg = to_grouped(st.x)
+            if channels_last:
+                xg = xg.contiguous(memory_format=torch.channels_last)
+            mask = None if st.full else st.mask.t().to(device)  # (B, G)
+            for bn in norms:
+                bn.row_mask = mask
+            with autocast:
+                logits = from_grouped(forward(xg), g_models)
+                per_model = loss(logits.float(), st.targets, st.row_weight, st.epoch)
+            for p in params:
+                p.grad = None
+            per_model.sum().backward()
+            # models without a real row this step keep their weights and momentum (the masked
+            # BatchNorm already left their running statistics as they were)
+            off = [] if st.active is None else (~st.active).nonzero().view(-1).tolist()
+            keep = [[model_axis(t, g_models)[i].clone() for t in params + bufs] for i in off]
+            _sgd_step(params, bufs, st.lrs, st.lr, g_models, cfg)
+            with torch.no_grad():
+                for i, saved in zip(off, keep):
+                    for t, t0 in zip(params + bufs, saved):
+                        model_axis(t, g_models)[i] = t0
+            steps_taken += (st.mask.sum(1) > 0).numpy()
+    for bn in norms:
+        bn.row_mask = None
+        bn.num_batches_tracked.zero_()
+    ungroup_into(net, nets, [int(s) for s in steps_taken])
+    return [n.eval() for n in nets]
+
+
+@torch.no_grad()
+def _sgd_step(params: list[torch.Tensor], bufs: list[torch.Tensor], lrs: torch.Tensor, lr: float | None,
+              g_models: int, cfg: TrainConfig) -> None:
+    """``torch.optim.SGD``'s update (dampening 0, no Nesterov) on stacked parameters:
+    ``d = g + wd p``, ``b = m b + d`` (``b = d`` without momentum; from a zero buffer, ``b = d`` at the
+    first step, as torch's), ``p = p - lr_g b``; ``lr`` (not None): every model's rate, else ``lrs``."""
+    grads = [p.grad for p in params]
+    if cfg.weight_decay:
+        torch._foreach_add_(grads, params, alpha=cfg.weight_decay)
+    if bufs:
+        torch._foreach_mul_(bufs, cfg.momentum)
+        torch._foreach_add_(bufs, grads)
+        step = bufs
+    else:
+        step = grads
+    if lr is not None:
+        torch._foreach_add_(params, step, alpha=-lr)
+        return
+    for p, b in zip(params, step):
+        pv, bv = model_axis(p, g_models), model_axis(b, g_models)
+        pv.addcmul_(lrs.view(-1, *([1] * (pv.dim() - 1))), bv, value=-1.0)
+
+
+def _train_mlp_written_out(nets: list[MLP], trains: list[LabeledImages], ctxs: list[FitContext], cfg: TrainConfig,
+                           device: torch.device) -> list[MLP]:
+    """The written-out engine for the plain ``mlp`` with cross-entropy (:class:`_StackedMLP`)."""
     if len(nets) == 1 and device.type == "cpu" and torch.get_num_threads() > 1:
         # With several threads, the BLAS splits a lone product across them and sums in another order
         # than the same product in a batch (measured: layer 3's weight gradient). A lone model trains
         # beside a copy of itself instead, so a model's weights do not depend on its group's size.
-        train_stacked([nets[0], copy.deepcopy(nets[0])], [trains[0]] * 2, [ctxs[0]] * 2, cfg)
+        _train_mlp_written_out([nets[0], copy.deepcopy(nets[0])], [trains[0]] * 2, [ctxs[0]] * 2, cfg, device)
         return [nets[0]]
     g_models = len(nets)
     layers = [_linears(net) for net in nets]
@@ -76,63 +335,13 @@ def train_stacked(nets: list[MLP], trains: list[LabeledImages], ctxs: list[FitCo
     biases = [torch.stack([ls[i].bias.detach() for ls in layers]).unsqueeze(1).to(device).contiguous()
               for i in range(3)]
     tensors = [t for pair in zip(weights, biases) for t in pair]  # W1, b1, W2, b2, W3, b3
-
-    sizes = [len(t) for t in trains]
-    n_max = max(sizes)
-    shape = trains[0].x.shape[1:]
-    x_all = torch.zeros((g_models, n_max, *shape), dtype=torch.uint8)
-    y_all = torch.zeros((g_models, n_max), dtype=torch.int64)
-    for g, t in enumerate(trains):
-        x_all[g, : sizes[g]] = torch.from_numpy(t.x)
-        y_all[g, : sizes[g]] = torch.from_numpy(t.y)
-    x_all, y_all = x_all.to(device), y_all.to(device)
-    normalize = Normalizer(trains[0].mean, trains[0].std, device)
-    if not cfg.augment:  # the same elementwise arithmetic once per image instead of once per step
-        x_all = normalize(x_all.reshape(g_models * n_max, *shape)).reshape(g_models, n_max, -1)
-    gens = [torch.Generator().manual_seed(c.seed) for c in ctxs]
-    bsz = cfg.batch_size
-    steps_per_epoch = [math.ceil(n / bsz) for n in sizes]
-    totals = [s * cfg.epochs for s in steps_per_epoch]
-    uniform = len(set(steps_per_epoch)) == 1  # then every model is at the same step, same learning rate
-    step = np.zeros(g_models, dtype=np.int64)
-    spe_max = max(steps_per_epoch)
-    rows = torch.arange(g_models, device=device)[:, None]
-    stack = _StackedMLP(tensors, g_models, bsz, cfg.momentum, cfg.weight_decay)
-
-    def lr_of(g: int) -> float:
-        return cfg.lr * lr_factor(int(step[g]), totals[g], steps_per_epoch[g], cfg)
-
-    for epoch in range(cfg.epochs):
-        # model g's permutation, padded with -1 to the longest epoch: step s reads columns [sB, (s+1)B)
-        order = torch.full((g_models, spe_max * bsz), -1, dtype=torch.int64)
-        for g, (n, gen) in enumerate(zip(sizes, gens)):
-            order[g, :n] = torch.randperm(n, generator=gen)
-        for s in range(spe_max):
-            idx = order[:, s * bsz : (s + 1) * bsz]
-            mask = idx >= 0
-            full = bool(mask.all())
-            counts = mask.sum(1)
-            active = counts > 0
-            idx = idx.clamp(min=0).to(device)
-            xb = x_all[rows, idx]
-            if cfg.augment:
-                xb = xb.clone()
-                for g in range(g_models):
-                    k = int(counts[g])
-                    if k:
-                        xb[g, :k] = random_augment(xb[g, :k], trains[g].augment, gens[g])
-                xb = normalize(xb.reshape(g_models * bsz, *shape)).reshape(g_models, bsz, -1)
-            # each model's loss is the mean cross-entropy over its own (unpadded) rows
-            row_weight = None if full else (mask / counts.clamp(min=1)[:, None]).to(device, torch.float32)
-            if uniform:  # every model at the same step
-                lrs = torch.full((g_models,), lr_of(0), dtype=torch.float32, device=device)
-            else:
-                lrs = torch.tensor([lr_of(g) for g in range(g_models)], dtype=torch.float32, device=device)
-            stack.sgd_step(xb, y_all[rows, idx], row_weight, lrs, None if bool(active.all()) else active.to(device))
-            step += active.numpy()
-        for c in ctxs:
-            c.report("train", (epoch + 1) / cfg.epochs)
-
+    data = _StackedBatches(trains, ctxs, cfg, device)
+    stack = _StackedMLP(tensors, g_models, cfg.batch_size, cfg.momentum, cfg.weight_decay)
+    for epoch_steps in data.epochs():
+        for st in epoch_steps:
+            stack.sgd_step(st.x.reshape(g_models, cfg.batch_size, -1), st.targets,
+                           None if st.full else st.row_weight, st.lrs,
+                           None if st.active is None else st.active.to(device))
     for g, ls in enumerate(layers):
         with torch.no_grad():
             for i, lin in enumerate(ls):

@@ -39,6 +39,22 @@ def lr_factor(step: int, total_steps: int, steps_per_epoch: int, cfg: TrainConfi
     return cfg.gamma**passed
 
 
+def channels_last_default(device: torch.device) -> bool:
+    """Whether convolutional networks train with channels-last activations on ``device``: yes on the
+    CPU, where it was measured faster (docs/executors.md, Stacked CNNs: the same arithmetic,
+    rounded in another order); no on CUDA until a GPU measurement says otherwise (docs/gpu.md)."""
+    return device.type == "cpu"
+
+
+def uses_channels_last(net: nn.Module, device: torch.device, channels_last: bool | None) -> bool:
+    """``channels_last`` where given, else :func:`channels_last_default`; only for a network with a 2-d convolution."""
+    from torch import nn
+
+    if not any(isinstance(m, nn.Conv2d) for m in net.modules()):
+        return False
+    return channels_last_default(device) if channels_last is None else channels_last
+
+
 def train_classifier(
     net: nn.Module,
     train: LabeledImages,
@@ -48,12 +64,15 @@ def train_classifier(
     targets: np.ndarray | None = None,
     loss_fn: LossFn | None = None,
     epoch_hook: Callable[[int, nn.Module], np.ndarray | None] | None = None,
+    channels_last: bool | None = None,
 ) -> nn.Module:
     """Train ``net`` in place on ``train`` and return it in eval mode.
 
     ``targets`` replaces the hard labels (e.g. soft labels (N, K) for distillation);
     ``loss_fn(logits, targets, epoch)`` replaces cross-entropy; ``epoch_hook(epoch, net)``, called
     before each epoch, may return new targets for all N samples (e.g. ALIBI's refreshed posteriors).
+    ``channels_last`` (None: :func:`channels_last_default`) keeps a convolutional network's weights
+    and activations channels-last (a memory layout: the same arithmetic, rounded in another order).
     """
     import torch
     from torch import nn
@@ -63,6 +82,8 @@ def train_classifier(
     cfg = cfg or ctx.train
     device = torch.device(ctx.device)
     net.to(device).train()
+    layout = torch.channels_last if uses_channels_last(net, device, channels_last) else torch.contiguous_format
+    net.to(memory_format=layout)
     x_all = torch.from_numpy(train.x).to(device)
     t_all = torch.from_numpy(train.y if targets is None else targets).to(device)
     normalize = Normalizer(train.mean, train.std, device)
@@ -85,7 +106,7 @@ def train_classifier(
             xb = x_all[idx]
             if cfg.augment:
                 xb = random_augment(xb, train.augment, gen)
-            xb = normalize(xb)
+            xb = normalize(xb).contiguous(memory_format=layout)
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * lr_factor(step, total, steps_per_epoch, cfg)
             loss = loss_fn(net(xb), t_all[idx], epoch)

@@ -33,11 +33,11 @@ class Undefended(Defense):
         return stackable(train)
 
     def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
-        """The ``mlp`` recipe's models trained stacked (:mod:`defenses.stacked`); None for others."""
-        from defenses.stacked import stackable, train_stacked
-        from defenses.training import init_network
+        """The models trained stacked (:mod:`defenses.stacked`: ``mlp``, ``cnn``, ``airbench``); None
+        where they train one at a time (:func:`defenses.stacked.train_group_networks`)."""
+        from defenses.stacked import train_group_networks
 
-        if not stackable(ctxs[0].train):
+        nets = train_group_networks(trains, ctxs)
+        if nets is None:
             return None
-        nets = train_stacked([init_network(t, c) for t, c in zip(trains, ctxs)], trains, ctxs)
         return [TorchClassifier(n, t.mean, t.std, c.device) for n, t, c in zip(nets, trains, ctxs)]

@@ -75,7 +75,7 @@ def test_stacked_rejects_other_architectures(digits):
     train = _subset(digits, 0, 64)
     ctx = FitContext(seed=0, device="cpu", train=cfg)
     assert not stackable(cfg) and stackable(TrainConfig(model="mlp"))
-    with pytest.raises(ValueError, match="plain mlp"):
+    with pytest.raises(ValueError, match="no grouped form"):
         train_stacked([init_network(train, ctx)], [train], [ctx])
 
 
@@ -85,6 +85,12 @@ def test_groups_keep_levels_apart_and_respect_size():
     assert groups == [TrainGroup("r", "population", (0, 1, 2)), TrainGroup("r", "population", (5,)),
                       TrainGroup("r", "sample-x", (0, 1))]
     assert make_groups(jobs, 1) == [TrainGroup("r", j.level, (j.index,)) for j in jobs]
+    # fixed blocks of 3 per level: [0, 3) and [3, 6); with the run's S, a block's finished models train again
+    jobs = [TrainJob("r", "population", i) for i in (1, 3, 4, 5)]
+    assert make_groups(jobs, 3) == [TrainGroup("r", "population", (1,)), TrainGroup("r", "population", (3, 4, 5))]
+    assert make_groups(jobs, 3, 6) == [TrainGroup("r", "population", (1,), (0, 2)),
+                                       TrainGroup("r", "population", (3, 4, 5))]
+    assert make_groups([TrainJob("r", "population", 6)], 4, 7) == [TrainGroup("r", "population", (6,), (4, 5))]
 
 
 def test_auto_group_size_only_for_stackable_recipes():
@@ -99,7 +105,13 @@ def test_auto_group_size_only_for_stackable_recipes():
     c = cfg("undefended", model="mlp-bn")
     assert group_size(c, make_defense(c)) == 1
     c = cfg("relaxloss")
-    assert group_size(c, make_defense(c)) == 1  # its own loss: trained one at a time
+    assert group_size(c, make_defense(c)) == AUTO_GROUP_SIZE  # its own loss, stacked (the grouped engine)
+    c = cfg("dpsgd-medium")
+    assert group_size(c, make_defense(c)) == AUTO_GROUP_SIZE  # per-sample gradients of the group in one vmap
+    c = cfg("selena")
+    assert group_size(c, make_defense(c)) == 1  # its own loop: one at a time
+    c = cfg("undefended", model="cnn")
+    assert group_size(c, make_defense(c)) == 1  # a stacked CNN is slower than one alone on the CPU
     from defenses.undefended import Undefended
 
     class Wrapped(Undefended):  # overrides fit: its own fit must run, not the inherited fit_group
@@ -180,3 +192,30 @@ def test_one_written_out_step_equals_autograd_and_torch_sgd():
     for t, t0 in zip(tensors, before):  # the inactive model kept its weights
         assert torch.equal(t[2], t0[2])
     assert all(float(b[2].abs().max()) == 0.0 for b in stack.bufs)  # and its (zero) momentum
+
+
+@pytest.mark.slow
+def test_resumed_group_retrains_its_block_for_identical_models(tmp_path):
+    """RelaxLoss trains stacked through the grouped engine, whose rounding depends on the group: a
+    model retrained after an interruption trains beside its block's finished models again, so its
+    signals equal an uninterrupted run's bit for bit, and the finished models are not saved again."""
+    from harness.defense_config import build_config
+    from harness.run.executors import LocalExecutor
+    from harness.run.runner import prepare_run, train_all
+    from tests.conftest import tiny_overrides
+
+    cfg = build_config("quick", tiny_overrides(**{"defense": "relaxloss", "run.out": str(tmp_path),
+                                                  "run.group_size": 3, "run.level": "population"}))
+    prep = prepare_run(cfg)
+    train_all(prep, LocalExecutor(1))
+    run = prep.run
+    before = {i: run.read_signals("population", i) for i in range(6)}
+    files = {i: run.signals_path("population", i).read_bytes() for i in range(6)}
+    run.signals_path("population", 1).unlink()
+    metas = train_all(prep, LocalExecutor(1))
+    assert [m["model_index"] for m in metas] == [1]
+    after = run.read_signals("population", 1)
+    for name, arr in before[1].arrays.items():
+        assert np.array_equal(arr, after.arrays[name]), name
+    for i in (0, 2, 3, 4, 5):
+        assert run.signals_path("population", i).read_bytes() == files[i]

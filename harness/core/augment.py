@@ -6,6 +6,8 @@ uint8 images, so the border is black) and optionally flip horizontally.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from harness.core.data import AugmentSpec
@@ -29,21 +31,50 @@ def shift_flip(x: torch.Tensor, dy: int, dx: int, flip: bool) -> torch.Tensor:
     return x
 
 
-def random_augment(x: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
-    """Per-sample random shift in [-s, s]^2 and random horizontal flip (if the dataset allows)."""
-    n = x.shape[0]
+@dataclass(frozen=True)
+class AugmentDraws:
+    """The random draws of :func:`random_augment` for n images, on the CPU: ``oy``, ``ox`` (n,) offsets
+    in ``[0, 2s]`` into the zero-padded image (s: no shift) and ``flip`` (n,) bool; None where the
+    dataset has no such augmentation."""
+
+    oy: torch.Tensor | None
+    ox: torch.Tensor | None
+    flip: torch.Tensor | None
+
+
+def augment_draws(n: int, spec: AugmentSpec, generator: torch.Generator) -> AugmentDraws:
+    """Draw the per-sample shifts, then the flips, of n images from ``generator`` (the order
+    :func:`random_augment` has always drawn them in)."""
+    oy = ox = flip = None
     if spec.shift:
-        s = spec.shift
+        oy = torch.randint(0, 2 * spec.shift + 1, (n,), generator=generator)
+        ox = torch.randint(0, 2 * spec.shift + 1, (n,), generator=generator)
+    if spec.flip:
+        flip = torch.rand(n, generator=generator) < 0.5
+    return AugmentDraws(oy, ox, flip)
+
+
+def apply_augment(x: torch.Tensor, draws: AugmentDraws, shift: int) -> torch.Tensor:
+    """Shift each image of ``x`` (N, C, H, W) by its drawn offset (zero fill, the crop of the image
+    padded by ``shift``) and flip where drawn. Pure indexing: the same pixels whether the images of
+    several models are augmented at once or one model's at a time."""
+    n = x.shape[0]
+    if draws.oy is not None and draws.ox is not None:
+        s = shift
         pad = torch.nn.functional.pad(x, (s, s, s, s))
-        oy = torch.randint(0, 2 * s + 1, (n,), generator=generator).to(x.device)
-        ox = torch.randint(0, 2 * s + 1, (n,), generator=generator).to(x.device)
+        oy, ox = draws.oy.to(x.device), draws.ox.to(x.device)
         h, w = x.shape[-2:]
         rows = oy[:, None] + torch.arange(h, device=x.device)[None, :]  # (n, h)
         cols = ox[:, None] + torch.arange(w, device=x.device)[None, :]  # (n, w)
         idx_n = torch.arange(n, device=x.device)[:, None, None]
         # gather (n, C, h, w): index pad[n, :, rows[n, i], cols[n, j]]
         x = pad.permute(0, 2, 3, 1)[idx_n, rows[:, :, None], cols[:, None, :]].permute(0, 3, 1, 2)
-    if spec.flip:
-        do = (torch.rand(n, generator=generator) < 0.5).to(x.device)
+    if draws.flip is not None:
+        do = draws.flip.to(x.device)
         x = torch.where(do[:, None, None, None], torch.flip(x, dims=(-1,)), x)
     return x.contiguous()
+
+
+def random_augment(x: torch.Tensor, spec: AugmentSpec, generator: torch.Generator) -> torch.Tensor:
+    """Per-sample random shift in [-s, s]^2 and random horizontal flip (if the dataset allows)."""
+    return apply_augment(x, augment_draws(x.shape[0], spec, generator), spec.shift)

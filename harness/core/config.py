@@ -210,8 +210,9 @@ class RunConfig(_Strict):
     ray: RayConfig = Field(default_factory=RayConfig)
     group_size: int = Field(
         default=0, ge=0,
-        description="models per training job, trained stacked where the defense supports it (the undefended "
-        "mlp); 0 = auto (4 for a stackable recipe, else 1; docs/executors.md)",
+        description="models per training job, trained stacked where the defense supports it (undefended, hamp, "
+        "relaxloss on mlp, cnn, airbench; dpsgd on mlp, cnn-gn); 0 = auto (cnn, airbench: 16 on a GPU, 1 on the "
+        "CPU; other stacked recipes 4; else 1; docs/executors.md)",
     )
     out: str = "runs"
     level: Literal["population", "sample", "both"] = "both"

@@ -13,8 +13,9 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 #: (:func:`harness.run.runner.run_fingerprint`) and recorded in each run's manifest (``models_version``).
 #: A release whose code trains different models for the same config (even by float rounding) bumps
 #: it; a release that changes only attacks, metrics or reports keeps it, so its runs resume and are
-#: re-attacked instead of retrained (0.3.0 trains exactly as 0.2.1 did).
-MODELS_VERSION = "0.2.1"
+#: re-attacked instead of retrained (0.3.0 trains exactly as 0.2.1 did; 0.4.0 trains HAMP, RelaxLoss and DP-SGD
+#: stacked, convolutional networks channels-last on the CPU and stacked CNNs on GPUs: docs/executors.md).
+MODELS_VERSION = "0.4.0"
 
 
 def models_version_of(manifest: dict) -> str | None:

@@ -429,11 +429,15 @@ def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense
 @dataclass(frozen=True)
 class TrainGroup:
     """Train models ``indices`` of ``level`` in one job: stacked (one batched loop, :mod:`defenses.stacked`)
-    where the defense supports it for the run's recipe, else one after the other."""
+    where the defense supports it for the run's recipe, else one after the other. ``with_finished``:
+    models of the same block already finished (a resumed run), trained again beside ``indices`` so
+    that every model of the block trains in the group it trains in uninterrupted (a stacked model's
+    weights depend on its group at float rounding), but not saved again."""
 
     run_dir: str
     level: str
     indices: tuple[int, ...]
+    with_finished: tuple[int, ...] = ()
 
 
 class _JobSetup:
@@ -568,37 +572,53 @@ def _train_single(setup: _JobSetup, index: int) -> dict:
 def train_group(group: TrainGroup) -> list[dict]:
     """Train, query and save the models of ``group``; return their metadata in index order.
 
-    Stacked (even a group of one) when the defense can group the run's recipe
-    (:meth:`~defenses.base.Defense.can_group`; its ``fit_group`` may still return None); every
-    model's train_seconds is then the group's time / G.
+    Stacked when the defense can group the run's recipe (:meth:`~defenses.base.Defense.can_group`;
+    its ``fit_group`` may still return None, as for a lone convolutional model), with the block's
+    finished models (``with_finished``) trained beside them again and not saved; every saved
+    model's train_seconds is then the group's time / the models it trained.
     """
     setup = _JobSetup(group.run_dir, group.level, group.indices[0])
     if setup.defense.can_group(setup.cfg.train):
-        trains = [training_set(setup.data, setup.ld, i) for i in group.indices]
-        ctxs = [setup.context(i) for i in group.indices]
+        together = sorted((*group.indices, *group.with_finished))
+        trains = [training_set(setup.data, setup.ld, i) for i in together]
+        ctxs = [setup.context(i) for i in together]
         t0 = time.perf_counter()
-        served = setup.fit(lambda: setup.defense.fit_group(trains, ctxs), group.indices)
+        served = setup.fit(lambda: setup.defense.fit_group(trains, ctxs), together)
         if served is not None:
             if len(served) != len(trains):
-                raise plugin_errors.PluginFailure(f"{setup.cfg.defense} ({setup.where(group.indices)}): fit_group "
+                raise plugin_errors.PluginFailure(f"{setup.cfg.defense} ({setup.where(together)}): fit_group "
                                                 f"returned {len(served)} models for {len(trains)} training sets")
             per_model = (time.perf_counter() - t0) / len(trains)
-            return [setup.finish(i, t, s, per_model) for i, t, s in zip(group.indices, trains, served)]
+            return [setup.finish(i, t, s, per_model) for i, t, s in zip(together, trains, served)
+                    if i in group.indices]
     return [_train_single(setup, i) for i in group.indices]
 
 
 def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
     """Models per training job: ``run.group_size``, or for 0 (auto) the measured choice for the
-    recipe (docs/executors.md): AUTO_GROUP_SIZE where the defense trains stacked models, else 1."""
+    recipe and device (docs/executors.md): where the defense trains stacked models, for the grouped
+    CNNs (``cnn``, ``airbench``) AUTO_GPU_GROUP_SIZE on a GPU and 1 on the CPU (a stacked CNN was
+    measured slower there), else AUTO_GROUP_SIZE (the ``mlp`` recipes, DP-SGD's ``cnn-gn``); 1 where
+    the defense trains one model at a time."""
     if cfg.run.group_size:
         return cfg.run.group_size
-    return AUTO_GROUP_SIZE if defense.can_group(cfg.train) else 1
+    from defenses.stacked import GROUPED_MODELS
+
+    if not defense.can_group(cfg.train):
+        return 1
+    if cfg.train.model in GROUPED_MODELS:
+        return AUTO_GPU_GROUP_SIZE if resolve_device(cfg.run.device).startswith("cuda") else 1
+    return AUTO_GROUP_SIZE
+
 
 
 #: models per stacked job when run.group_size is 0, measured on this project's 2-core CPU
 #: (benchmarks/bench_stacked.py and bench_speed.py --vs-set, docs/executors.md): 4 and 8 are the fastest
 #: per model on one core, 4 the faster end to end with both cores training
 AUTO_GROUP_SIZE = 4
+#: stacked CNNs (cnn, airbench) per job on a GPU when run.group_size is 0: not yet measured (the
+#: G = 1..64 sweep of benchmarks/bench_stacked_cnn.py is pending on a lent GPU, docs/gpu.md)
+AUTO_GPU_GROUP_SIZE = 16
 
 
 def heal_signals(prep: Prepared) -> list[str]:
@@ -620,16 +640,26 @@ def pending_jobs(prep: Prepared) -> list[TrainJob]:
     return jobs
 
 
-def make_groups(jobs: list[TrainJob], size: int) -> list[TrainGroup]:
-    """Consecutive pending models of one level, at most ``size`` per group."""
+def make_groups(jobs: list[TrainJob], size: int, models: int | None = None) -> list[TrainGroup]:
+    """The pending models in fixed blocks of ``size`` consecutive indices per level (block b holds
+    models ``[b size, (b + 1) size)``), so that a resumed run groups its models as an uninterrupted
+    one does. With ``models`` (the run's S), a block of which some models are finished trains them
+    again beside the pending ones (``TrainGroup.with_finished``)."""
     groups: list[TrainGroup] = []
     for job in jobs:
         last = groups[-1] if groups else None
-        if last is not None and last.level == job.level and len(last.indices) < size:
+        if last is not None and last.level == job.level and last.indices[0] // size == job.index // size:
             groups[-1] = TrainGroup(last.run_dir, last.level, (*last.indices, job.index))
         else:
             groups.append(TrainGroup(job.run_dir, job.level, (job.index,)))
-    return groups
+    if models is None or size == 1:
+        return groups
+    out = []
+    for grp in groups:
+        lo = grp.indices[0] // size * size
+        block = range(lo, min(lo + size, models))
+        out.append(TrainGroup(grp.run_dir, grp.level, grp.indices, tuple(i for i in block if i not in grp.indices)))
+    return out
 
 
 def train_all(
@@ -638,7 +668,9 @@ def train_all(
     """Train every model that has no finished signals file yet, in groups of :func:`group_size`
     (one executor job per group); return their metadata."""
     out = []
-    groups = make_groups(pending_jobs(prep), group_size(prep.cfg, make_defense(prep.cfg)))
+    defense = make_defense(prep.cfg)
+    size = group_size(prep.cfg, defense)
+    groups = make_groups(pending_jobs(prep), size, prep.cfg.audit.models if defense.can_group(prep.cfg.train) else None)
     for group, metas in executor.map(train_group, groups):
         for meta in metas:
             out.append(meta)
