@@ -12,7 +12,8 @@ every printed interval, and the issue-44 runs through `harness evaluate`.
 2. **power**: one variant without the declared headline's noise among K = 8 (its TPR about 1.5x at
    1% FPR), at S = 16, 32, 64.
 3. **coverage**: at S = 16, 32, 64 and C = 50, 200: the declared headline's 95% CI (one variant), the
-   leak's one-sided 95% lower bound (the best of 8 equal variants) and its point, and the ratio's
+   leak's one-sided 95% lower bound (the best of 8 equal variants, 4 of each of two attacks, the
+   declared headline one attack's primary) and its point (floored as a run's is), and the ratio's
    95% CI; the paper's reading with its percentile interval (the rule it replaced) beside them.
 4. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py): the
    no-signal plugin over ``--seeds`` seeds (warnings counted); undefended training declaring only
@@ -99,7 +100,7 @@ def coverages(sims: int, widening: float = 1.0, rows: tuple[tuple[int, int], ...
         print(f"\n(threshold factor sqrt(1 + {widening:g}/k), not the harness's sqrt(1 + 1/k))")
     cfg = build_config("quick", {"attack.bootstrap": 400, "attack.fprs": [0.001, 0.002, 0.005, 0.01, 0.02]})
     print(f"\n## 3. Coverage at the figure FPR ({sims} simulations per row, 400 bootstrap replicates; 8 equally "
-          "strong variants)\n")
+          "strong variants, 4 of each of two attacks)\n")
     print("| S x C | figure FPR | truth | declared mean | declared 95% CI covers (truth below it) | paper reading's "
           "percentile CI covers | leak point mean | leak 95% lower bound holds | ratio 95% CI covers (runs with a ratio) |")
     print("|---|---|---|---|---|---|---|---|---|")

@@ -343,7 +343,7 @@ def to_html(entries: list[dict[str, Any]]) -> str:
         "<p>Rows rank by the <b>leak</b>: the TPR, on the defense's canaries (sample level), of the best of "
         "every attack variant the harness ran on what the deployed model serves, selection-adjusted, at the "
         "figure FPR (0.1%, or the smallest FPR with 3 expected false positives); leak lower: its one-sided 95% "
-        "lower bound. It does not depend on which attacks a defense declares. Declared: the same over the "
+        "lower bound. No declaration moves it, and it is never below the declared figure. Declared: the same over the "
         "defense's declared adaptive attacks, its author's claim (⚠: the headline test finds a variant that "
         "beats it). Population leak: the audit samples as they are. Models: S, the models of each level. "
         "Lower is more private. Empirical ε ≥: one-run lower bound (Steinke et al. 2023), 95% over every "

@@ -7,9 +7,11 @@ headline test and the sample/population ratio, all read at one FPR with one esti
   plotting position (harness.core.figure: the estimand, the reading and the intervals).
 - The **leak** is the selection-aware best (:func:`harness.core.figure.best_of`) over *every*
   attack variant that ran on what the deployed model serves (attacks on pre-defense outputs or on
-  SELENA's Split-AI ensemble left out: :data:`harness.core.signals.NOT_SERVED`). It does not depend
-  on which attacks a defense declares: it is what the report leads with and what the leaderboard
-  ranks.
+  SELENA's Split-AI ensemble left out: :data:`harness.core.signals.NOT_SERVED`), its point floored
+  by the same best over subsets of that pool chosen from the pool alone (:func:`leak_floors`): the
+  primary variants of every set of its attacks (what any declaration would take its headline
+  over) and the configured attacks' variants. It never reads below the declared headline, and no
+  declaration moves it. It is what the report leads with and what the leaderboard ranks.
 - The **declared headline** is the same best over the *primary* variants of the defense's adaptive
   attacks (at the sample level over every canary experiment): the author's claim, kept beside it.
 - The **headline test** asks whether any variant beats the declared headline: Hansen's SPA over
@@ -28,8 +30,8 @@ from typing import Any
 import numpy as np
 
 from harness.core.config import ExperimentConfig
-from harness.core.figure import (FIGURE_GRID, MIN_FALSE_POSITIVES, BestOf, best_of, figure_fpr, fmt_fpr, interval, ratio_interval,
-                                 resolves)
+from harness.core.figure import (FIGURE_GRID, MIN_FALSE_POSITIVES, BestOf, best_of, figure_fpr, floored, fmt_fpr, interval,
+                                 ratio_interval, resolves)
 from harness.core.signals import NOT_SERVED
 
 HEADLINE_FPR = 0.001
@@ -48,7 +50,8 @@ ESTIMAND = ("TPR at the figure FPR of the ROC of the attack's guesses pooled ove
 READING = ("plotting position (expected FPR equal to the figure FPR: k* = t (N + 1) - 1 false positives, "
            "interpolated between order statistics, ties at random)")
 CI_METHOD = ("bootstrap over victim models (the run's draws, shared by every variant and level), percentile with "
-             "Hesterberg's small-sample expansion; a best of several: plausible set, median-adjusted point, "
+             "Hesterberg's small-sample expansion; a best of several: plausible set, median-adjusted point (the leak's floored "
+             "by the best of the primary variants of every set of its attacks and of the configured attacks' variants), "
              "Bonferroni-t lower bound over it (harness/core/figure.py)")
 
 
@@ -120,11 +123,62 @@ def _best(cands: list[Candidate], fpr: float, cfg: ExperimentConfig) -> BestOf:
     return best_of(tprs, reps, s, cfg.attack.confidence, false_positives=fpr * min(c.num_neg for c in cands))
 
 
-def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, what: str) -> tuple[dict[str, Any], BestOf]:
-    """The record of the best of ``cands`` at ``fpr`` (:func:`harness.core.figure.best_of`): its
-    point ``tpr``, one-sided ``lower`` bound, the variant giving the point, the plausible set; with
+#: at most this many attacks' primaries are combined into floors (2^n - 1 subsets; the built-ins' pools
+#: hold at most 6 attacks)
+MAX_FLOOR_ATTACKS = 8
+
+
+def leak_floors(pool: list[Candidate], cfg: ExperimentConfig) -> dict[str, list[Candidate]]:
+    """The subsets of the leak's ``pool`` whose figure the leak's point never reads below
+    (:func:`harness.core.figure.floored`), chosen from the pool alone (no declaration changes them):
+
+    - ``primaries:A+B+...``: for every non-empty set of the pool's attacks, the primary variants of
+      those attacks (over every canary experiment). A declared headline is the best over exactly
+      such a set, so the leak never reads below the declared headline of *any* declaration (the
+      one made or another), and the rank cannot depend on which is made;
+    - ``configured``: every variant of the attacks the configuration names (``attack.names``, the
+      same for every defense audited with one preset), so that variants a defense adds through its
+      own attacks cannot pull the leak below what the configured attacks find.
+
+    Proper, non-empty, distinct subsets only."""
+    prim: dict[str, list[Candidate]] = {}
+    for c in pool:
+        if c.entry.get("primary"):
+            prim.setdefault(c.entry["name"], []).append(c)
+    names = sorted(prim)
+    if len(names) > MAX_FLOOR_ATTACKS:
+        raise ValueError(f"{len(names)} attacks in one pool: at most {MAX_FLOOR_ATTACKS} are combined into floors")
+    subsets: dict[str, list[Candidate]] = {}
+    for mask in range(1, 2 ** len(names)):
+        chosen = [n for i, n in enumerate(names) if mask >> i & 1]
+        subsets["primaries:" + "+".join(chosen)] = sorted((c for n in chosen for c in prim[n]), key=lambda c: c.label)
+    subsets["configured"] = [c for c in pool if c.entry["name"] in cfg.attack.names]
+    out: dict[str, list[Candidate]] = {}
+    seen: set[tuple[str, ...]] = set()
+    for name, sub in subsets.items():
+        key = tuple(c.label for c in sub)
+        if sub and len(sub) < len(pool) and key not in seen:
+            seen.add(key)
+            out[name] = sub
+    return out
+
+
+def leak_best(pool: list[Candidate], floors: dict[str, list[Candidate]], fpr: float, cfg: ExperimentConfig) -> BestOf:
+    """The leak at ``fpr``: the best of ``pool`` floored by the best of each of ``floors``."""
+    b = _best(pool, fpr, cfg)
+    if not floors:
+        return b
+    index = {c.label: i for i, c in enumerate(pool)}
+    return floored(b, {name: ([index[c.label] for c in sub], _best(sub, fpr, cfg)) for name, sub in floors.items()})
+
+
+def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, what: str,
+                  floors: dict[str, list[Candidate]] | None = None) -> tuple[dict[str, Any], BestOf]:
+    """The record of the best of ``cands`` at ``fpr`` (:func:`harness.core.figure.best_of`, floored by
+    ``floors``: :func:`leak_best`): its point ``tpr``, one-sided ``lower`` bound, the variant giving
+    the point, the plausible set, the floor that gave the point (``floor``, None: its own); with
     one candidate, also its two-sided ``ci``."""
-    b = _best(cands, fpr, cfg)
+    b = leak_best(cands, floors or {}, fpr, cfg)
     src = cands[b.source]
     rec: dict[str, Any] = {
         "tpr": b.point, "lower": None if np.isnan(b.lower) else b.lower, "confidence": cfg.attack.confidence,
@@ -133,6 +187,9 @@ def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, wha
         "plausible": [cands[i].label for i in b.plausible],
         "estimator": "single" if len(cands) == 1 else "best-of",
     }
+    if floors:
+        rec["floor"] = b.floor  # the subset whose figure gave the point (None: the candidates' own)
+        rec["floors"] = len(floors)
     if len(cands) == 1 and src.samples is not None and cfg.attack.bootstrap > 0:
         rec["ci"] = list(interval(src.reading[fpr], src.samples[fpr], src.num_models, cfg.attack.confidence,
                                   false_positives=fpr * src.num_neg))
@@ -154,7 +211,8 @@ def level_figure(headline: list[Candidate], pool: list[Candidate], num_neg: int,
                      "reason": f"{num_neg} non-member guesses resolve no FPR up to 50% with {MIN_FALSE_POSITIVES} "
                                f"expected false positives: train more models (--models) or audit more samples"})
         return base, {}
-    leak, b_leak = figure_record(pool, fpr, cfg, "every attack variant that ran on what the deployed model serves")
+    leak, b_leak = figure_record(pool, fpr, cfg, "every attack variant that ran on what the deployed model serves",
+                                 floors=leak_floors(pool, cfg))
     declared, b_decl = figure_record(headline, fpr, cfg, "the primary variants of the defense's declared adaptive attacks")
     base.update({"expected_false_positives": fpr * num_neg, "leak": leak, "declared": declared})
     return base, {"leak": b_leak, "declared": b_decl}
@@ -297,7 +355,8 @@ def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg
     A point ratio and its CI only where the population leak's lower bound is above 0 and its point
     rests on at least :data:`RATIO_MIN_TRUE_POSITIVES` expected true positives; elsewhere ``ratio`` is
     None, both TPRs stand and ``lower`` is the sample leak's lower bound over the population leak's
-    upper limit (each one-sided at half the error: a joint ``confidence`` statement), where that is finite."""
+    upper limit (each one-sided at half the error: a joint ``confidence`` statement), where that is finite.
+    Both leaks are floored as the levels' figures are (:func:`leak_floors`)."""
     figs = {lv: level_fpr(cfg, n) for lv, n in negatives.items()}
     out: dict[str, Any] = {"fpr": None, "population": None, "sample": None, "ratio": None, "ci": None, "lower": None,
                            "confidence": cfg.attack.confidence}
@@ -305,7 +364,7 @@ def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg
         out["reason"] = "a level resolves no figure FPR"
         return out
     fpr = max(figs.values())
-    pop, smp = _best(pools["population"], fpr, cfg), _best(pools["sample"], fpr, cfg)
+    pop, smp = (leak_best(pools[lv], leak_floors(pools[lv], cfg), fpr, cfg) for lv in ("population", "sample"))
     s = pools["sample"][0].num_models
     npos = min(int(c.entry["num_pos"]) for c in pools["population"])
     out.update({"fpr": fpr, "population": pop.point, "sample": smp.point,

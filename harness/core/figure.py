@@ -41,7 +41,8 @@ Shaikh and Wolf, "A practical two-step method for testing moment inequalities", 
   and is never inflated by picking the largest of K noisy equals.
 
 With one candidate the point is its TPR, the lower bound its own one-sided expanded-percentile
-limit. ``python benchmarks/bench_headline_test.py`` measures coverage and bias (docs/protocol.md).
+limit. A best of a set that must not read below the best of a subset (the leak and the declared
+headline it contains) is :func:`floored` by that subset's own best. ``python benchmarks/bench_headline_test.py`` measures coverage and bias (docs/protocol.md).
 """
 
 from __future__ import annotations
@@ -150,7 +151,8 @@ class BestOf:
     the plausible set (``plausible``, indices), each candidate's shift from its TPR to its
     selection-adjusted point (``shifts``, 0 outside J), and the figure in every replicate
     (``replicates``: max over J of the replicate TPR plus the shift), paired with every other
-    figure of the run by the shared draws."""
+    figure of the run by the shared draws; ``floor``: the named subset whose figure gave the point
+    where :func:`floored` raised it (None: the candidates' own)."""
 
     point: float
     lower: float
@@ -159,6 +161,7 @@ class BestOf:
     plausible: tuple[int, ...]
     shifts: np.ndarray
     replicates: np.ndarray
+    floor: str | None = None
 
 
 def best_of(tprs: np.ndarray, samples: np.ndarray, num_models: int, confidence: float,
@@ -203,6 +206,28 @@ def best_of(tprs: np.ndarray, samples: np.ndarray, num_models: int, confidence: 
     return BestOf(point=float(points[i]), lower=float(lowers.max()), confidence=confidence,
                   source=int(plausible[i]), plausible=tuple(int(p) for p in plausible), shifts=shifts,
                   replicates=reps)
+
+
+def floored(best: BestOf, subsets: dict[str, tuple[list[int], BestOf]]) -> BestOf:
+    """The best of a set of candidates never read below the best of a subset of them: ``best`` (over
+    all K) with its point raised to the largest point of ``subsets`` (name -> (the subset's indices
+    among the K, its own :func:`best_of`)) where that is larger, the source moved to the subset's,
+    and every replicate the larger of the two figures (the same rule applied to each replicate, so
+    that ratios stay paired). The lower bound stays the full set's (its coverage is simulated).
+
+    Why: the median-adjusted point of a best of many plausible near-equals is shifted down by the
+    simultaneous 50% level over all of them, which falls as candidates are added; a superset's point
+    could then read below the point of a subset it contains (its estimand, a larger maximum, cannot
+    be below), and adding variants could lower it. With the floor, adding candidates to a set never
+    lowers its point below any floored subset's."""
+    point, source, floor, reps = best.point, best.source, best.floor, best.replicates
+    for name, (idx, sub) in subsets.items():
+        if len(sub.replicates) == len(reps):
+            reps = np.fmax(reps, sub.replicates)
+        if sub.point > point:
+            point, source, floor = sub.point, int(idx[sub.source]), name
+    return BestOf(point=point, lower=best.lower, confidence=best.confidence, source=source, plausible=best.plausible,
+                  shifts=best.shifts, replicates=reps, floor=floor)
 
 
 def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, num_models: int, confidence: float
