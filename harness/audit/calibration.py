@@ -118,12 +118,10 @@ def truth(world: ToyWorld, models: int, variants: Variants, fprs: list[float], w
 
 
 def toy_candidates(cfg: ExperimentConfig, world: ToyWorld, models: int, variants: Variants, rng: np.random.Generator,
-                   level: str = "sample-x", scores: list[np.ndarray] | None = None, attacks: int = 0) -> list[Any]:
+                   level: str = "sample-x", scores: list[np.ndarray] | None = None) -> list[Any]:
     """One run of the toy as the attack phase sees it: each variant a
     :class:`~harness.audit.headline.Candidate`, evaluated by :func:`evaluate_scores` with the run's
-    draws (``cfg.seed``) at the run's reading FPRs. ``attacks`` > 0: variant j is variant j // A of
-    attack ``a{j % A}``, the first of each attack its primary (the leak's floors read primaries); 0:
-    each variant its own attack ``v{j}``, none primary."""
+    draws (``cfg.seed``) at the run's reading FPRs."""
     from harness.audit.headline import Candidate, fpr_key, reading_fprs
 
     x, mem = world.outputs(models, rng)
@@ -134,13 +132,11 @@ def toy_candidates(cfg: ExperimentConfig, world: ToyWorld, models: int, variants
     for j, sc in enumerate(scores):
         m = evaluate_scores(sc, mem, np.ones(mem.shape[1], bool), cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
                             confidence=cfg.attack.confidence, seed=cfg.seed, reading_fprs=reading)
-        name, variant = (f"a{j % attacks}", f"v{j // attacks}") if attacks else (f"v{j}", "v")
-        entry = {"name": name, "variant": variant, "primary": bool(attacks) and j < attacks, "access": "black-box",
-                 "num_pos": m.num_pos, "num_neg": m.num_neg,
+        entry = {"name": f"v{j}", "variant": "v", "access": "black-box", "num_pos": m.num_pos, "num_neg": m.num_neg,
                  "tpr_at_fpr": {fpr_key(t): v for t, v in m.tpr_at_fpr.items()},
                  "tpr_ci": {fpr_key(t): list(v) for t, v in m.tpr_ci.items()},
                  "resolved": {fpr_key(t): v for t, v in m.resolved.items()}}
-        cand = Candidate(f"{level}/{name}:{variant}", entry, models, m.reading or {}, m.reading_samples)
+        cand = Candidate(f"{level}/v{j}:v", entry, models, m.reading or {}, m.reading_samples)
         object.__setattr__(cand, "paper_samples", m.samples)  # the paper's reading, for the rule it replaced
         out.append(cand)
     return out
@@ -229,10 +225,8 @@ class Coverage:
 
 
 def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: int, variants: Variants,
-             seed: int = 0, worlds: int = 300, attacks: int = 2) -> Coverage:
-    """Coverage of the declared headline's CI (variant 0 alone: attack a0's primary, the variants
-    grouped into ``attacks`` attacks as :func:`toy_candidates` does, so the leak's floors act as in a
-    run) and of the leak's lower bound (the
+             seed: int = 0, worlds: int = 300) -> Coverage:
+    """Coverage of the declared headline's CI (variant 0 alone) and of the leak's lower bound (the
     best of every variant) at the level's figure FPR, against :func:`truth`; the paper's reading
     with its percentile interval at the same FPR beside them (the rule it replaced, where the FPR is
     a reported one)."""
@@ -248,7 +242,7 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: i
     k = fpr_key(fpr)
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed * 100_003 + i})
-        cands = toy_candidates(sim_cfg, world, models, variants, np.random.default_rng([seed, i, 2]), attacks=attacks)
+        cands = toy_candidates(sim_cfg, world, models, variants, np.random.default_rng([seed, i, 2]))
         fig, _ = level_figure(cands[:1], cands, cands[0].num_neg, sim_cfg, {})
         lo, hi = fig["declared"]["ci"]
         d_in.append(lo <= tr_head <= hi)
