@@ -53,6 +53,18 @@ def _one_error(res) -> str:
     return lines[0]
 
 
+def _publish(run: Path, tmp_path: Path):
+    """``harness submit`` a run and ``leaderboard add`` its bundle to a fresh site under ``tmp_path``;
+    returns (the add command's result, the site, the entry's folder). Both commands must succeed."""
+    bundle = tmp_path / "entry.tar.gz"
+    assert runner.invoke(app, ["submit", str(run), "-o", str(bundle)]).exit_code == 0
+    site = tmp_path / "site"
+    res = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(site)])
+    assert res.exit_code == 0, res.output
+    (entry,) = (site / "entries").iterdir()
+    return res, site, entry
+
+
 def _snapshot(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()} \
         if folder.exists() else {}
@@ -338,12 +350,8 @@ def test_pytorch_example_end_to_end(plan_dir, builtin_run, tmp_path):
     assert runner.invoke(app, ["attack", str(run), "--set", "attack.bootstrap=60"]).exit_code == 0
     err = _one_error(runner.invoke(app, ["evaluate", "--run-dir", str(run)]))
     assert "trained outside the harness" in err
-    bundle = tmp_path / "entry.tar.gz"
-    assert runner.invoke(app, ["submit", str(run), "-o", str(bundle)]).exit_code == 0
-    site = tmp_path / "site"
-    res = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(site)])
-    assert res.exit_code == 0 and "no training to re-run" in res.output, res.output
-    (entry,) = (site / "entries").iterdir()
+    res, site, entry = _publish(run, tmp_path)
+    assert "no training to re-run" in res.output, res.output
     assert json.loads((entry / "entry.json").read_text())["trained_outside"] is True
     assert "| torch-mlp | trained outside |" in (site / "leaderboard.md").read_text()
     assert ">trained outside</span>" in (site / "index.html").read_text()  # the row's provenance tag

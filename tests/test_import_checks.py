@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import wait_for
-from test_external_models import (_import, _one_error, _plan, _rewrite, fitted_test_outputs, runner,
+from test_external_models import (_import, _one_error, _plan, _publish, _rewrite, fitted_test_outputs, runner,
                                   synthetic_outputs)
 
 from harness.cli import app
@@ -198,12 +198,8 @@ def test_force_imports_a_failed_membership_check_and_the_leaderboard_shows_it(bi
     r = json.loads((run / "results.json").read_text())
     assert r["external"]["forced_checks"] == ["membership"] and r["checks"]["forced"] == ["membership"]
     assert not r["checks"]["membership"]["passed"] and not r["checks"]["passed"]
-    bundle = tmp_path / "entry.tar.gz"
-    assert runner.invoke(app, ["submit", str(run), "-o", str(bundle)]).exit_code == 0
-    site = tmp_path / "site"
-    res = runner.invoke(app, ["leaderboard", "add", str(bundle), "--site", str(site)])
-    assert res.exit_code == 0 and "forced" in res.output, res.output
-    (entry,) = (site / "entries").iterdir()
+    res, site, entry = _publish(run, tmp_path)
+    assert "forced" in res.output, res.output
     assert ">forced</span>" in (site / "index.html").read_text()
     page = (entry / "index.html").read_text()
     assert "membership consistency failed, imported with --force" in page
