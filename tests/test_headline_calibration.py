@@ -90,12 +90,17 @@ def test_the_declared_headlines_ci_covers_within_two_points(covers):
 @pytest.mark.slow
 def test_the_leaks_lower_bound_holds_and_its_point_is_not_inflated(covers):
     """Four equally strong variants: the leak's one-sided 95% lower bound stays below the truth in
-    at least 93% of runs (pooled; it is conservative where the variants tie: measured 93-98.5%),
-    and its selection-adjusted point reads within 6% of the truth, where the plain maximum of four
-    reads above it."""
+    at least 93% of runs (pooled; it is conservative where the variants tie: measured 93-98.5%).
+    Its point, selection-adjusted and floored by the declared headline (variant 0's own read),
+    reads within 10% of the truth in each design and, pooled, less than half as far above it as the
+    plain maximum of the four (measured at 16 x 200, 0.2% FPR: +8.2% floored, +5.2% without the
+    floor, +12.4% for the plain maximum)."""
     assert np.mean([c.leak_lower_covers for c in covers]) >= 0.93, [(c.fpr, c.leak_lower_covers) for c in covers]
     for c in covers:
-        assert abs(c.leak_mean / c.truth - 1) < 0.06, (c.fpr, c.leak_mean, c.truth)
+        assert abs(c.leak_mean / c.truth - 1) < 0.10, (c.fpr, c.leak_mean, c.truth)
+    pull = np.mean([c.leak_mean / c.truth - 1 for c in covers])
+    plain = np.mean([c.max_mean / c.truth - 1 for c in covers])
+    assert plain > 0.04 and pull < plain / 2, (pull, plain)
 
 
 @pytest.mark.slow

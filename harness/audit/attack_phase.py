@@ -717,7 +717,8 @@ def evaluate_run(
             shown[-1] += f" (and {len(failed) - len(shown)} more: results.json, checks)"
         results["warnings"] = [*results.get("warnings", []), *shown]
     if "population" in results and "sample" in results:
-        results["sample_population_ratio"] = ratio_json(pools, level_negatives, cfg)
+        results["sample_population_ratio"] = ratio_json(pools, level_negatives, cfg,
+                                                        {lv: f.headline for lv, f in families.items()})
     privacy = run_privacy(results)
     if privacy is not None:
         sgm = _sgm_of(privacy)

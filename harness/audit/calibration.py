@@ -221,6 +221,7 @@ class Coverage:
     leak_mean: float
     leak_lower_covers: float
     old_covers: float
+    max_mean: float = float("nan")  # the plain maximum of the variants' own reads (what selection inflates)
     rows: dict[str, Any] = field(default_factory=dict)
 
 
@@ -238,7 +239,7 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: i
         raise ValueError("the design resolves no figure FPR")
     tr_all = truth(world, models, variants, [fpr], worlds=worlds)[fpr]
     tr_head = truth(world, models, Variants(variants.noise[:1], variants.ties), [fpr], worlds=worlds)[fpr]
-    d_in, d_below, d_v, l_in, l_v, old_in = [], [], [], [], [], []
+    d_in, d_below, d_v, l_in, l_v, old_in, m_v = [], [], [], [], [], [], []
     k = fpr_key(fpr)
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed * 100_003 + i})
@@ -250,12 +251,13 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: i
         d_v.append(fig["declared"]["tpr"])
         l_in.append(fig["leak"]["lower"] <= tr_all)
         l_v.append(fig["leak"]["tpr"])
+        m_v.append(max(c.reading[fpr] for c in cands))
         if k in cands[0].entry["tpr_ci"]:
             olo, ohi = cands[0].entry["tpr_ci"][k]
             old_in.append(olo <= tr_head <= ohi)
     return Coverage(fpr, tr_all, simulations, float(np.mean(d_v)), float(np.mean(d_in)), float(np.mean(d_below)),
                     float(np.mean(l_v)), float(np.mean(l_in)), float(np.mean(old_in)) if old_in else float("nan"),
-                    {"truth_declared": tr_head})
+                    float(np.mean(m_v)), {"truth_declared": tr_head})
 
 
 def ratio_coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: int, seed: int = 0,

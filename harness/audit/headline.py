@@ -8,10 +8,10 @@ headline test and the sample/population ratio, all read at one FPR with one esti
 - The **leak** is the selection-aware best (:func:`harness.core.figure.best_of`) over *every*
   attack variant that ran on what the deployed model serves (attacks on pre-defense outputs or on
   SELENA's Split-AI ensemble left out: :data:`harness.core.signals.NOT_SERVED`), its point floored
-  by the same best over subsets of that pool chosen from the pool alone (:func:`leak_floors`): the
-  primary variants of every set of its attacks (what any declaration would take its headline
-  over) and the configured attacks' variants. It never reads below the declared headline, and no
-  declaration moves it. It is what the report leads with and what the leaderboard ranks.
+  by the same best over two subsets of that pool (:func:`leak_floors`): the declared headline's
+  candidates and the configured attacks' variants. It never reads below the declared headline, and
+  no declaration lowers it below what the configured attacks find. It is what the report leads
+  with and what the leaderboard ranks.
 - The **declared headline** is the same best over the *primary* variants of the defense's adaptive
   attacks (at the sample level over every canary experiment): the author's claim, kept beside it.
 - The **headline test** asks whether any variant beats the declared headline: Hansen's SPA over
@@ -51,7 +51,7 @@ READING = ("plotting position (expected FPR equal to the figure FPR: k* = t (N +
            "interpolated between order statistics, ties at random)")
 CI_METHOD = ("bootstrap over victim models (the run's draws, shared by every variant and level), percentile with "
              "Hesterberg's small-sample expansion; a best of several: plausible set, median-adjusted point (the leak's floored "
-             "by the best of the primary variants of every set of its attacks and of the configured attacks' variants), "
+             "by the declared headline's and the configured attacks' figures), "
              "Bonferroni-t lower bound over it (harness/core/figure.py)")
 
 
@@ -123,40 +123,25 @@ def _best(cands: list[Candidate], fpr: float, cfg: ExperimentConfig) -> BestOf:
     return best_of(tprs, reps, s, cfg.attack.confidence, false_positives=fpr * min(c.num_neg for c in cands))
 
 
-#: at most this many attacks' primaries are combined into floors (2^n - 1 subsets; the built-ins' pools
-#: hold at most 6 attacks)
-MAX_FLOOR_ATTACKS = 8
-
-
-def leak_floors(pool: list[Candidate], cfg: ExperimentConfig) -> dict[str, list[Candidate]]:
+def leak_floors(pool: list[Candidate], headline: list[Candidate], cfg: ExperimentConfig) -> dict[str, list[Candidate]]:
     """The subsets of the leak's ``pool`` whose figure the leak's point never reads below
-    (:func:`harness.core.figure.floored`), chosen from the pool alone (no declaration changes them):
+    (:func:`harness.core.figure.floored`):
 
-    - ``primaries:A+B+...``: for every non-empty set of the pool's attacks, the primary variants of
-      those attacks (over every canary experiment). A declared headline is the best over exactly
-      such a set, so the leak never reads below the declared headline of *any* declaration (the
-      one made or another), and the rank cannot depend on which is made;
-    - ``configured``: every variant of the attacks the configuration names (``attack.names``, the
-      same for every defense audited with one preset), so that variants a defense adds through its
-      own attacks cannot pull the leak below what the configured attacks find.
+    - ``declared``: the declared headline's candidates that are in the pool: the leak is never
+      below the declared headline it contains;
+    - ``configured``: every variant of the attacks the configuration names (``attack.names``: LiRA
+      and RMIA in every preset, the same for every defense audited with one preset): no attack a
+      defense declares, and no variant it adds to the pool, lowers the leak below what the
+      configured attacks find.
 
     Proper, non-empty, distinct subsets only."""
-    prim: dict[str, list[Candidate]] = {}
-    for c in pool:
-        if c.entry.get("primary"):
-            prim.setdefault(c.entry["name"], []).append(c)
-    names = sorted(prim)
-    if len(names) > MAX_FLOOR_ATTACKS:
-        raise ValueError(f"{len(names)} attacks in one pool: at most {MAX_FLOOR_ATTACKS} are combined into floors")
-    subsets: dict[str, list[Candidate]] = {}
-    for mask in range(1, 2 ** len(names)):
-        chosen = [n for i, n in enumerate(names) if mask >> i & 1]
-        subsets["primaries:" + "+".join(chosen)] = sorted((c for n in chosen for c in prim[n]), key=lambda c: c.label)
-    subsets["configured"] = [c for c in pool if c.entry["name"] in cfg.attack.names]
+    labels = {c.label for c in pool}
+    subsets = {"declared": [c for c in headline if c.label in labels],
+               "configured": [c for c in pool if c.entry["name"] in cfg.attack.names]}
     out: dict[str, list[Candidate]] = {}
     seen: set[tuple[str, ...]] = set()
     for name, sub in subsets.items():
-        key = tuple(c.label for c in sub)
+        key = tuple(sorted(c.label for c in sub))
         if sub and len(sub) < len(pool) and key not in seen:
             seen.add(key)
             out[name] = sub
@@ -189,7 +174,7 @@ def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, wha
     }
     if floors:
         rec["floor"] = b.floor  # the subset whose figure gave the point (None: the candidates' own)
-        rec["floors"] = len(floors)
+        rec["floors"] = sorted(floors)
     if len(cands) == 1 and src.samples is not None and cfg.attack.bootstrap > 0:
         rec["ci"] = list(interval(src.reading[fpr], src.samples[fpr], src.num_models, cfg.attack.confidence,
                                   false_positives=fpr * src.num_neg))
@@ -212,7 +197,7 @@ def level_figure(headline: list[Candidate], pool: list[Candidate], num_neg: int,
                                f"expected false positives: train more models (--models) or audit more samples"})
         return base, {}
     leak, b_leak = figure_record(pool, fpr, cfg, "every attack variant that ran on what the deployed model serves",
-                                 floors=leak_floors(pool, cfg))
+                                 floors=leak_floors(pool, headline, cfg))
     declared, b_decl = figure_record(headline, fpr, cfg, "the primary variants of the defense's declared adaptive attacks")
     base.update({"expected_false_positives": fpr * num_neg, "leak": leak, "declared": declared})
     return base, {"leak": b_leak, "declared": b_decl}
@@ -347,7 +332,8 @@ def headline_test_warning(level: str, test: dict[str, Any], declared: dict[str, 
             f"the leak")
 
 
-def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg: ExperimentConfig) -> dict[str, Any]:
+def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg: ExperimentConfig,
+               headlines: dict[str, list[Candidate]] | None = None) -> dict[str, Any]:
     """The sample level's leak over the population level's, both at the larger of the two levels'
     figure FPRs, with a paired expanded-percentile CI (each replicate: the two leaks' replicate
     figures on the same victim draws, :attr:`harness.core.figure.BestOf.replicates`).
@@ -356,7 +342,8 @@ def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg
     rests on at least :data:`RATIO_MIN_TRUE_POSITIVES` expected true positives; elsewhere ``ratio`` is
     None, both TPRs stand and ``lower`` is the sample leak's lower bound over the population leak's
     upper limit (each one-sided at half the error: a joint ``confidence`` statement), where that is finite.
-    Both leaks are floored as the levels' figures are (:func:`leak_floors`)."""
+    Both leaks are floored as the levels' figures are (:func:`leak_floors`; ``headlines``: each level's
+    declared candidates)."""
     figs = {lv: level_fpr(cfg, n) for lv, n in negatives.items()}
     out: dict[str, Any] = {"fpr": None, "population": None, "sample": None, "ratio": None, "ci": None, "lower": None,
                            "confidence": cfg.attack.confidence}
@@ -364,7 +351,8 @@ def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg
         out["reason"] = "a level resolves no figure FPR"
         return out
     fpr = max(figs.values())
-    pop, smp = (leak_best(pools[lv], leak_floors(pools[lv], cfg), fpr, cfg) for lv in ("population", "sample"))
+    pop, smp = (leak_best(pools[lv], leak_floors(pools[lv], (headlines or {}).get(lv, []), cfg), fpr, cfg)
+                for lv in ("population", "sample"))
     s = pools["sample"][0].num_models
     npos = min(int(c.entry["num_pos"]) for c in pools["population"])
     out.update({"fpr": fpr, "population": pop.point, "sample": smp.point,
