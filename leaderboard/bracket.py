@@ -103,7 +103,8 @@ def bracket_table(bracket: dict[str, Any]) -> str:
                    for r in bracket_rows(bracket))
     tprs = "; ".join(f"TPR@{100 * f:g}%: attack {100 * t:.1f}%"
                      + (f", provable ≤ {100 * u:.1f}%" if u is not None else "") for f, t, u in tpr_points(bracket))
-    return (f'<table class="bracket"><tr>{head}</tr>{body}</table>'
+    # in a scroll box: eight columns of long bound names are wider than a phone (the page is not)
+    return (f'<div class="scroll"><table class="bracket"><tr>{head}</tr>{body}</table></div>'
             f"<p><b>{escape(summary_line(bracket))}</b></p><p class=\"muted\">{escape(tprs)}</p>")
 
 

@@ -349,8 +349,9 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
 
 
 LEGEND = (
-    ("#", "rank by the leak; lower is more private. The leak reads every attack the harness ran, not the ones the "
-          "defense declares, so no declaration can move a row up. A table is one setting: dataset, preset, models per "
+    ("#", "rank by the leak; lower is more private. The leak reads every attack the harness ran, not only the ones "
+          "the defense declares, and is never below the declared figure nor below what LiRA and RMIA find, so no "
+          "declaration lowers it. A table is one setting: dataset, preset, models per "
           "level and audit samples (fewer models weaken every attack); an entry audited with other attacks or "
           "canaries than the preset's is listed apart, unranked."),
     ("acc", "test accuracy of the sample-level models (trained with the defense's canaries), mean over the victim "

@@ -209,6 +209,9 @@ def test_tiny_dpsgd_one_run_audit_stays_below_the_accountant(tmp_path):
     assert len(membership) == 300 and 0.4 < np.mean(membership) < 0.6  # the target's independent fair coins
     html = (folder / "report.html").read_text()
     assert 'class="plot bracket"' in html and "Audit bracket" in html and "Claimed / best lower bound" in html
+    # the eight-column table scrolls in its own box: a phone-wide page stays as wide as the phone (the
+    # leaderboard's DP entries were 687-754 px wide at 390 px without it: screenshot_leaderboard.py)
+    assert '<div class="scroll"><table class="bracket">' in html
     again = CliRunner().invoke(app, ["audit-one-run", "dpsgd-medium", "--canaries", "300", "--out", str(tmp_path),
                                      "--set", "defense_params.noise_multiplier=0.05", *TINY])
     assert again.exit_code == 0 and "reused from model_000.npz" in again.output  # resumes, no retraining
