@@ -1,6 +1,6 @@
 """DP-SGD for G models in one loop: their per-sample gradients as one nested ``vmap`` (issue 45).
 
-:class:`~defenses.dpsgd.DPSGDTrainer` computes one model's per-sample gradients with
+:class:`~defenses.dpsgd_trainer.DPSGDTrainer` computes one model's per-sample gradients with
 ``vmap(grad(loss))`` over the samples of a physical batch. DP-SGD's gradients vectorise across
 models too: with the G models' parameters stacked along a leading axis, one ``vmap`` over the models
 of that per-sample ``vmap`` computes every model's per-sample gradients of its own samples at once
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import torch
 
-from defenses.dpsgd import DPSGDTrainer, Grads, clip_factors, per_sample_grad_fn, per_sample_norms
+from defenses.dpsgd_trainer import DPSGDTrainer, Grads, clip_factors, per_sample_grad_fn, per_sample_norms
 
 
 def train_dpsgd_stacked(trainers: list[DPSGDTrainer], ctxs: list | None = None) -> list[torch.nn.Module]:

@@ -1,0 +1,346 @@
+"""DP-SGD's training machinery, for one model (:class:`DPSGDTrainer`) and for a group trained stacked
+(:mod:`defenses.dpsgd_stacked` builds on it): the sampling schedule, the accountants, per-sample
+gradients, clipping, the settings and the trainer. The defenses that use it, and the paper's
+settings, are in :mod:`defenses.dpsgd` (its docstring states the algorithm and the sources)."""
+
+from __future__ import annotations
+
+import copy
+import math
+import warnings
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+import numpy as np
+
+from defenses.base import FitContext, LabeledImages, Normalizer
+from harness.core.lazy import LazyModule
+
+if TYPE_CHECKING:
+    from opacus.accountants.accountant import IAccountant
+
+# torch and Opacus are imported where a model trains or an accountant runs: naming the defense (the
+# attack phase, the reports) needs neither
+torch = LazyModule("torch")
+nn = LazyModule("torch.nn")
+
+Grads = dict[str, "torch.Tensor"]
+
+#: the networks whose DP-SGD models train stacked (defenses/dpsgd_stacked.py): small ones; WRN16-4's
+#: per-sample gradients (2.7 M parameters x physical batch x augmult) already fill a GPU for one model
+STACKABLE_DP_MODELS = ("mlp", "cnn-gn")
+
+#: Largest discretization grid the PRV accountant may use (points). Opacus's PRV accountant needs
+#: about 250 bytes per point; the paper's noise levels need 1e8 points or more (tens of GB).
+PRV_MAX_GRID_POINTS = 4_000_000
+
+
+# --- schedule and accounting --------------------------------------------------------------------
+
+
+POISSON_RATES = ("paper", "b_over_n")
+
+
+def sample_rate(n: int, batch_size: int, mode: str = "paper") -> float:
+    """Poisson sampling rate: ``1 / ceil(N / B)`` (``paper``: Opacus's DataLoader, as the paper's
+    code) or ``min(1, B / N)`` (``b_over_n``)."""
+    if n < 1:
+        raise ValueError("DP-SGD needs at least one training sample")
+    if mode == "paper":
+        return 1.0 / steps_per_epoch(n, batch_size)
+    if mode == "b_over_n":
+        return min(1.0, batch_size / n)
+    raise ValueError(f"poisson_rate must be one of {', '.join(POISSON_RATES)}, got {mode!r}")
+
+
+def expected_batch_size(n: int, q: float, mode: str = "paper") -> float:
+    """The denominator of the noisy mean gradient: ``int(N q)`` (``paper``, as Opacus) or ``q N``."""
+    return float(int(n * q)) if mode == "paper" else q * n
+
+
+def steps_per_epoch(n: int, batch_size: int) -> int:
+    """Logical steps per epoch, ``ceil(N / B)`` (as the paper's Poisson data loader)."""
+    return max(1, math.ceil(n / batch_size))
+
+
+def ema_decay_at(step: int, max_decay: float) -> float:
+    """EMA decay after logical step ``step`` (1-based): ``min(max_decay, (1 + t) / (10 + t))``."""
+    return min(max_decay, (1.0 + step) / (10.0 + step))
+
+
+ACCOUNTANTS = ("rdp", "prv")
+
+
+def make_accountant(name: str) -> IAccountant:
+    """A fresh Opacus accountant: ``rdp`` (RDPAccountant) or ``prv`` (PRVAccountant)."""
+    if name not in ACCOUNTANTS:
+        raise ValueError(f"accountant must be 'rdp' or 'prv', got {name!r}")
+    from opacus.accountants import PRVAccountant, RDPAccountant
+
+    return RDPAccountant() if name == "rdp" else PRVAccountant()
+
+
+def prv_grid_points(noise_multiplier: float, q: float, steps: int, delta: float, eps_error: float = 0.01) -> float:
+    """Size of the grid Opacus's PRV accountant discretizes on, for ``get_epsilon(delta)`` with its
+    default errors (``eps_error`` 0.01, ``delta_error = delta / 1000``).
+
+    Gopi et al. 2021 (remark 5.6), as Opacus implements it: the domain is ``[-L, L]`` with
+    ``L = max(eps_RDP(delta_error / 4) over all steps, eps_RDP(delta_error / (8 T)) of one step) + 3``
+    and the mesh is ``eps_error / sqrt(T log(12 / delta_error) / 2)``.
+    """
+    if noise_multiplier <= 0:
+        return math.inf
+    delta_error = delta / 1000
+    from opacus.accountants import RDPAccountant
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Optimal order is the")
+        full, one = RDPAccountant(), RDPAccountant()
+        full.history = [(noise_multiplier, q, steps)]
+        one.history = [(noise_multiplier, q, 1)]
+        half_width = max(full.get_epsilon(delta_error / 4), one.get_epsilon(delta_error / (8 * steps)), eps_error) + 3
+    mesh = eps_error / math.sqrt(steps * math.log(12 / delta_error) / 2)
+    return math.floor(2 * half_width / mesh) + 1.0
+
+
+def check_accountant(name: str, noise_multiplier: float, q: float, steps: int, delta: float) -> None:
+    """Raise ``ValueError`` before training if the accountant cannot report epsilon for this run."""
+    make_accountant(name)
+    if name == "prv" and steps > 0:
+        points = prv_grid_points(noise_multiplier, q, steps, delta)
+        if points > PRV_MAX_GRID_POINTS:
+            raise ValueError(
+                f"the PRV accountant would need a grid of {points:.3g} points (limit {PRV_MAX_GRID_POINTS:.3g}) "
+                f"for noise {noise_multiplier}, sample rate {q:.4g}, {steps} steps; use accountant=rdp"
+            )
+
+
+def epsilon_of(accountant: IAccountant, delta: float) -> float:
+    """Epsilon at ``delta`` of the steps the accountant recorded (0 before any step; inf without noise)."""
+    if not accountant.history:
+        return 0.0
+    if any(sigma <= 0 for sigma, _, _ in accountant.history):
+        return math.inf
+    with warnings.catch_warnings():
+        # RDP warns when the optimal order is the smallest one (tiny noise); epsilon is still an upper bound.
+        warnings.filterwarnings("ignore", message="Optimal order is the")
+        return float(accountant.get_epsilon(delta=delta))
+
+
+# --- one step -----------------------------------------------------------------------------------
+
+
+def per_sample_grad_fn(net: nn.Module) -> Callable[[Grads, Grads, torch.Tensor, torch.Tensor], Grads]:
+    """``f(params, buffers, x, y) -> {name: (n, *shape)}``: for x (n, K, C, H, W) and y (n,), the
+    gradient of ``mean_k CE(net(x[i, k]), y[i])`` for each sample i, i.e. the average of the
+    gradients of its K augmented copies (augmentation multiplicity)."""
+
+    def loss_one(params: Grads, buffers: Grads, xs: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
+        out = torch.func.functional_call(net, (params, buffers), (xs,))
+        return nn.functional.cross_entropy(out, ys.expand(xs.shape[0]))
+
+    return torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, None, 0, 0))
+
+
+def per_sample_norms(grads: Grads) -> torch.Tensor:
+    """L2 norm of each sample's gradient over all parameters: (n,)."""
+    per_param = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()]
+    return torch.linalg.vector_norm(torch.stack(per_param), dim=0)
+
+
+def clip_factors(norms: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+    """``min(1, C / ||g_i||)`` per sample, exactly 1 where ``||g_i|| <= C``."""
+    return torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
+
+
+def clip_per_sample(grads: Grads, max_grad_norm: float) -> tuple[Grads, torch.Tensor]:
+    """Each sample's gradient scaled by ``min(1, C / ||g_i||)``, and the norms before clipping.
+    Gradients with norm <= C are returned unchanged."""
+    norms = per_sample_norms(grads)
+    f = clip_factors(norms, max_grad_norm)
+    return {k: g * f.view(-1, *([1] * (g.dim() - 1))) for k, g in grads.items()}, norms
+
+
+def sum_clipped(grads: Grads, max_grad_norm: float) -> Grads:
+    """``sum_i min(1, C / ||g_i||) g_i`` per parameter (the sum of :func:`clip_per_sample`'s
+    gradients, as one contraction over the samples without the clipped copies)."""
+    f = clip_factors(per_sample_norms(grads), max_grad_norm)
+    return {k: torch.tensordot(f, g, dims=1) for k, g in grads.items()}
+
+
+@dataclass(frozen=True)
+class DPSGDSettings:
+    """The mechanism's hyperparameters (see the module docstring for the formulas)."""
+
+    noise_multiplier: float
+    max_grad_norm: float
+    batch_size: int
+    epochs: int
+    lr: float
+    augmult: int
+    ema_decay: float
+    delta: float
+    accountant: str
+    physical_batch_size: int
+    poisson_rate: str = "paper"
+
+    def __post_init__(self) -> None:
+        if self.poisson_rate not in POISSON_RATES:
+            raise ValueError(f"poisson_rate must be one of {', '.join(POISSON_RATES)}, got {self.poisson_rate!r}")
+        if self.noise_multiplier < 0:
+            raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}")
+        if self.max_grad_norm <= 0:
+            raise ValueError(f"max_grad_norm must be > 0, got {self.max_grad_norm}")
+        for k in ("batch_size", "epochs", "augmult", "physical_batch_size"):
+            v = getattr(self, k)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise ValueError(f"{k} must be a positive integer, got {v!r}")
+        if self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must lie in [0, 1), got {self.ema_decay}")
+        if not 0 < self.delta < 1:
+            raise ValueError(f"delta must lie in (0, 1), got {self.delta}")
+        if self.accountant not in ACCOUNTANTS:  # checked without building one (Opacus imports torch)
+            raise ValueError(f"accountant must be 'rdp' or 'prv', got {self.accountant!r}")
+
+
+class DPSGDTrainer:
+    """DP-SGD with augmentation multiplicity and weight EMA on one network (one model's training).
+
+    ``noisy_gradient`` is one logical step's privatized gradient; ``step`` applies it and updates
+    the EMA and the accountant; ``train`` runs all epochs.
+    """
+
+    def __init__(self, net: nn.Module, train: LabeledImages, settings: DPSGDSettings, *, seed: int,
+                 device: str, augment: bool) -> None:
+        for m in net.modules():
+            if isinstance(m, nn.modules.batchnorm._BatchNorm):
+                raise ValueError(
+                    f"DP-SGD needs a model without BatchNorm (per-sample gradients), got {type(m).__name__}; "
+                    "use model mlp, cnn-gn or wrn16-4-gn"
+                )
+        self.settings = settings
+        self.device = torch.device(device)
+        self.net = net.to(self.device).train()
+        self.ema = copy.deepcopy(self.net).eval()
+        for p in self.ema.parameters():
+            p.requires_grad_(False)
+        self.train_set = train
+        self.augment = augment
+        self.k = settings.augmult if augment else 1
+        self.n = len(train)
+        self.q = sample_rate(self.n, settings.batch_size, settings.poisson_rate)
+        self.expected_batch = max(1.0, expected_batch_size(self.n, self.q, settings.poisson_rate))
+        self.steps_per_epoch = steps_per_epoch(self.n, settings.batch_size)
+        self.accountant = make_accountant(settings.accountant)
+        self.step_count = 0
+        self.empty_batches = 0
+        self._x = torch.from_numpy(train.x).to(self.device)
+        self._y = torch.from_numpy(train.y).to(self.device)
+        self._normalize = Normalizer(train.mean, train.std, self.device)
+        s_sample, s_noise = np.random.SeedSequence([seed, 0xD95]).generate_state(2)
+        self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations
+        self.noise_gen = torch.Generator(device=self.device).manual_seed(int(s_noise))
+        self._grad_fn = per_sample_grad_fn(self.net)
+
+    def _inputs(self, idx: torch.Tensor) -> torch.Tensor:
+        """Normalized inputs (n, K, C, H, W): K independently augmented copies of each sample."""
+        x = self._x[idx].repeat_interleave(self.k, dim=0)
+        if self.augment:
+            from harness.core.augment import random_augment
+
+            x = random_augment(x, self.train_set.augment, self.sample_gen)
+        x = self._normalize(x)
+        return x.view(len(idx), self.k, *x.shape[1:])
+
+    def clipped_sum(self, idx: torch.Tensor) -> Grads:
+        """Sum over the samples ``idx`` of their clipped per-sample gradients, in physical batches."""
+        params = {k: p.detach() for k, p in self.net.named_parameters()}
+        buffers = {k: b.detach() for k, b in self.net.named_buffers()}
+        total = {k: torch.zeros_like(p) for k, p in params.items()}
+        for i in range(0, len(idx), self.settings.physical_batch_size):
+            chunk = idx[i : i + self.settings.physical_batch_size]
+            grads = self._grad_fn(params, buffers, self._inputs(chunk), self._y[chunk].view(-1, 1))
+            for k, g in sum_clipped(grads, self.settings.max_grad_norm).items():
+                total[k] += g
+        return total
+
+    def noisy_gradient(self, idx: torch.Tensor) -> Grads:
+        """``(sum_i clip(g_i) + N(0, sigma^2 C^2 I)) / E`` (E the expected batch size) for the batch ``idx``."""
+        return self.add_noise(self.clipped_sum(idx))
+
+    def add_noise(self, total: Grads) -> Grads:
+        """``(total + N(0, sigma^2 C^2 I)) / E``, the noise drawn per parameter in the network's order."""
+        std = self.settings.noise_multiplier * self.settings.max_grad_norm
+        out = {}
+        for k, g in total.items():
+            if std > 0:
+                g = g + std * torch.randn(g.shape, generator=self.noise_gen, device=self.device, dtype=g.dtype)
+            out[k] = g / self.expected_batch
+        return out
+
+    def poisson_batch(self) -> torch.Tensor:
+        """Indices of one Poisson-sampled batch (each sample independently with probability q)."""
+        mask = torch.rand(self.n, generator=self.sample_gen) < self.q
+        return mask.nonzero().flatten().to(self.device)
+
+    def update_ema(self) -> float:
+        """``ema <- d ema + (1 - d) theta`` with the decay of the current step; buffers copied."""
+        d = ema_decay_at(self.step_count, self.settings.ema_decay)
+        with torch.no_grad():
+            for e, p in zip(self.ema.parameters(), self.net.parameters()):
+                e.mul_(d).add_(p.detach(), alpha=1.0 - d)
+            for e, b in zip(self.ema.buffers(), self.net.buffers()):
+                e.copy_(b)
+        return d
+
+    def step(self, idx: torch.Tensor) -> None:
+        """One logical step on the batch ``idx``: privatized SGD update, EMA, accountant."""
+        self.finish_step(self.clipped_sum(idx), len(idx))
+
+    def finish_step(self, total: Grads, batch_size: int) -> None:
+        """The step after the clipped sum ``total`` of a batch of ``batch_size`` samples: noise, the
+        SGD update, the EMA and the accountant (:mod:`defenses.dpsgd_stacked` computes the sums of
+        several models at once)."""
+        if batch_size == 0:
+            self.empty_batches += 1
+        g = self.add_noise(total)
+        with torch.no_grad():
+            for k, p in self.net.named_parameters():
+                p.add_(g[k], alpha=-self.settings.lr)
+        self.step_count += 1
+        self.update_ema()
+        self.accountant.step(noise_multiplier=self.settings.noise_multiplier, sample_rate=self.q)
+
+    def train(self, ctx: FitContext | None = None) -> nn.Module:
+        """All epochs of ``steps_per_epoch`` Poisson steps; returns the EMA model (eval mode)."""
+        for epoch in range(self.settings.epochs):
+            for _ in range(self.steps_per_epoch):
+                self.step(self.poisson_batch())
+            if ctx is not None:
+                ctx.report("train", (epoch + 1) / self.settings.epochs)
+        self.net.eval()
+        return self.ema.eval()
+
+    def info(self) -> dict[str, Any]:
+        """The privacy record of the training so far (JSON-serializable)."""
+        s = self.settings
+        return {
+            "epsilon": epsilon_of(self.accountant, s.delta),
+            "delta": s.delta,
+            "noise_multiplier": s.noise_multiplier,
+            "sample_rate": self.q,
+            "poisson_rate": s.poisson_rate,
+            "steps": self.step_count,
+            "accountant": s.accountant,
+            "batch_size": s.batch_size,
+            "expected_batch_size": self.expected_batch,
+            "epochs": s.epochs,
+            "augmult": self.k,
+            "max_grad_norm": s.max_grad_norm,
+            "lr": s.lr,
+            "ema_decay": s.ema_decay,
+            "train_size": self.n,
+            "empty_batches": self.empty_batches,
+        }
