@@ -23,6 +23,7 @@ import argparse
 import copy
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -32,6 +33,17 @@ from defenses.training import init_network, train_classifier
 from harness.defense_config import build_config
 from harness.run.runner import AUTO_GROUP_SIZE, build_level, model_seed, training_set
 from harness.core.data import load_dataset
+
+
+def population_models(cfg, n: int) -> tuple[Any, list, list]:
+    """The dataset and the first ``n`` population-level models' training sets and fit contexts, as a
+    run builds them."""
+    data = load_dataset(cfg.data, cfg.seed)
+    ld = build_level(cfg, data, "population", "none")
+    trains = [training_set(data, ld, i) for i in range(n)]
+    ctxs = [FitContext(seed=model_seed(cfg.seed, i, cfg.audit.rng, cfg.audit.models), device="cpu", train=cfg.train)
+            for i in range(n)]
+    return data, trains, ctxs
 
 
 def main() -> None:
@@ -48,12 +60,7 @@ def main() -> None:
     if args.defense != "undefended":
         return defense_timings(args)
     cfg = build_config("quick")
-    data = load_dataset(cfg.data, cfg.seed)
-    ld = build_level(cfg, data, "population", "none")
-    n = max(args.models, args.alone)
-    trains = [training_set(data, ld, i) for i in range(n)]
-    ctxs = [FitContext(seed=model_seed(cfg.seed, i, cfg.audit.rng, cfg.audit.models), device="cpu", train=cfg.train)
-            for i in range(n)]
+    data, trains, ctxs = population_models(cfg, max(args.models, args.alone))
 
     def stacked(g: int) -> float:
         """Seconds per model, the first --models models trained in groups of g."""
@@ -102,12 +109,7 @@ def defense_timings(args: argparse.Namespace) -> None:
             **({"data.path": args.data_dir} if args.data_dir else {})}
     cfg = build_config(args.preset, over)
     defense = make_defense(cfg)
-    data = load_dataset(cfg.data, cfg.seed)
-    ld = build_level(cfg, data, "population", "none")
-    n = max(args.models, args.alone)
-    trains = [training_set(data, ld, i) for i in range(n)]
-    ctxs = [FitContext(seed=model_seed(cfg.seed, i, cfg.audit.rng, cfg.audit.models), device="cpu", train=cfg.train)
-            for i in range(n)]
+    _, trains, ctxs = population_models(cfg, max(args.models, args.alone))
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     for t, c in zip(trains[: args.alone], ctxs[: args.alone]):
