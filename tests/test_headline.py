@@ -5,6 +5,7 @@ random), and a best of several that the selection does not inflate."""
 from __future__ import annotations
 
 import numpy as np
+from scipy.stats import t as student_t
 import pytest
 from scipy.stats import norm
 
@@ -141,9 +142,18 @@ def test_one_candidate_is_its_own_figure_and_interval():
     b = best_of(np.array([0.31]), reps[None], 32, 0.95)
     assert b.point == 0.31 and b.plausible == (0,) and b.source == 0
     assert b.lower == pytest.approx(np.quantile(reps, expanded_level(0.05, 32)))
-    lo, hi = interval(0.31, reps, 32, 0.95)
-    a = expanded_level(0.025, 32)
-    assert (lo, hi) == pytest.approx(tuple(np.quantile(reps, [a, 1 - a])))
+    z = np.sqrt(32 / 31) * student_t.ppf(0.975, 31)  # Hesterberg's expansion of 1.96
+    half = z * np.std(reps, ddof=1)
+    assert interval(0.31, reps, 32, 0.95) == pytest.approx((0.31 - half, 0.31 + half))
+    # the delete-one-victim jackknife's SD where it is the larger (sqrt((S-1)/S sum (x - mean)^2)), kept in [0, 1]
+    jack = 0.31 + np.r_[0.1, -0.1, np.zeros(30)]
+    sd_j = np.sqrt(31 / 32 * 0.02)
+    assert sd_j > np.std(reps, ddof=1)
+    assert interval(0.31, reps, 32, 0.95, jackknife=jack) == pytest.approx((max(0.0, 0.31 - z * sd_j), 0.31 + z * sd_j))
+    assert interval(0.31, reps, 32, 0.95, jackknife=np.full(32, 0.31)) == pytest.approx((0.31 - half, 0.31 + half))
+    # and widened by sqrt(1 + 1/k) for k expected false positives
+    lo, hi = interval(0.31, reps, 32, 0.95, false_positives=4.0)
+    assert hi - 0.31 == pytest.approx(np.sqrt(1.25) * half)
 
 
 def test_a_dominant_candidate_leaves_the_others_out_of_the_selection():

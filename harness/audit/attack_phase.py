@@ -496,7 +496,8 @@ def evaluate_level(
             del scores_ev
             m = replace(m, roc=roc_file_curve(m.roc))  # the full ROC's arrays go: its file keeps these points
             curves[(attack.name, variant)] = m
-            cand = Candidate(label, entry, ld.design.membership.shape[0], m.reading or {}, m.reading_samples)
+            cand = Candidate(label, entry, ld.design.membership.shape[0], m.reading or {}, m.reading_samples,
+                         m.reading_jackknife)
             if variant == primary and attack.name in headline_attacks:
                 candidates.append(cand)
             elif unserved is None:

@@ -136,7 +136,8 @@ def toy_candidates(cfg: ExperimentConfig, world: ToyWorld, models: int, variants
                  "tpr_at_fpr": {fpr_key(t): v for t, v in m.tpr_at_fpr.items()},
                  "tpr_ci": {fpr_key(t): list(v) for t, v in m.tpr_ci.items()},
                  "resolved": {fpr_key(t): v for t, v in m.resolved.items()}}
-        cand = Candidate(f"{level}/v{j}:v", entry, models, m.reading or {}, m.reading_samples)
+        cand = Candidate(f"{level}/v{j}:v", entry, models, m.reading or {}, m.reading_samples,
+                         m.reading_jackknife)
         object.__setattr__(cand, "paper_samples", m.samples)  # the paper's reading, for the rule it replaced
         out.append(cand)
     return out

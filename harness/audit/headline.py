@@ -49,8 +49,9 @@ ESTIMAND = ("TPR at the figure FPR of the ROC of the attack's guesses pooled ove
             "conditional on the run's audit samples; for a best of several variants, the largest such TPR")
 READING = ("plotting position (expected FPR equal to the figure FPR: k* = t (N + 1) - 1 false positives, "
            "interpolated between order statistics, ties at random)")
-CI_METHOD = ("bootstrap over victim models (the run's draws, shared by every variant and level), percentile with "
-             "Hesterberg's small-sample expansion; a best of several: plausible set, median-adjusted point (the leak's floored "
+CI_METHOD = ("bootstrap over victim models (the run's draws, shared by every variant and level) with Hesterberg's "
+             "small-sample expansion; one variant: symmetric about its TPR with the larger of the bootstrap's and the "
+             "delete-one-victim jackknife's SD; a best of several: plausible set, median-adjusted point (the leak's floored "
              "by the declared headline's and the configured attacks' figures), "
              "Bonferroni-t lower bound over it (harness/core/figure.py)")
 
@@ -107,6 +108,7 @@ class Candidate:
     num_models: int
     reading: dict[float, float]
     samples: dict[float, np.ndarray] | None = None
+    jackknife: dict[float, np.ndarray] | None = None  # each victim left out in turn: (S,) per figure FPR
 
     @property
     def num_neg(self) -> int:
@@ -177,7 +179,8 @@ def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, wha
         rec["floors"] = sorted(floors)
     if len(cands) == 1 and src.samples is not None and cfg.attack.bootstrap > 0:
         rec["ci"] = list(interval(src.reading[fpr], src.samples[fpr], src.num_models, cfg.attack.confidence,
-                                  false_positives=fpr * src.num_neg))
+                                  false_positives=fpr * src.num_neg,
+                                  jackknife=None if src.jackknife is None else src.jackknife.get(fpr)))
     rec["what"] = what
     return rec, b
 

@@ -507,6 +507,9 @@ class AttackMetrics:
     reading: dict[float, float] | None = None
     #: the same in every bootstrap replicate (the same draws), None without a bootstrap
     reading_samples: dict[float, np.ndarray] | None = None
+    #: the same with each victim model left out in turn (the delete-one-victim jackknife: (S,) per FPR),
+    #: None without a bootstrap or with fewer than 3 victims
+    reading_jackknife: dict[float, np.ndarray] | None = None
 
 
 def evaluate_scores(
@@ -533,7 +536,7 @@ def evaluate_scores(
     roc = roc_curve(flat, mem, groups)
     targets = [0.0, *fprs]
     readings = sorted(set(reading_fprs))
-    samples, reading, reading_samples = None, None, None
+    samples, reading, reading_samples, reading_jackknife = None, None, None, None
     if readings:
         reading = {t: float(v[0]) for t, v in
                    weighted_tpr_plotting(sc, mem, readings, np.ones((1, sc.shape[0])), groups).items()}
@@ -542,6 +545,8 @@ def evaluate_scores(
         samples = weighted_tpr_samples(sc, mem, targets, counts, groups=groups)
         if readings:
             reading_samples = weighted_tpr_plotting(sc, mem, readings, counts, groups)
+            if sc.shape[0] >= 3:
+                reading_jackknife = weighted_tpr_plotting(sc, mem, readings, 1.0 - np.eye(sc.shape[0]), groups)
     del groups
     if samples is not None:
         ci = {t: percentile_interval(samples[t], confidence) for t in targets}
@@ -559,4 +564,5 @@ def evaluate_scores(
         samples=samples,
         reading=reading,
         reading_samples=reading_samples,
+        reading_jackknife=reading_jackknife,
     )
