@@ -2,7 +2,7 @@
 every printed interval, and the issue-44 runs through `harness evaluate`.
 
     python benchmarks/bench_headline_test.py [--sims 1000] [--cover-sims 300] [--seeds 20] [--out runs/headline]
-                                             [--parts size,power,coverage,shadows,rules,runs] [--audit-draws 1]
+                                             [--parts size,power,coverage,shadows,rules,skew,runs] [--audit-draws 1]
 
 1. **size** (harness.audit.calibration: the leave-one-out LiRA toy with heterogeneous victims): how
    often the headline test fires when no variant beats the declared headline (the least favourable
@@ -23,7 +23,10 @@ every printed interval, and the issue-44 runs through `harness evaluate`.
    replaced and two other widenings of it (symmetric with the percentile's larger arm; the
    percentile's arms scaled by max(1, jackknife SD / bootstrap SD)), one variant with and without
    tied scores, over several draws of audit samples.
-6. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py): the
+6. **skew**: one exact LiRA variant at 32 x 400, 0.1% FPR, with the toy's victims and with equal
+   victims (no per-model offset or noise scale): the bootstrap's 2.5% and 97.5% points about the
+   TPR and the TPR's own about the truth, both in bootstrap SDs.
+7. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py): the
    no-signal plugin over ``--seeds`` seeds (warnings counted); undefended training declaring only
    the threshold attack at 16 and 32 models, and undefended training declaring LiRA at the same
    sizes: flagged or not, and whether the leak (the ranked figure) is the same.
@@ -247,6 +250,37 @@ def rules(sims: int, rows: tuple[tuple[int, int, float], ...], audit_draws: int)
                   flush=True)
 
 
+def skew(sims: int, audit_draws: int, s: int = 32, c: int = 400, t: float = 0.001) -> None:
+    """Where the percentile interval's asymmetry comes from (module docstring, part 6)."""
+    from dataclasses import replace
+
+    from harness.audit.calibration import ToyWorld
+    from harness.core.metrics import evaluate_scores
+
+    print(f"\n## 6. Skew at {s} x {c}, {100 * t:g}% FPR ({audit_draws} draws x {sims} runs, one exact LiRA variant)\n")
+    print("| victims | bootstrap's 2.5% / 97.5% points about the TPR (its SDs) | the TPR's own 2.5% / 50% / 97.5% about the truth (bootstrap SDs) |")
+    print("|---|---|---|")
+    for label, kw in (("the toy's (an offset and a noise scale per model)", {}), ("equal", {"u_sd": 0.0, "scale_sd": 0.0})):
+        boot_lo, boot_hi, pivot = [], [], []
+        for w in range(audit_draws):
+            world = replace(ToyWorld.draw(c, 1 + w), **kw)
+            variant = Variants((0.0,))
+            truth_t = truth(world, s, variant, [t], worlds=300)[t]
+            for i in range(sims):
+                rng = np.random.default_rng([w, i, 2])
+                x, mem = world.outputs(s, rng)
+                m = evaluate_scores(variant.scores(x, mem, rng)[0], mem, np.ones(c, bool), [t], bootstrap=400,
+                                    confidence=0.95, seed=i, reading_fprs=(t,))
+                reps = np.asarray(m.reading_samples[t]).ravel()
+                sd = float(np.std(reps, ddof=1))
+                q = np.quantile((reps - m.reading[t]) / sd, [0.025, 0.975])
+                boot_lo.append(q[0])
+                boot_hi.append(q[1])
+                pivot.append((m.reading[t] - truth_t) / sd)
+        p = np.quantile(pivot, [0.025, 0.5, 0.975])
+        print(f"| {label} | {np.mean(boot_lo):+.2f} / {np.mean(boot_hi):+.2f} | {p[0]:+.2f} / {p[1]:+.2f} / {p[2]:+.2f} |", flush=True)
+
+
 def runs(out: Path, seeds: int) -> None:
     from harness_cli import evaluate_into
 
@@ -293,7 +327,7 @@ def main() -> None:
     ap.add_argument("--cover-sims", type=int, default=300)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--out", type=Path, default=Path("runs/headline"))
-    ap.add_argument("--parts", default="size,power,coverage,runs", help="which parts: size, power, coverage, shadows, rules, runs")
+    ap.add_argument("--parts", default="size,power,coverage,runs", help="which parts: size, power, coverage, shadows, rules, skew, runs")
     ap.add_argument("--threshold-widening", type=float, default=1.0,
                     help="coverage part: the threshold factor sqrt(1 + c/k) with this c (the harness: 1)")
     ap.add_argument("--rows", default="", help="coverage part: S x C rows, e.g. 64x200,16x50 (default: all six)")
@@ -303,8 +337,8 @@ def main() -> None:
                     help="shadows part: S x C @ FPR rows")
     ap.add_argument("--rule-rows", default="16x50@0.01,16x200@0.002,64x50@0.002,32x200@0.01,32x400@0.001,64x200@0.001",
                     help="rules part: S x C @ FPR rows")
-    ap.add_argument("--shadow-sims", type=int, default=150, help="shadows and rules parts: runs per draw of audit samples")
-    ap.add_argument("--shadow-draws", type=int, default=6, help="shadows and rules parts: draws of audit samples per row")
+    ap.add_argument("--shadow-sims", type=int, default=150, help="shadows, rules and skew parts: runs per draw of audit samples")
+    ap.add_argument("--shadow-draws", type=int, default=6, help="shadows, rules and skew parts: draws of audit samples per row")
     ap.add_argument("--audit-draws", type=int, default=1,
                     help="coverage part: split each row's runs over this many draws of audit samples (default 1)")
     a = ap.parse_args()
@@ -321,6 +355,8 @@ def main() -> None:
         shadows(a.shadow_sims, srows_of(a.shadow_rows), a.shadow_draws)
     if "rules" in parts:
         rules(a.shadow_sims, srows_of(a.rule_rows), a.shadow_draws)
+    if "skew" in parts:
+        skew(a.shadow_sims, a.shadow_draws)
     if "runs" in parts:
         runs(a.out, a.seeds)
     print(f"\n({time.time() - t0:.0f} s)")
