@@ -12,7 +12,7 @@ from scipy.stats import norm
 from attacks.base import AttackInput
 from attacks.lira import LiRA
 from harness.audit.calibration import balanced_membership
-from harness.core.figure import best_of, expanded_level, figure_fpr, interval
+from harness.core.figure import best_of, expanded_level, figure_fpr, interval, ratio_interval
 from harness.core.metrics import (bootstrap_draws, evaluate_scores, victim_counts, weighted_tpr_plotting,
                                   weighted_tpr_samples)
 
@@ -223,3 +223,21 @@ def test_a_gap_the_bootstrap_cannot_spread_is_untestable_not_proof():
     mass = np.r_[np.zeros(60), np.linspace(0.01, 0.3, 40)]  # 60% of the replicates exactly 0
     res = spa_test(np.array([0.2, 0.05]), np.stack([mass, np.linspace(-0.1, 0.2, 100)]), 16)
     assert res.untestable.tolist() == [True, False] and np.isnan(res.t_stats[0])
+
+
+def test_the_ratio_interval_is_symmetric_on_the_log_scale_with_the_larger_sd():
+    rng = np.random.default_rng(9)
+    num, den = rng.normal(0.5, 0.05, 1000), rng.normal(0.05, 0.005, 1000)
+    z = np.sqrt(32 / 31) * student_t.ppf(0.975, 31)
+    sd = np.std(np.log(num / den), ddof=1)
+    lo, hi = ratio_interval(num, den, 32, 0.95, 10.0)
+    assert (lo, hi) == pytest.approx((10.0 * np.exp(-z * sd), 10.0 * np.exp(z * sd)))
+    assert lo * hi == pytest.approx(100.0)  # symmetric about the point on the log scale
+    # the jackknife's SD of the log ratio where it is larger; replicates with a zero denominator left out
+    jn, jd = np.full(32, 0.5), np.r_[0.1, 0.025, np.full(30, 0.05)]
+    lj = np.log(jn / jd)
+    sd_j = np.sqrt(31 / 32 * np.sum((lj - lj.mean()) ** 2))
+    assert sd_j > sd
+    got = ratio_interval(np.r_[num, 0.3], np.r_[den, 0.0], 32, 0.95, 10.0, jackknife=(jn, jd))
+    assert got == pytest.approx((10.0 * np.exp(-z * sd_j), 10.0 * np.exp(z * sd_j)))
+    assert np.isnan(ratio_interval(num, den, 32, 0.95, 0.0)[0])

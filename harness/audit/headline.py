@@ -338,8 +338,10 @@ def headline_test_warning(level: str, test: dict[str, Any], declared: dict[str, 
 def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg: ExperimentConfig,
                headlines: dict[str, list[Candidate]] | None = None) -> dict[str, Any]:
     """The sample level's leak over the population level's, both at the larger of the two levels'
-    figure FPRs, with a paired expanded-percentile CI (each replicate: the two leaks' replicate
-    figures on the same victim draws, :attr:`harness.core.figure.BestOf.replicates`).
+    figure FPRs, with a CI symmetric on the log scale (:func:`harness.core.figure.ratio_interval`: the
+    larger of the SD of the paired replicates' log ratio, each replicate the two leaks' replicate
+    figures on the same victim draws, :attr:`harness.core.figure.BestOf.replicates`, and the
+    delete-one-victim jackknife's SD of the log ratio of the two leaks' source variants).
 
     A point ratio and its CI only where the population leak's lower bound is above 0 and its point
     rests on at least :data:`RATIO_MIN_TRUE_POSITIVES` expected true positives; elsewhere ``ratio`` is
@@ -364,7 +366,10 @@ def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg
     defined = (not np.isnan(pop.lower) and pop.lower > 0 and pop.point * npos >= RATIO_MIN_TRUE_POSITIVES)
     if defined:
         out["ratio"] = smp.point / pop.point
-        lo, hi = ratio_interval(smp.replicates, pop.replicates, s, cfg.attack.confidence)
+        src_s, src_p = pools["sample"][smp.source], pools["population"][pop.source]
+        jack = ((src_s.jackknife[fpr], src_p.jackknife[fpr])
+                if src_s.jackknife is not None and src_p.jackknife is not None else None)
+        lo, hi = ratio_interval(smp.replicates, pop.replicates, s, cfg.attack.confidence, out["ratio"], jack)
         out["ci"] = None if np.isnan(lo) else [lo, hi]
     elif cfg.attack.bootstrap > 0:
         half = 1 - (1 - cfg.attack.confidence) / 2
@@ -377,8 +382,9 @@ def ratio_json(pools: dict[str, list[Candidate]], negatives: dict[str, int], cfg
         out["reason"] = (f"the population leak cannot be told from 0 or rests on fewer than {RATIO_MIN_TRUE_POSITIVES} "
                          f"expected true positives: no point ratio; both TPRs, and a lower bound where the population's "
                          f"upper limit is above 0")
-    out["method"] = ("sample leak / population leak at the larger figure FPR; paired expanded-percentile bootstrap over "
-                     "victim models of the two leaks' replicate figures")
+    out["method"] = ("sample leak / population leak at the larger figure FPR; symmetric on the log scale with Hesterberg's "
+                     "expanded multiplier and the larger of the paired victim bootstrap's SD of the two leaks' replicate "
+                     "log ratio and the delete-one-victim jackknife's SD of their source variants' log ratio")
     return out
 
 

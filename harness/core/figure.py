@@ -246,19 +246,30 @@ def floored(best: BestOf, subsets: dict[str, tuple[list[int], BestOf]]) -> BestO
                   shifts=best.shifts, replicates=reps, floor=floor)
 
 
-def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, num_models: int, confidence: float
-                   ) -> tuple[float, float]:
-    """Two-sided expanded-percentile interval of the paired replicates' ratio (replicates with a
-    zero or undefined denominator left out: the caller reports no ratio where the denominator can be
-    near 0)."""
+def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, num_models: int, confidence: float,
+                   point: float, jackknife: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[float, float]:
+    """Two-sided interval of a ratio of two TPRs, symmetric on the log scale about ``point``:
+    ``point * exp(+- z_S sd)``, ``z_S`` Hesterberg's expanded multiplier (:func:`interval`), ``sd``
+    the larger of the SD of the paired replicates' log ratio (replicates with a zero or undefined
+    numerator or denominator left out: the caller reports no ratio where the denominator can be near
+    0) and the delete-one-victim jackknife's SD of the log ratio (``jackknife``: the two TPRs' reads
+    with each victim left out). The expanded percentile interval of the replicates' ratios, which it
+    replaced, covered 90.7% where both levels read at 1% FPR (docs/protocol.md, Coverage); (nan, nan)
+    with fewer than 2 usable replicates or no positive point."""
     num, den = np.asarray(numerator, np.float64), np.asarray(denominator, np.float64)
-    ok = ~np.isnan(num) & ~np.isnan(den) & (den > 0)
-    if ok.sum() < 2:
+    ok = ~np.isnan(num) & ~np.isnan(den) & (den > 0) & (num > 0)
+    if ok.sum() < 2 or not point > 0:
         return (float("nan"), float("nan"))
-    r = num[ok] / den[ok]
-    a = expanded_level((1 - confidence) / 2, num_models)
-    lo, hi = np.quantile(r, [a, 1 - a])
-    return (float(lo), float(hi))
+    log_r = np.log(num[ok] / den[ok])
+    sd = float(np.std(log_r, ddof=1))
+    if jackknife is not None:
+        jn, jd = (np.asarray(v, np.float64).ravel() for v in jackknife)
+        use = np.isfinite(jn) & np.isfinite(jd) & (jn > 0) & (jd > 0)
+        if use.sum() >= 3:
+            lj = np.log(jn[use] / jd[use])
+            sd = max(sd, float(np.sqrt((len(lj) - 1) / len(lj) * np.sum((lj - lj.mean()) ** 2))))
+    z = float(np.sqrt(num_models / (num_models - 1)) * student_t.ppf(1 - (1 - confidence) / 2, num_models - 1))
+    return (float(point * np.exp(-z * sd)), float(point * np.exp(z * sd)))
 
 
 def fmt_fpr(fpr: float) -> str:
