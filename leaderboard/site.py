@@ -102,7 +102,7 @@ INDEX_COLUMNS = (
      "same FPR, with its 95% CI: its author's claim; ⚠ where the headline test finds it beaten"),
     ("population leak TPR", "pop. leak", "population level (the audit samples as they are): the leak, with its "
      "lower bound"),
-    ("ratio", "ratio", "sample- over population-level leak, with its bootstrap CI (none where the population leak "
+    ("ratio", "ratio", "sample- over population-level leak, with its 95% CI over victim models (none where the population leak "
      "cannot be told from 0)"),
     ("canary", "canary", "the canaries of the sample level"),
     ("attack", "attack", "the attack that gives the leak; hover for its variant"),
@@ -320,9 +320,9 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
         return html, (f"{v:.6f}" if isinstance(v, float) else "9"), tip
     if col == "test acc":
         return _pct(v), (f"{v:.6f}" if isinstance(v, float) else "-1"), ""
-    if col == "ratio":  # shown only with its bootstrap CI
+    if col == "ratio":  # shown only with its CI
         if v is None:
-            return "-", "-1", "no bootstrap CI for the ratio in this results.json"
+            return "-", "-1", "no CI for the ratio in this results.json"
         value, (lo, hi) = v
         up = "∞" if hi == float("inf") else f"{hi:.1f}"
         return f'<span class="v">{value:.1f}x</span> <span class="ci">[{lo:.1f}, {up}]</span>', f"{value:.6f}", ""
@@ -363,7 +363,7 @@ LEGEND = (
     ("declared", "the same over the defense's declared adaptive attacks: its author's claim [95% CI]; ⚠: the "
                  "headline test finds a variant that beats it."),
     ("pop. leak", "the leak at the population level: the audit samples as they are."),
-    ("ratio", "sample- over population-level leak, with its bootstrap CI (only where the population leak is told "
+    ("ratio", "sample- over population-level leak, with its 95% CI over victim models (only where the population leak is told "
               "apart from 0 on at least 10 expected true positives)."),
     ("canary, attack", "the canaries of the sample level and the attack that gives its leak; hover for the variant."),
     ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same setting): "
@@ -535,7 +535,7 @@ def _figures_table(results: dict[str, Any], targets: list[str]) -> str:
     if ratio is not None:
         value, (lo, hi) = ratio
         note = (f'<p>Sample- over population-level leak: <b>{value:.1f}x</b> '
-                f'<span class="muted">[{lo:.1f}, {hi:.1f}], 95% bootstrap CI over victim models</span></p>')
+                f'<span class="muted">[{lo:.1f}, {hi:.1f}], 95% CI over victim models (bootstrap and jackknife)</span></p>')
     return (f'<div class="scroll"><table><tr><th class="name">level</th><th class="name">figure</th><th class="name">attack</th>'
             f'<th class="name">variant</th><th>access</th><th>plausible of</th><th>FPR</th><th>TPR</th></tr>'
             f'{"".join(rows)}</table></div>{note}')
