@@ -119,7 +119,7 @@ def interval(tpr: float, samples: np.ndarray, num_models: int, confidence: float
     out; ``sqrt((S - 1)/S sum (read_s - mean)^2)``). Where a few victims hold the threshold's false
     positives (victims that differ), the victim bootstrap's distribution is skewed to the right and
     5-15% narrower than the TPR's own spread, which is symmetric: its percentile interval then sits
-    too high (the truth below it in 5-6% of runs at 6 400 non-member guesses); the jackknife's SD is
+    too high (the truth below it in 4.8-5.3% of runs at 6 400 non-member guesses); the jackknife's SD is
     closer on average but noisier, hence the larger of the two (benchmarks/bench_headline_test.py
     --parts rules; docs/protocol.md, Coverage). (nan, nan) without replicates."""
     s = _finite_rows(np.asarray(samples)[None])[0]
