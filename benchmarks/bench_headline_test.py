@@ -203,8 +203,8 @@ def rules(sims: int, rows: tuple[tuple[int, int, float], ...], audit_draws: int)
     same runs: one leave-one-out LiRA variant, exact scores (noise 0) and tied ones (noise 0.5 on a
     grid of 0.5)."""
     from harness.audit.calibration import ToyWorld
-    from harness.core.figure import expanded_level, interval, threshold_factor
-    from harness.core.metrics import evaluate_scores, weighted_tpr_plotting
+    from harness.core.figure import expanded_level, interval, jackknife_sd, threshold_factor
+    from harness.core.metrics import evaluate_scores
 
     names = ("harness: symmetric, larger of bootstrap and jackknife SD", "expanded percentile (the rule replaced)",
              "symmetric, the percentile's larger arm", "percentile x max(1, jackknife / bootstrap SD)")
@@ -231,8 +231,8 @@ def rules(sims: int, rows: tuple[tuple[int, int, float], ...], audit_draws: int)
                     th = m.reading[t]
                     reps = np.asarray(m.reading_samples[t]).ravel()
                     sb = float(np.std(reps, ddof=1))
-                    jk = np.asarray(weighted_tpr_plotting(sc, mem, [t], 1.0 - np.eye(s))[t]).ravel()
-                    sj = float(np.sqrt((s - 1) / s * ((jk - jk.mean()) ** 2).sum()))
+                    jk = m.reading_jackknife[t]
+                    sj = jackknife_sd(jk)
                     ql, qh = np.quantile(reps, [expanded_level(0.025, s), 1 - expanded_level(0.025, s)])
                     lo, hi = th - f * max(th - ql, 0.0), th + f * max(qh - th, 0.0)  # the rule replaced
                     arm, g = max(th - lo, hi - th), max(1.0, sj / sb) if sb > 0 else 1.0

@@ -110,6 +110,25 @@ def threshold_factor(false_positives: float | None) -> float:
     return 1.0 if not false_positives else float(np.sqrt(1 + 1 / max(float(false_positives), 1.0)))
 
 
+def expanded_z(num_models: int, confidence: float) -> float:
+    """The two-sided multiplier of a ``confidence`` interval with Hesterberg's expansion:
+    ``sqrt(S / (S - 1)) t_{S-1}^-1(1 - (1 - confidence) / 2)`` (the normal quantile for S < 2)."""
+    q = 1 - (1 - confidence) / 2
+    if num_models < 2:
+        return float(norm.ppf(q))
+    return float(np.sqrt(num_models / (num_models - 1)) * student_t.ppf(q, num_models - 1))
+
+
+def jackknife_sd(reads: np.ndarray) -> float:
+    """The delete-one jackknife's SD from the S reads with each victim left out in turn:
+    ``sqrt((S - 1) / S sum (read_s - mean)^2)`` over the finite reads; 0 with fewer than 3."""
+    j = np.asarray(reads, np.float64).ravel()
+    j = j[np.isfinite(j)]
+    if len(j) < 3:
+        return 0.0
+    return float(np.sqrt((len(j) - 1) / len(j) * np.sum((j - j.mean()) ** 2)))
+
+
 def interval(tpr: float, samples: np.ndarray, num_models: int, confidence: float,
              false_positives: float | None = None, jackknife: np.ndarray | None = None) -> tuple[float, float]:
     """Two-sided interval of one variant's TPR: ``tpr +- f z_S sd``, kept in [0, 1], with
@@ -127,13 +146,8 @@ def interval(tpr: float, samples: np.ndarray, num_models: int, confidence: float
         return (float("nan"), float("nan"))
     sd = float(np.std(s, ddof=1)) if len(s) > 1 else 0.0
     if jackknife is not None:
-        j = np.asarray(jackknife, np.float64).ravel()
-        j = j[np.isfinite(j)]
-        if len(j) >= 3:
-            sd = max(sd, float(np.sqrt((len(j) - 1) / len(j) * np.sum((j - j.mean()) ** 2))))
-    z = (float(np.sqrt(num_models / (num_models - 1)) * student_t.ppf(1 - (1 - confidence) / 2, num_models - 1))
-         if num_models >= 2 else float(norm.ppf(1 - (1 - confidence) / 2)))
-    half = threshold_factor(false_positives) * z * sd
+        sd = max(sd, jackknife_sd(jackknife))
+    half = threshold_factor(false_positives) * expanded_z(num_models, confidence) * sd
     return (float(max(0.0, tpr - half)), float(min(1.0, tpr + half)))
 
 
@@ -265,10 +279,8 @@ def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, num_models: i
     if jackknife is not None:
         jn, jd = (np.asarray(v, np.float64).ravel() for v in jackknife)
         use = np.isfinite(jn) & np.isfinite(jd) & (jn > 0) & (jd > 0)
-        if use.sum() >= 3:
-            lj = np.log(jn[use] / jd[use])
-            sd = max(sd, float(np.sqrt((len(lj) - 1) / len(lj) * np.sum((lj - lj.mean()) ** 2))))
-    z = float(np.sqrt(num_models / (num_models - 1)) * student_t.ppf(1 - (1 - confidence) / 2, num_models - 1))
+        sd = max(sd, jackknife_sd(np.log(jn[use] / jd[use])))
+    z = expanded_z(num_models, confidence)
     return (float(point * np.exp(-z * sd)), float(point * np.exp(z * sd)))
 
 
