@@ -91,3 +91,121 @@ def test_bad_declarations_are_refused_before_any_run_directory(tmp_path, cls, ex
     assert len(errors) == 1 and message in " ".join(res.output.split()), res.output
     assert "--set attack.names" not in res.output  # an adaptive attack cannot be left out that way
     assert not out.exists()
+
+
+ATTACKS = textwrap.dedent('''
+    import numpy as np
+    from attacks.base import Attack
+    from attacks.lira import LiRA
+
+
+    class NoisyLiRA(Attack):
+        """An ablation: LiRA's scores with noise, named like the built-in."""
+        name = "lira"
+        description = "noisy copies of LiRA"
+
+        def score(self, inp):
+            return {"noisy": np.zeros((inp.num_models, inp.signals["logits"].shape[1]))}
+
+
+    class FreshName(NoisyLiRA):
+        name = "noisy-lira"
+
+
+    class SameFreshName(NoisyLiRA):
+        name = "noisy-lira"
+
+
+    class LiRASubclass(LiRA):
+        pass
+''')
+
+
+def _attack_file(tmp_path):
+    f = tmp_path / "my_attacks.py"
+    f.write_text(ATTACKS)
+    return f
+
+
+def _defense_file(tmp_path, ablation):
+    f = tmp_path / "ablating.py"
+    f.write_text(PLUGINS + textwrap.dedent(f'''
+
+        class Ablating(Base):
+            adaptive_attacks = ("lira",)
+            ablation_attacks = ({ablation!r},)
+    '''))
+    return f
+
+
+def _refused(tmp_path, args, message):
+    out = tmp_path / "runs"
+    res = runner.invoke(app, ["evaluate", *args, "--out", str(out), "--models", "6"])
+    assert res.exit_code == 2, res.output
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and message in " ".join(res.output.split()), res.output
+    assert not out.exists()  # refused before anything is trained or written
+
+
+def test_a_plugin_attack_named_like_a_builtin_is_refused_as_an_ablation(tmp_path):
+    ref = f"{_attack_file(tmp_path)}:NoisyLiRA"
+    defense = _defense_file(tmp_path, ref)
+    _refused(tmp_path, [f"{defense}:Ablating"], f"attack '{ref}' is named 'lira', a built-in attack's name")
+
+
+@pytest.mark.parametrize("cls", ["NoisyLiRA", "LiRASubclass"])
+def test_a_plugin_attack_named_like_a_builtin_is_refused_in_attack_names(tmp_path, cls):
+    ref = f"{_attack_file(tmp_path)}:{cls}"
+    _refused(tmp_path, ["undefended", "--set", f'attack.names=[rmia, "{ref}"]'],
+             f"attack '{ref}' is named 'lira', a built-in attack's name")
+
+
+def test_two_plugin_attacks_may_not_share_a_name(tmp_path):
+    f = _attack_file(tmp_path)
+    _refused(tmp_path, ["undefended", "--set", f'attack.names=[lira, "{f}:FreshName", "{f}:SameFreshName"]'],
+             f"attacks '{f}:FreshName' and '{f}:SameFreshName' are both named 'noisy-lira'")
+
+
+def test_a_plugin_attack_may_not_take_another_run_attacks_reference_as_its_name(tmp_path):
+    from harness.core.errors import ConfigError
+    from harness.run.attack_set import check_attack_names
+    from harness.plugins import resolve
+
+    ref = f"{_attack_file(tmp_path)}:FreshName"
+    cls = resolve("attacks", ref)
+    with pytest.raises(ConfigError, match="the name of the run's attack 'noisy-lira'"):
+        check_attack_names(["noisy-lira", ref], [cls, cls])
+
+
+def test_a_plugin_attack_with_a_fresh_name_is_accepted_before_training(tmp_path):
+    from harness.defense_config import build_config
+    from harness.run.attack_set import attack_names, load_attacks
+    from harness.run.runner import plan_run
+
+    ref = f"{_attack_file(tmp_path)}:FreshName"
+    defense = _defense_file(tmp_path, ref)
+    cfg = build_config("quick", {"defense": f"{defense}:Ablating", "run.out": str(tmp_path / "runs"),
+                                 "audit.models": 6})
+    plan = plan_run(cfg)  # every check made before training passes
+    names = [a.name for a in load_attacks(attack_names(cfg, plan.defense))]
+    assert names[0] == "lira" and names[-1] == "noisy-lira" and names.count("lira") == 1
+    assert not (tmp_path / "runs").exists()
+
+
+def test_is_builtin_attack_tells_builtins_by_class():
+    import attacks
+    from harness.plugins import resolve
+    from harness.run.attack_set import is_builtin_attack
+
+    for name in attacks.KIND.builtins:
+        cls = resolve("attacks", name)
+        assert is_builtin_attack(cls) and is_builtin_attack(cls())
+
+
+def test_is_builtin_attack_is_false_for_plugins_named_like_builtins(tmp_path):
+    from harness.plugins import resolve
+    from harness.run.attack_set import is_builtin_attack
+
+    f = _attack_file(tmp_path)
+    for cls in ("NoisyLiRA", "LiRASubclass", "FreshName"):
+        assert not is_builtin_attack(resolve("attacks", f"{f}:{cls}"))
