@@ -77,8 +77,8 @@ def main() -> None:
         p = s["population lira"]
         print(f"  population level, lira primary: TPR@0.1% {100 * p['tpr0.1']:.2f}%, AUC {p['auc']:.3f}")
         for w, rec in s["figures"].items():
-            iv = (f"[{100 * rec['ci'][0]:.1f}, {100 * rec['ci'][1]:.1f}]" if rec.get("ci") else
-                  f"(>= {100 * rec['lower']:.2f}, {len(rec['plausible'])} of {rec['candidates']} plausible)")
+            iv = (f"[{100 * rec['ci'][0]:.1f}, {100 * rec['ci'][1]:.1f}]" if rec.get("ci") else "")
+            iv += f" (>= {100 * rec['lower']:.2f}, best of {rec['candidates']})" if rec.get("lower") is not None else ""
             print(f"  sample {'leak (ranked)' if w == 'leak' else 'declared headline'}: {rec['name']}:{rec['variant']} "
                   f"{100 * rec['tpr']:.2f}% {iv} at {100 * s['fpr']:g}% FPR")
         if s["test p"] is not None:

@@ -46,3 +46,11 @@ class ThresholdOnly(Undefended):
     name = "threshold-only"
     description = "undefended training, declaring the weakest attack its only adaptive one"
     adaptive_attacks = ("threshold",)
+
+
+class LiraAndThreshold(Undefended):
+    """Undefended training, declaring LiRA and the threshold attack: the same models as the default
+    and as :class:`ThresholdOnly`, declared a third way (the leak must not move)."""
+
+    name, description = "lira-and-threshold", "undefended training declaring LiRA and the threshold attack"
+    adaptive_attacks = ("lira", "threshold")

@@ -50,17 +50,12 @@ def test_quick_preset_sample_level_is_far_above_population_level(tmp_path):
     assert entries[0]["rank TPR"] == entries[0]["leak TPR"] == fig["leak"]["tpr"]
     assert entries[0]["declared TPR"] == fig["declared"]["tpr"] and (tmp_path / "site" / "index.html").is_file()
     assert entries[0]["canary"] == "mislabeled" and entries[0]["DP ε"] is None
-    # the run's one-run epsilon: the largest over every primary variant of both levels, each at 0.05 / m
-    per_variant = [a["eps_lower_one_run"]["epsilon"] for lv in ("population", "sample") for a in r[lv]["attacks"]
-                   if a.get("primary")]
-    assert r["one_run_epsilon"]["family"] == 6 and r["one_run_epsilon"]["confidence"] == 0.95
-    assert entries[0]["empirical ε ≥"] == r["one_run_epsilon"]["epsilon"]
-    assert max(per_variant) > 1.0  # each sample-level primary alone: strong evidence
-    # the correction costs: never above the per-variant ones; at 0.05 / (6 x 32 victims x 4 guess counts)
-    # the quick preset sits just under the bound's delta floor (docs/protocol.md, Empirical epsilon)
-    assert entries[0]["empirical ε ≥"] <= max(per_variant)
-    from harness.bounds.one_run import p_value
-    floor = p_value(200, 100, 100, 0.0, 1e-5)  # 100 of 100 guesses right, eps = 0: the delta term alone
-    assert (r["one_run_epsilon"]["epsilon"] == 0.0) == (floor >= 0.05 / (6 * 32 * 4))
+    # the run's one-run epsilon: pre-specified (the first configured attack's primary, LiRA, on the sample level's
+    # first canary experiment), a 95% statement for it alone: no family correction, so it certifies at 32 models
+    one = r["one_run_epsilon"]
+    lira = next(a for a in r["sample"]["attacks"] if a["name"] == "lira" and a["primary"])
+    assert r["attack_roles"]["prespecified"] == "lira" and one["variant"].endswith("/lira:" + lira["variant"])
+    assert one["certifiable"] and one["epsilon"] == lira["eps_lower_one_run"]["epsilon"] > 1.0
+    assert one["confidence"] == 0.95 and entries[0]["empirical ε ≥"] == one["epsilon"]
     md = (tmp_path / "site" / "leaderboard.md").read_text()
     assert "| mislabeled |" in md and "empirical ε ≥" in md and "nominal" not in md

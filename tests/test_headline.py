@@ -1,6 +1,6 @@
 """The reading and the best-of figure of a level (harness.core.figure, harness.core.metrics): one
 primary variant per attack, the TPR read at the plotting position (an expected FPR of t, ties at
-random), and a best of several that the selection does not inflate."""
+random), and a best of several: the plain maximum with a Bonferroni interval."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from scipy.stats import norm
 from attacks.base import AttackInput
 from attacks.lira import LiRA
 from harness.audit.calibration import balanced_membership
-from harness.core.figure import best_of, expanded_level, figure_fpr, interval, ratio_interval
+from harness.core.figure import best_of, expanded_quantile, figure_fpr, interval, ratio_interval
 from harness.core.metrics import (bootstrap_draws, evaluate_scores, victim_counts, weighted_tpr_plotting,
                                   weighted_tpr_samples)
 
@@ -119,13 +119,10 @@ def test_the_paper_reading_of_the_bootstrap_is_unchanged_by_the_new_reading():
             assert got[t][b] == pytest.approx(tpr_at_fpr(roc, t))
 
 
-def test_expanded_level_is_hesterbergs_and_widens_at_small_s():
-    from scipy.stats import t as student_t
-
-    assert expanded_level(0.025, 16) == pytest.approx(norm.sf(np.sqrt(16 / 15) * student_t.ppf(0.975, 15)))
-    assert expanded_level(0.025, 8) < expanded_level(0.025, 32) < expanded_level(0.025, 10_000) < 0.025
-    assert expanded_level(0.025, 10_000) == pytest.approx(0.025, rel=0.01)
-    assert expanded_level(0.5, 8) == 0.5
+def test_expanded_quantile_is_hesterbergs_and_widens_at_small_s():
+    assert expanded_quantile(16, 0.975) == pytest.approx(np.sqrt(16 / 15) * student_t.ppf(0.975, 15))
+    assert expanded_quantile(8, 0.975) > expanded_quantile(32, 0.975) > expanded_quantile(10_000, 0.975) > 1.959
+    assert expanded_quantile(10_000, 0.975) == pytest.approx(norm.ppf(0.975), rel=0.01)
 
 
 def test_the_figure_fpr_holds_three_expected_false_positives():
@@ -140,11 +137,12 @@ def test_one_candidate_is_its_own_figure_and_interval():
     rng = np.random.default_rng(4)
     reps = rng.normal(0.3, 0.05, 1000)
     b = best_of(np.array([0.31]), reps[None], 32, 0.95)
-    assert b.point == 0.31 and b.plausible == (0,) and b.source == 0
-    assert b.lower == pytest.approx(np.quantile(reps, expanded_level(0.05, 32)))
+    z1 = np.sqrt(32 / 31) * student_t.ppf(0.95, 31)
+    assert b.point == 0.31 and b.source == 0 and b.candidates == 1
+    assert b.lower == pytest.approx(0.31 - z1 * np.std(reps, ddof=1))  # one-sided at 5%
     z = np.sqrt(32 / 31) * student_t.ppf(0.975, 31)  # Hesterberg's expansion of 1.96
     half = z * np.std(reps, ddof=1)
-    assert interval(0.31, reps, 32, 0.95) == pytest.approx((0.31 - half, 0.31 + half))
+    assert interval(0.31, reps, 32, 0.95) == pytest.approx((0.31 - half, 0.31 + half)) == b.ci
     # the delete-one-victim jackknife's SD where it is the larger (sqrt((S-1)/S sum (x - mean)^2)), kept in [0, 1]
     jack = 0.31 + np.r_[0.1, -0.1, np.zeros(30)]
     sd_j = np.sqrt(31 / 32 * 0.02)
@@ -156,73 +154,46 @@ def test_one_candidate_is_its_own_figure_and_interval():
     assert hi - 0.31 == pytest.approx(np.sqrt(1.25) * half)
 
 
-def test_a_dominant_candidate_leaves_the_others_out_of_the_selection():
+def test_the_best_of_several_is_the_plain_maximum_with_bonferronis_limits():
     rng = np.random.default_rng(5)
-    common = rng.normal(size=1000)
-    reps = np.stack([0.9 + 0.01 * common + 0.005 * rng.normal(size=1000),
-                     0.2 + 0.03 * rng.normal(size=1000), 0.25 + 0.03 * rng.normal(size=1000)])
+    reps = np.stack([0.9 + 0.01 * rng.normal(size=1000), 0.2 + 0.03 * rng.normal(size=1000),
+                     0.25 + 0.03 * rng.normal(size=1000)])
     b = best_of(np.array([0.9, 0.2, 0.25]), reps, 32, 0.95)
-    assert b.plausible == (0,) and b.point == 0.9 and b.lower < 0.9
+    sd = reps.std(axis=1, ddof=1)
+    q1, q2 = np.sqrt(32 / 31) * student_t.ppf(1 - 0.05 / 3, 31), np.sqrt(32 / 31) * student_t.ppf(1 - 0.025 / 3, 31)
+    assert b.point == 0.9 and b.source == 0
+    assert b.lower == pytest.approx(np.max(np.array([0.9, 0.2, 0.25]) - q1 * sd))
+    assert b.ci == pytest.approx((np.max(np.array([0.9, 0.2, 0.25]) - q2 * sd), np.max(np.array([0.9, 0.2, 0.25]) + q2 * sd)))
+    assert np.array_equal(b.replicates, reps.max(axis=0))
+    # weighted Bonferroni: a share of 1/2 for the first candidate, 1/4 for each of the others
+    w = best_of(np.array([0.9, 0.2, 0.25]), reps, 32, 0.95, shares=np.array([0.5, 0.25, 0.25]))
+    assert w.lower == pytest.approx(0.9 - np.sqrt(32 / 31) * student_t.ppf(1 - 0.025, 31) * sd[0])
+    # without replicates: the point, no interval
+    assert np.isnan(best_of(np.array([0.2, 0.3]), np.zeros((2, 0)), 16, 0.95).lower)
 
 
-def test_the_best_of_equal_candidates_is_not_inflated_where_the_plain_maximum_is():
+def test_the_plain_maximum_of_equal_candidates_reads_high_never_low():
     """K = 8 equally strong variants, each a binormal TPR read on the same victims: the plain maximum
-    reads above the common truth, the selection-adjusted point does not (measured over 150 draws:
-    maximum +18% relative, point -1%), and its lower bound stays below the truth in at least 90%."""
+    reads above the common truth (its selection bias: it overstates, never hides, a leak; measured
+    over 150 draws: +18% relative), and its Bonferroni lower bound holds the truth in about 95% (a truth over audit samples too, here)."""
     rng = np.random.default_rng(6)
     t, mu, truth = 0.01, 1.5, 1 - norm.cdf(norm.ppf(0.99) - 1.5)
-    point, maximum, below = [], [], []
+    point, below = [], []
     for i in range(150):
         mem = balanced_membership(24, 100, rng)
         base = rng.normal(size=mem.shape)
         w = victim_counts(bootstrap_draws(24, 300, i), 24)
-        tprs, reps = [], []
+        tprs, reps, jack = [], [], []
         for _ in range(8):
             sc = np.sqrt(0.5) * base + np.sqrt(0.5) * rng.normal(size=mem.shape) + mu * mem
             tprs.append(weighted_tpr_plotting(sc, mem, [t], np.ones((1, 24)))[t][0])
             reps.append(weighted_tpr_plotting(sc, mem, [t], w)[t])
-        b = best_of(np.array(tprs), np.stack(reps), 24, 0.95)
+            jack.append(weighted_tpr_plotting(sc, mem, [t], 1.0 - np.eye(24))[t])
+        b = best_of(np.array(tprs), np.stack(reps), 24, 0.95, t * 1200, np.stack(jack))  # as the harness reads
         point.append(b.point)
-        maximum.append(max(tprs))
         below.append(b.lower <= truth)
-    assert np.mean(maximum) > 1.1 * truth, (np.mean(maximum), truth)
-    assert abs(np.mean(point) / truth - 1) < 0.06, (np.mean(point), truth)
-    assert np.mean(below) >= 0.9, np.mean(below)
-
-
-def test_spa_p_value_by_hand():
-    """Two hypotheses, 6 replicates, n = 16 units: T_k = d_k / sd(d*_k) taken with the unbiased
-    standard deviation (x sqrt(15/16)); the null re-centres d* at its own mean for hypotheses above
-    Hansen's threshold and keeps the others' observed mean; its maximum gets t_15 tails."""
-    from scipy.stats import t as student_t
-
-    from harness.core.spa import recentring_threshold, spa_test
-
-    d = np.array([0.2, -1.0])
-    reps = np.array([[0.1, 0.3, 0.2, 0.2, 0.15, 0.25], [-1.0, -1.2, -0.8, -1.0, -0.9, -1.1]])
-    res = spa_test(d, reps, num_units=16)
-    w = reps.std(axis=1)
-    scale = np.sqrt(15 / 16)
-    assert res.statistic == pytest.approx(0.2 / w[0] * scale)
-    assert recentring_threshold(16) == pytest.approx(-np.sqrt(2 * np.log(np.log(16))))
-    assert -1.0 / w[1] < recentring_threshold(16)  # the second keeps its negative mean
-    z = np.stack([(reps[0] - reps[0].mean()) / w[0], (reps[1] - reps[1].mean() + d[1]) / w[1]])
-    null = np.maximum(0, student_t.ppf(norm.cdf(np.maximum(0, z.max(axis=0))), 15))
-    assert res.p_value == pytest.approx(np.mean(null >= 0.2 / w[0] * scale))
-    # no positive difference: nothing to reject
-    assert spa_test(np.array([-0.1]), np.array([[-0.1, 0.0, -0.2]]), 16).p_value == 1.0
-
-
-def test_a_gap_the_bootstrap_cannot_spread_is_untestable_not_proof():
-    """A comparison whose replicates do not vary, or put over half of them on one value (a TPR pinned
-    at 0 or 1, a tie group at the operating point), is left out: never p = 0."""
-    from harness.core.spa import spa_test
-
-    flat = spa_test(np.array([0.1]), np.array([[0.1, 0.1, 0.1, 0.1]]), 16)
-    assert flat.p_value == 1.0 and flat.untestable.tolist() == [True]
-    mass = np.r_[np.zeros(60), np.linspace(0.01, 0.3, 40)]  # 60% of the replicates exactly 0
-    res = spa_test(np.array([0.2, 0.05]), np.stack([mass, np.linspace(-0.1, 0.2, 100)]), 16)
-    assert res.untestable.tolist() == [True, False] and np.isnan(res.t_stats[0])
+    assert np.mean(point) > 1.1 * truth, (np.mean(point), truth)
+    assert np.mean(below) >= 0.92, np.mean(below)  # 95% less 2 Monte Carlo SEs (150 draws; measured 94.0%)
 
 
 def test_the_ratio_interval_is_symmetric_on_the_log_scale_with_the_larger_sd():

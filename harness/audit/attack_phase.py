@@ -14,10 +14,10 @@ import numpy as np
 from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
-from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
+from harness.run.attack_set import attack_names, check_declared_attacks, is_builtin_attack, load_attacks
 from harness.core.checks import LevelOutputs, MembershipStats, label_scores, membership_stats
 from harness.audit.headline import (Candidate, LevelFamily, best_entry, fpr_key, headline_fpr, headline_test,
-                                    headline_test_warning, level_figure, ratio_json, reading_fprs, level_test_fprs)
+                                    headline_test_warning, level_figure, level_fpr, ratio_json, reading_fprs)
 from harness.core.metrics import AttackMetrics, Roc, evaluate_scores, roc_file_curve, roc_on_grid
 from harness.core.signals import NOT_SERVED
 from harness.plugins import resolve
@@ -168,6 +168,10 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
     return LevelSignals(signals=signals, metas=metas)
 
 
+#: why a run's attack that is neither in the leak's fixed set nor declared is left out of the figures
+ABLATION = ("an ablation: neither a configured built-in attack, an adaptation the harness added, nor a served declared "
+            "attack; reported, never in the figures")
+
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
 
 #: the checks of a run's saved outputs (harness.core.checks), in the order results.json lists them
@@ -221,22 +225,28 @@ def _one_run_json(scores: np.ndarray, membership: np.ndarray, num_canaries: int,
                                                num_canaries=num_canaries).to_json()}
 
 
-#: the error of the run's one-run epsilon, shared (Bonferroni) by every primary variant of every level
+#: the error of each experiment's one-run epsilon (a 95% statement for the pre-specified attack alone)
 ONE_RUN_ALPHA = 0.05
 
+NOT_CERTIFIABLE = ("not certifiable at this design: even every guess right gives a p-value of {p:.2g}, above the "
+                   "per-test level {level:.2g} (0.05 over {victims} victims x {grid} guess counts); the delta term "
+                   "of the bound sets this floor, so more audit samples do not lower it, fewer victim models do")
 
-def one_run_family(bounds: list[tuple[str, dict[str, Any]]], family: int) -> dict[str, Any] | None:
-    """A level's (or the run's) one-run epsilon: the largest of ``bounds`` (label, the bound of a
-    primary variant at error ONE_RUN_ALPHA / ``family``): a 95% statement over the whole family of
-    primary variants and levels it was chosen from (Bonferroni), not one variant's."""
-    if not bounds:
-        return None
-    label, b = max(bounds, key=lambda x: x[1]["epsilon"])
-    return {"epsilon": b["epsilon"], "confidence": 1 - ONE_RUN_ALPHA, "delta": b["delta"], "variant": label,
-            "family": family,
-            "method": (f"Steinke, Nasr, Jagielski 2023 one-run bound of each primary variant at error "
-                       f"{ONE_RUN_ALPHA:g}/{family} (Bonferroni over the {family} primary variants of every level), "
-                       "the largest: a 95% lower bound although it is chosen")}
+
+def one_run_record(label: str, bound: dict[str, Any]) -> dict[str, Any]:
+    """An experiment's one-run epsilon: the Steinke, Nasr and Jagielski bound of its pre-specified
+    attack's primary variant (:func:`prespecified_attack`), a 95% statement with no selection over
+    attacks; ``epsilon`` None with a ``reason`` where the design cannot certify any epsilon above 0."""
+    out = {"epsilon": bound["epsilon"], "confidence": 1 - ONE_RUN_ALPHA, "delta": bound["delta"], "variant": label,
+           "certifiable": bound.get("certifiable", True),
+           "method": ("Steinke, Nasr, Jagielski 2023 one-run bound of the pre-specified attack's primary variant (the "
+                      "adaptation the harness added, else the first configured attack), per victim with Bonferroni "
+                      "over victims and guess counts")}
+    if not out["certifiable"]:
+        out["epsilon"] = None
+        out["reason"] = NOT_CERTIFIABLE.format(p=bound["attainable_p"], level=ONE_RUN_ALPHA / (
+            bound["num_victims"] * len(bound["grid"])), victims=bound["num_victims"], grid=len(bound["grid"]))
+    return out
 
 
 def _fdp_gdp_json(scores: np.ndarray, membership: np.ndarray, num_canaries: int) -> dict[str, Any]:
@@ -401,39 +411,43 @@ def trained_with_augmentation(cfg: ExperimentConfig) -> bool:
     return cfg.train.augment if fields is None or "augment" in fields else True
 
 
-def strongest_pool(candidates: list[Candidate], others: list[Candidate], excluded: dict[str, str]) -> list[Candidate]:
-    """The leak's candidates: every variant that ran on what the deployed model serves (the declared
-    headline's but attacks on outputs the deployed model does not serve, and every other variant), in
-    one canonical order (by label), so that nothing about the leak, its source in a tie included,
-    depends on which attacks the defense declares."""
-    return sorted([c for c in candidates if c.entry["name"] not in excluded] + others, key=lambda c: c.label)
+@dataclass(frozen=True)
+class AttackRoles:
+    """Which attacks make the level figures (docs/protocol.md, Headlines): ``ranked``, the leak's
+    fixed set (configured built-ins by resolved class, the harness's adaptations, the served
+    declared attacks); ``declared``, the defense's declared attacks (those that read what the
+    deployed model serves make the declared headline, the others are ablations); ``prespecified``,
+    the attack whose primary variant gives each experiment's one-run epsilon."""
+
+    ranked: tuple[str, ...]
+    declared: tuple[str, ...]
+    prespecified: str | None
+    own: tuple[str, ...] = ()  # the harness's own: the configured built-ins and the adaptations
 
 
 @dataclass(frozen=True)
 class LevelEvaluation:
     result: dict[str, Any]
     curves: dict[tuple[str, str], AttackMetrics]
-    candidates: list[Candidate]  # the headline's: primary variants of the headline attacks
-    others: list[Candidate]  # every other served variant in the leak's pool
-    excluded: dict[str, str]  # attacks left out of that pool, with the reason
-    one_runs: list[tuple[str, dict[str, Any]]]  # each served primary variant's one-run bound at the family's error
+    declared: list[Candidate]  # primary variants of the served declared attacks
+    ranked: list[Candidate]  # primary variants of the leak's set, in canonical order (by label)
+    excluded: dict[str, str]  # attacks left out of both figures, with the reason
     membership: MembershipStats | None = None  # the membership-consistency statistics (harness.core.checks)
     outputs: LevelOutputs | None = None  # constant and identical models
 
 
 def evaluate_level(
-    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], headline_attacks: list[str],
-    signals: LevelSignals | None = None, reading: tuple[float, ...] = (), family: int = 1,
+    run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], roles: AttackRoles,
+    signals: LevelSignals | None = None, reading: tuple[float, ...] = (),
 ) -> LevelEvaluation:
-    """Run every attack variant on one experiment. The headline (``best``) is the maximum over the
-    *primary* variants of ``headline_attacks`` (the defense's adaptive attacks); every variant is
-    reported in ``attacks``. Attacks whose signals the run lacks (a run trained by an older
-    version) are skipped and listed in ``skipped_attacks``, a headline attack too (its reason says
-    the headline is taken without it; the run's ``notes`` repeat it); a level where no headline
-    attack ran is an error.
-    ``reading``: the FPRs every variant is read at for the level figures (plotting position;
-    :func:`~harness.audit.headline.reading_fprs`); ``family``: how many primary variants share the
-    run's one-run epsilon (:func:`one_run_family`)."""
+    """Run every attack variant on one experiment; every variant is reported in ``attacks``. The
+    primary variant of each attack of ``roles.ranked`` is a candidate of the leak, of each served
+    attack of ``roles.declared`` one of the declared headline (:mod:`harness.audit.headline`); only
+    those are read at the figure FPRs (``reading``: plotting position, with replicates and
+    delete-one-victim reads). Attacks whose signals the run lacks (a run trained by an older
+    version) are skipped and listed in ``skipped_attacks``, a declared attack too (its reason says
+    the declared headline is taken without it; the run's ``notes`` repeat it); a level where none of
+    the leak's attacks ran is an error."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
     pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
@@ -446,8 +460,8 @@ def evaluate_level(
     from harness.run.signals import attack_access, signal_table, unserved_access
 
     table = signal_table(attacks)
-    entries, curves, candidates, others, skipped, excluded = [], {}, [], [], {}, {}
-    one_runs: list[tuple[str, dict[str, Any]]] = []
+    entries, curves, declared, ranked, skipped, excluded = [], {}, [], [], {}, {}
+    one_run: dict[str, Any] | None = None
     dp_run = _privacy_json(ls.metas) is not None
     for attack in attacks:
         lacking = sorted(attack.needs - set(ls.signals))
@@ -461,7 +475,7 @@ def evaluate_level(
             why = (f"needs signals {lacking}, which this run's models did not save (they were trained before this "
                    f"attack was configured, or by an older version); train a new run (--out or --run-dir) to "
                    f"include it")
-            if attack.name in headline_attacks:  # e.g. a SELENA run from before lira-neighbour read Split-AI
+            if attack.name in roles.declared:  # e.g. a SELENA run from before lira-neighbour read Split-AI
                 why += HEADLINE_SKIPPED
             skipped[attack.name] = why
             continue
@@ -469,6 +483,9 @@ def evaluate_level(
         unserved = unserved_access(attack, table)
         if unserved is not None:
             excluded[attack.name] = NOT_SERVED[unserved]
+        elif attack.name not in roles.ranked:
+            excluded[attack.name] = ABLATION
+        figures = unserved is None and attack.name in roles.ranked
         variants = attack.score(inp)
         primary = attack.primary(list(variants), inp)
         if primary not in variants:
@@ -476,46 +493,47 @@ def evaluate_level(
         every = bool(np.all(ev))
         for variant in list(variants):
             scores = variants.pop(variant)  # each variant's scores are dropped as soon as it is measured
+            read = figures and variant == primary  # only the figures' candidates are read at the figure FPRs
             m = evaluate_scores(scores, ld.design.membership, ev, cfg.attack.fprs, bootstrap=cfg.attack.bootstrap,
-                                confidence=cfg.attack.confidence, seed=cfg.seed, reading_fprs=reading)
+                                confidence=cfg.attack.confidence, seed=cfg.seed, reading_fprs=reading if read else ())
             scores_ev = scores if every else scores[:, ev]
             del scores
             entry = {"name": attack.name, "variant": variant, "primary": variant == primary, "access": access,
                      **_metrics_json(m),
                      "eps_lower": _eps_lower_json(scores_ev, mem_ev, m.roc)}
-            if m.reading:  # the variant's own TPR at each figure FPR (plotting position; not selection-adjusted)
+            if m.reading:  # the candidate's own TPR at each figure FPR (plotting position)
                 entry["reading"] = {fpr_key(t): v for t, v in m.reading.items()}
             label = f"{level}/{attack.name}:{variant}"
             if variant == primary:
-                entry["eps_lower_one_run"] = _one_run_json(scores_ev, mem_ev, num_canaries=len(ev))
-                if unserved is None:
-                    one_runs.append((label, _one_run_json(scores_ev, mem_ev, num_canaries=len(ev),
-                                                          alpha=ONE_RUN_ALPHA / family)))
+                entry["eps_lower_one_run"] = _one_run_json(scores_ev, mem_ev, num_canaries=len(ev), alpha=ONE_RUN_ALPHA)
+                if attack.name == roles.prespecified:
+                    one_run = one_run_record(label, entry["eps_lower_one_run"])
                 if dp_run:  # the bracket's lower bounds (docs/bounds.md, The audit bracket)
                     entry.update(_fdp_gdp_json(scores_ev, mem_ev, num_canaries=len(ev)))
             del scores_ev
             m = replace(m, roc=roc_file_curve(m.roc))  # the full ROC's arrays go: its file keeps these points
             curves[(attack.name, variant)] = m
-            cand = Candidate(label, entry, ld.design.membership.shape[0], m.reading or {}, m.reading_samples,
-                         m.reading_jackknife)
-            if variant == primary and attack.name in headline_attacks:
-                candidates.append(cand)
-            elif unserved is None:
-                others.append(cand)
+            if read:
+                cand = Candidate(label, entry, ld.design.membership.shape[0], m.reading or {}, m.reading_samples,
+                                 m.reading_jackknife)
+                ranked.append(cand)
+                if attack.name in roles.declared:
+                    declared.append(cand)
             entries.append(entry)
         del variants
-    if not candidates:
-        whys = "; ".join(f"{a}: {skipped[a]}" for a in headline_attacks if a in skipped)
-        raise ConfigError(f"{level}: none of the headline attacks ({', '.join(headline_attacks)}) ran"
+    if not ranked:
+        whys = "; ".join(f"{a}: {skipped[a]}" for a in roles.ranked if a in skipped)
+        raise ConfigError(f"{level}: none of the leak's attacks ({', '.join(roles.ranked)}) ran"
                           + (f" ({whys})" if whys else ""))
-    pool = strongest_pool(candidates, others, excluded)
-    figure, _ = level_figure(candidates, pool, int((~mem_ev).sum()), cfg, excluded)
+    ranked.sort(key=lambda c: c.label)  # one canonical order: a tie's source does not depend on declarations
+    own = {c.label for c in ranked if c.entry["name"] in roles.own}
+    figure = level_figure(declared, ranked, int((~mem_ev).sum()), cfg, excluded, own)
     accs = np.array([m["test_accuracy"] for m in ls.metas])
     result = {
         "canary": ld.canary,
         "canary_info": ld.canary_info,
         "num_evaluated": int(ev.sum()),
-        "num_guesses": int(candidates[0].entry["num_pos"] + candidates[0].entry["num_neg"]),
+        "num_guesses": int(ranked[0].entry["num_pos"] + ranked[0].entry["num_neg"]),
         "num_population_samples": int(len(ld.population_indices)),
         "trained_with_augmentation": inp.trained_with_augmentation,
         "test_accuracy": {"mean": float(accs.mean()), "std": float(accs.std(ddof=1)) if len(accs) > 1 else 0.0,
@@ -523,10 +541,11 @@ def evaluate_level(
         "attacks": entries,
         "attack_params": {a.name: a.params() for a in attacks if a.params()},
         "skipped_attacks": skipped,
-        "headline_attacks": sorted({c.entry["name"] for c in candidates}),
-        "best": best_entry(candidates, figure["declared"]),
+        "headline_attacks": sorted({c.entry["name"] for c in declared}),
+        "ranked_attacks": sorted({c.entry["name"] for c in ranked}),
+        "best": best_entry(declared, figure["declared"], ranked),
         "figure": figure,
-        "one_run_epsilon": one_run_family(one_runs, family),
+        "one_run_epsilon": one_run,
         "privacy": _privacy_json(ls.metas),
         "label_privacy": _label_privacy_json(ls.metas),
         "serving": serving_record(ls.metas),
@@ -542,7 +561,7 @@ def evaluate_level(
     outputs = LevelOutputs.of([served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
                                                                              pop[i].reshape(-1, pop.shape[-1])])
                                for i in range(len(served))])
-    return LevelEvaluation(result, curves, candidates, others, excluded, one_runs, stats, outputs)
+    return LevelEvaluation(result, curves, declared, ranked, excluded, stats, outputs)
 
 
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
@@ -584,7 +603,8 @@ def evaluate_run(
     manifest = run.load_manifest()
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)
-    attacks = load_attacks(attack_names(cfg, defense), cfg.attack.params)
+    refs = attack_names(cfg, defense)
+    attacks = load_attacks(refs, cfg.attack.params)
     levels = levels or run.levels()
     t0 = time.perf_counter()
     results: dict[str, Any] = {
@@ -612,18 +632,22 @@ def evaluate_run(
         results["external"] = manifest.get("external", {})
     curves: dict[str, dict] = {}
     by_experiment: dict[str, dict[str, Any]] = {}
-    sample_candidates: list[Candidate] = []
-    sample_others: list[Candidate] = []
+    sample_declared: list[Candidate] = []
+    sample_ranked: list[Candidate] = []
     excluded: dict[str, str] = {}
     families: dict[str, LevelFamily] = {}
-    headline_attacks = [a.name for a in attacks if a.name in defense.adaptive_attacks]
+    # the leak's fixed set: configured built-ins (by resolved class), the adaptations added below, the
+    # served declared attacks (unserved ones are ablations: evaluate_level); never a name a plugin chose
+    configured = [a.name for a, ref in zip(attacks, refs) if ref in cfg.attack.names and is_builtin_attack(type(a))]
+    declared = [a.name for a in attacks if a.name in defense.adaptive_attacks]
+    adapted: list[str] = []
     first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
-    if first is not None and "label-only" not in headline_attacks and is_one_hot(first.signals["logits"]):
+    if first is not None and is_one_hot(first.signals["logits"]):
         # a defense that serves labels only is attacked by the attack adapted to labels (the paper's
         # section 5.1): added here, from the saved outputs, whatever the defense declared
         if "label-only" not in [a.name for a in attacks]:
             attacks = [*attacks, *load_attacks(["label-only"])]
-        headline_attacks.append("label-only")
+        adapted.append("label-only")
         results["notes"] = [*results.get("notes", []), LABEL_ONLY_NOTE]
     # the random-serving check of every model (cheap: the metadata of the levels not loaded yet)
     served = {lv: serving_record(first.metas if lv == levels[0] else
@@ -632,13 +656,18 @@ def evaluate_run(
     is_random, is_keyed, serving_lines = serving_notes(served, cfg.audit.repeat_queries,
                                                        "lira-averaged" in [a.name for a in attacks])
     averaging = (is_random is True or is_keyed is True) and cfg.audit.repeat_queries > 1
-    if averaging and "lira-averaged" not in headline_attacks:
+    if averaging:
         # a model that answers the same image differently each time, or copies one grey level off
         # far apart, is attacked with the mean of R answers (each to a fresh perturbed copy for
         # input-keyed serving), whatever the defense declared (as label-only for labels)
         if "lira-averaged" not in [a.name for a in attacks]:
             attacks = [*attacks, *load_attacks(["lira-averaged"])]
-        headline_attacks.append("lira-averaged")
+        adapted.append("lira-averaged")
+    roles = AttackRoles(ranked=tuple(dict.fromkeys([*configured, *adapted, *declared])), declared=tuple(declared),
+                        prespecified=(adapted or configured or declared or [None])[0],
+                        own=tuple(dict.fromkeys([*configured, *adapted])))
+    results["attack_roles"] = {"configured": configured, "adapted": adapted, "declared": declared,
+                               "prespecified": roles.prespecified}
     if serving_lines:
         results["notes"] = [*results.get("notes", []), *serving_lines]
     results["serving"] = {"random": is_random, "input_keyed": is_keyed, "repeat_queries": cfg.audit.repeat_queries,
@@ -652,49 +681,47 @@ def evaluate_run(
     if sample_negatives:
         level_negatives["sample"] = min(sample_negatives)
     reading = reading_fprs(cfg, level_negatives)
-    family = max(1, len(attacks) * len(levels))  # the primary variants that share the one-run epsilon's error
-    one_runs: list[tuple[str, dict[str, Any]]] = []
     pools: dict[str, list[Candidate]] = {}
     member_stats: list[MembershipStats] = []
     level_outputs: dict[str, LevelOutputs] = {}
     accuracies: dict[str, list[float]] = {}
     for level in levels:
-        lev = evaluate_level(run, level, cfg, attacks, headline_attacks, first if level == levels[0] else None,
-                             reading, family)
+        lev = evaluate_level(run, level, cfg, attacks, roles, first if level == levels[0] else None, reading)
         if lev.membership is not None and lev.outputs is not None:
             member_stats.append(lev.membership)
             level_outputs[level] = lev.outputs
         accuracies[level] = list(lev.result["test_accuracy"]["per_model"])
-        headline_skips = [f"{level}: headline attack {a} skipped ({why})"
+        headline_skips = [f"{level}: declared attack {a} skipped ({why})"
                           for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
         if headline_skips:
             results["notes"] = [*results.get("notes", []), *headline_skips]
         curves[level] = lev.curves
         excluded.update(lev.excluded)
-        one_runs += lev.one_runs
         if level == "population":
             results[level] = lev.result
-            pools["population"] = strongest_pool(lev.candidates, lev.others, lev.excluded)
-            families["population"] = LevelFamily(lev.candidates, pools["population"],
-                                                 level_test_fprs(cfg, level_negatives["population"]))
+            pools["population"] = lev.ranked
+            fpr = level_fpr(cfg, level_negatives["population"])
+            if lev.declared and fpr is not None:
+                families["population"] = LevelFamily(lev.declared, lev.ranked, fpr)
         else:
             by_experiment[level] = lev.result
-            sample_candidates += lev.candidates
-            sample_others += lev.others
+            sample_declared += lev.declared
+            sample_ranked += lev.ranked
     if by_experiment:
-        # the sample level's figures: the declared headline over the primary variants of every canary
-        # experiment, the leak over every served variant of every canary experiment
-        pools["sample"] = strongest_pool(sample_candidates, sample_others, excluded)
-        figure, _ = level_figure(sample_candidates, pools["sample"], level_negatives["sample"], cfg, excluded)
-        families["sample"] = LevelFamily(sample_candidates, pools["sample"], level_test_fprs(cfg, level_negatives["sample"]))
-        best = best_entry(sample_candidates, figure["declared"])
+        # the sample level's figures: over the candidates of every canary experiment together
+        pools["sample"] = sorted(sample_ranked, key=lambda c: c.label)
+        own = {c.label for c in pools["sample"] if c.entry["name"] in roles.own}
+        figure = level_figure(sample_declared, pools["sample"], level_negatives["sample"], cfg, excluded, own)
+        fpr = figure["fpr"]
+        if sample_declared and fpr is not None:
+            families["sample"] = LevelFamily(sample_declared, pools["sample"], fpr)
+        best = best_entry(sample_declared, figure["declared"], pools["sample"])
         headline_experiment = by_experiment[best["source"].split("/")[0]]
+        first_experiment = next(iter(by_experiment.values()))  # pre-specified: the first canary experiment
         results["sample"] = {**headline_experiment, "canaries": [r["canary"] for r in by_experiment.values()],
-                             "best": best, "figure": figure,
-                             "one_run_epsilon": one_run_family([b for b in one_runs if not b[0].startswith("population/")],
-                                                               family)}
+                             "best": best, "figure": figure, "one_run_epsilon": first_experiment["one_run_epsilon"]}
         results["sample_by_canary"] = {r["canary"]: r for r in by_experiment.values()}
-    test = headline_test({lv: f for lv, f in families.items() if f.fprs}, cfg)
+    test = headline_test(families, cfg)
     results["headline_test"] = test
     for lv in ("population", "sample"):
         if lv not in results:
@@ -706,7 +733,8 @@ def evaluate_run(
                 if rec["flagged"]]
     if warnings:
         results["warnings"] = warnings
-    results["one_run_epsilon"] = one_run_family(one_runs, family)
+    # the run's one-run epsilon: pre-specified, the sample level's (its first canary experiment), else the population's
+    results["one_run_epsilon"] = (results.get("sample") or results.get("population") or {}).get("one_run_epsilon")
     results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_data().y_test,
                                    (manifest.get("external") or {}).get("forced_checks", []))
     forced = set(results["checks"]["forced"])
@@ -718,8 +746,8 @@ def evaluate_run(
             shown[-1] += f" (and {len(failed) - len(shown)} more: results.json, checks)"
         results["warnings"] = [*results.get("warnings", []), *shown]
     if "population" in results and "sample" in results:
-        results["sample_population_ratio"] = ratio_json(pools, level_negatives, cfg,
-                                                        {lv: f.headline for lv, f in families.items()})
+        results["sample_population_ratio"] = ratio_json(
+            pools, level_negatives, cfg, {c.label for p in pools.values() for c in p if c.entry["name"] in roles.own})
     privacy = run_privacy(results)
     if privacy is not None:
         sgm = _sgm_of(privacy)

@@ -57,7 +57,7 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
             "leak_lower": nan if leak.get("lower") is None else leak["lower"],
             "leak_attack": f"{leak['name']}:{leak['variant']}" if leak else None,
             "leak_experiment": leak["source"].split("/")[0] if leak else None,
-            "leak_plausible": len(leak.get("plausible", [])) if leak else None,
+            "leak_candidates": leak.get("candidates") if leak else None,
             "declared_tpr": decl.get("tpr", nan),
             "declared_ci_low": (decl.get("ci") or [nan, nan])[0],
             "declared_ci_high": (decl.get("ci") or [nan, nan])[1],
@@ -235,6 +235,16 @@ def _eps(v: float | None) -> str:
     return "-" if v is None else f"{v:.2f}"
 
 
+def one_run_cell(rec: dict[str, Any] | None) -> str:
+    """A level's one-run epsilon: its value and the attack it is pre-specified on, or "not certifiable
+    at this design" where no data could give one above 0 (harness.audit.attack_phase.one_run_record)."""
+    if not rec:
+        return "-"
+    if rec.get("certifiable") is False:
+        return "not certifiable at this design"
+    return f"{_eps(rec.get('epsilon'))} ({rec['variant'].split('/')[-1]})"
+
+
 def trained_outside(results: dict[str, Any]) -> bool:
     """Whether the run's models were trained outside the harness (``harness import``)."""
     return results.get("provenance") == "external"
@@ -285,13 +295,15 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     )
     levels = _levels(results)
     table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
-                  caption="leak: the best TPR of every attack variant the harness ran on what the deployed model "
-                          "serves, selection-adjusted, with its one-sided 95% lower bound (≥); it ranks. declared "
-                          "headline: the same over the defense's declared adaptive attacks [95% CI]. Both at the "
-                          "level's figure FPR (at least 3 expected false positives), read at the plotting position; "
-                          "estimand: the many-victim TPR conditional on the audit samples; bootstrap over victim "
-                          "models (docs/protocol.md, Headlines). ! : the headline test (Hansen's SPA, family-wise "
-                          "over every variant, FPR and level) finds a variant that beats the declared headline")
+                  caption="leak: the largest TPR of a fixed set of primary attacks (the configured built-ins, the "
+                          "adaptations the harness adds, the served declared attacks), a plain maximum, with its "
+                          "one-sided 95% lower bound (≥, Bonferroni over the set); it ranks, and a declaration can "
+                          "only raise it. declared headline: the same over the defense's served declared attacks "
+                          "[95% CI]. Both at the level's figure FPR (at least 3 expected false positives), read at "
+                          "the plotting position; estimand: the many-victim TPR conditional on the audit samples; "
+                          "victim bootstrap and jackknife (docs/protocol.md, Headlines). ! : the headline test "
+                          "(Bonferroni over the leak's candidates and both levels) finds a candidate that beats "
+                          "the declared headline")
     table.add_column("")
     for level in levels:
         table.add_column(f"{level} level", justify="right")
@@ -310,8 +322,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                             f"{f['leak']['name']} {f['leak']['variant']} ({f['leak']['access']})"
                             + (f", {f['leak']['source'].split('/')[0]}" if lv == "sample" and
                                len(results.get("sample_by_canary", {})) > 1 else "")
-                            + (f"; {len(f['leak']['plausible'])} of {f['leak']['candidates']} plausible"
-                               if len(f['leak']['plausible']) > 1 else "")
+                            + f"; best of {f['leak']['candidates']}"
                             for lv, f in zip(levels, figs)])
     table.add_row("declared headline TPR", *[figure_cell(f.get("declared")) for f in figs])
     table.add_row("  attack", *["-" if not f.get("declared") else
@@ -331,8 +342,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
 
     table.add_row("headline test (adjusted p)", *[flag_cell(lv) for lv in levels])
     table.add_row("AUC (declared variant)", *[f"{e['auc']:.3f}" for e in bests])
-    table.add_row("empirical ε ≥ (one-run, 95%)",
-                  *[_eps((results[lv].get("one_run_epsilon") or {}).get("epsilon")) for lv in levels])
+    table.add_row("empirical ε ≥ (one-run, 95%)", *[one_run_cell(results[lv].get("one_run_epsilon")) for lv in levels])
     table.add_row("pooled ε (indicative, no confidence)",
                   *[_eps(e["eps_lower"]["epsilon"]) if "eps_lower" in e else "-" for e in bests])
     bounds = results.get("bounds")

@@ -24,10 +24,9 @@ from harness.core.errors import ConfigError
 class Figure:
     """A level's figure (results.json ``figure.leak`` or ``figure.declared``; docs/protocol.md,
     Headlines): the TPR at the level's figure FPR :attr:`fpr` (at least 3 expected false positives,
-    read at the plotting position), selection-adjusted where it is a best of several
-    (``estimator`` "best-of"), with its one-sided :attr:`lower` bound and, for a single variant, its
-    two-sided :attr:`ci`; the variant that gives it (attack, variant, access, experiment) and the
-    plausible set it was chosen among. :attr:`tpr` is NaN where the level resolves no figure FPR."""
+    read at the plotting position), the plain maximum of its candidates (``estimator`` "max"), with
+    its one-sided :attr:`lower` bound and its two-sided :attr:`ci` (Bonferroni over the
+    :attr:`candidates`); the variant that gives it (attack, variant, access, experiment). :attr:`tpr` is NaN where the level resolves no figure FPR."""
 
     attack: str
     variant: str
@@ -39,20 +38,20 @@ class Figure:
     ci: tuple[float, float] | None
     confidence: float
     estimator: str
-    plausible: tuple[str, ...]
+    candidates: int
     beats_headline: bool = False
 
     @classmethod
     def from_json(cls, rec: dict[str, Any] | None, fpr: float | None, beaten: bool = False) -> "Figure":
         nan = float("nan")
         if not rec or fpr is None:
-            return cls("", "", "", "", nan if fpr is None else float(fpr), nan, nan, None, 0.95, "unresolved", ())
+            return cls("", "", "", "", nan if fpr is None else float(fpr), nan, nan, None, 0.95, "unresolved", 0)
         ci = rec.get("ci")
         return cls(attack=rec["name"], variant=rec["variant"], access=rec.get("access", "black-box"),
                    experiment=str(rec.get("source", "")).split("/")[0], fpr=float(fpr), tpr=float(rec["tpr"]),
                    lower=nan if rec.get("lower") is None else float(rec["lower"]),
                    ci=(float(ci[0]), float(ci[1])) if ci else None, confidence=float(rec.get("confidence", 0.95)),
-                   estimator=str(rec.get("estimator", "single")), plausible=tuple(rec.get("plausible", ())),
+                   estimator=str(rec.get("estimator", "max")), candidates=int(rec.get("candidates", 1)),
                    beats_headline=beaten)
 
     def __str__(self) -> str:

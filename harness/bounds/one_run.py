@@ -153,6 +153,10 @@ class OneRunBound:
     alpha: float
     delta: float
     per_victim_median: float
+    #: the smallest p-value any guess of the grid can reach (every guess right, eps = 0): where it is
+    #: above the per-test level alpha / (S grid), no data can certify an epsilon above 0 at this design
+    attainable_p: float = 0.0
+    certifiable: bool = True
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -196,6 +200,16 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, delta: float, a
                 best = (eps, t, k, v)
             victim_best = max(victim_best, epsilon_lower(m, k, v, beta_victim, delta))
         medians.append(victim_best)
+    floor = attainable_p_value(m, grid, delta)
     return OneRunBound(epsilon=best[0], victim=best[1], guesses=best[2], correct=best[3], num_canaries=m,
                        num_victims=s, grid=grid, alpha=alpha, delta=delta,
-                       per_victim_median=float(np.median(medians)))
+                       per_victim_median=float(np.median(medians)), attainable_p=floor,
+                       certifiable=bool(floor < beta_joint))
+
+
+def attainable_p_value(m: int, grid: tuple[int, ...], delta: float) -> float:
+    """The smallest p-value a victim's guesses on the ``grid`` can reach on m canaries: every one of
+    k guesses right, tested at eps = 0 (:func:`p_value` grows with eps and falls with v), the least
+    over k: ``2^-k`` plus the delta term, which does not vanish as k grows (2 m delta times a
+    binomial window). No audit certifies an epsilon above 0 where this is above its level."""
+    return min(p_value(m, k, k, 0.0, delta) for k in grid if k <= m)
