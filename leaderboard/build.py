@@ -1,7 +1,7 @@
 """Leaderboard rows from per-run ``results.json`` files (one entry per file, as RobustBench does).
 
 Each row holds the defense, its setting, test accuracy and both levels' figures at their figure FPR:
-the **leak** (the selection-adjusted best of every attack variant the harness ran on what the deployed
+the **leak** (the plain maximum of a fixed set of primary attacks the harness ran on what the deployed
 model serves) and the defense's **declared headline**; rows rank by the sample-level leak (lower is
 more private), which no choice of declared attacks can lower (docs/protocol.md, Headlines). :func:`build`
 writes the plain one-table page and ``leaderboard.md``; the full site (per-entry pages, plots, the
@@ -86,10 +86,10 @@ def provenance(results: dict[str, Any]) -> str:
 
 
 def rank_value(leak: Any) -> Any:
-    """The figure a row ranks by: the sample level's leak (the selection-adjusted best of every attack
-    variant that ran on what the deployed model serves; harness.core.figure.best_of). It never reads
-    the defense's declared attacks, so declaring a weak attack cannot lower it; the declared headline
-    stays on the row as its author's claim. Non-float values ("unresolved", None) pass through."""
+    """The figure a row ranks by: the sample level's leak (the plain maximum of a fixed set of primary
+    attacks: configured built-ins, the harness's adaptations, served declared attacks;
+    harness.core.figure.best_of). A declaration only adds candidates, so declaring a weak attack cannot
+    lower it; the declared headline stays on the row as its author's claim. Non-float values ("unresolved", None) pass through."""
     return leak
 
 
@@ -341,10 +341,9 @@ def to_html(entries: list[dict[str, Any]]) -> str:
         "<style>body{font-family:sans-serif}table{border-collapse:collapse}td,th{border:1px solid #ccc;"
         "padding:4px 8px;text-align:right}</style></head><body><h1>privacy-harness leaderboard</h1>"
         "<p>Rows rank by the <b>leak</b>: the TPR, on the defense's canaries (sample level), of the best of "
-        "every attack variant the harness ran on what the deployed model serves, selection-adjusted, at the "
-        "figure FPR (0.1%, or the smallest FPR with 3 expected false positives); leak lower: its one-sided 95% "
-        "lower bound. It never reads below the declared figure, and no declared attack lowers it below what LiRA and "
-        "RMIA find. Declared: the same over the "
+        "a fixed set of primary attacks (configured built-ins, the harness's adaptations, served declared attacks), a "
+        "plain maximum, at the figure FPR (0.1%, or the smallest FPR with 3 expected false positives); leak lower: its "
+        "one-sided 95% lower bound. A declaration only adds candidates: it cannot lower it. Declared: the same over the "
         "defense's declared adaptive attacks, its author's claim (⚠: the headline test finds a variant that "
         "beats it). Population leak: the audit samples as they are. Models: S, the models of each level. "
         "Lower is more private. Empirical ε ≥: one-run lower bound (Steinke et al. 2023), 95% over every "

@@ -90,14 +90,15 @@ document.querySelectorAll('.filter input').forEach(function(c){c.addEventListene
 
 #: the index's columns: (key, short header, its tooltip); one table per dataset/preset
 INDEX_COLUMNS = (
-    ("rank", "#", "rank by the leak: the sample level's best attack that ran, selection-adjusted (lower is more "
-     "private); no choice of declared attacks moves it"),
+    ("rank", "#", "rank by the leak: the sample level's largest TPR of a fixed set of primary attacks (lower is more "
+     "private); a declaration can only add candidates"),
     ("defense", "defense", "the name the defense declares, and where its code comes from"),
     ("test acc", "acc", "test accuracy of the sample-level models (trained with the defense's canaries; mean over "
      "the victim models): the accuracy the DP-SGD comparison and the figure use; the population level's is on the "
      "entry page"),
-    ("leak TPR", "leak", "sample level (the defense's canaries): TPR at the figure FPR of the best of every attack "
-     "variant the harness ran, selection-adjusted, with its one-sided 95% lower bound; hover for the attack"),
+    ("leak TPR", "leak", "sample level (the defense's canaries): TPR at the figure FPR of the best of the configured "
+     "built-ins, the harness's adaptations and the served declared attacks (a plain maximum), with its one-sided "
+     "95% lower bound; hover for the attack"),
     ("declared TPR", "declared", "the defense's declared headline (the best of its declared adaptive attacks) at the "
      "same FPR, with its 95% CI: its author's claim; ⚠ where the headline test finds it beaten"),
     ("population leak TPR", "pop. leak", "population level (the audit samples as they are): the leak, with its "

@@ -363,7 +363,9 @@ def golden_results(where: Path) -> dict:
 #: keys results.json gained after the golden file was written (c8b0d8b), none of them a number of the
 #: attack phase: the declared defense name (the leaderboard's label), the random-serving check, the
 #: defense's paper reference (issue 48), the checks of the saved outputs and the machines (issue 46)
-ADDED_SINCE_GOLDEN = {"defense_name", "defense_reference", "serving", "checks", "machine"}
+ADDED_SINCE_GOLDEN = {"defense_name", "defense_reference", "serving", "checks", "machine",
+                      # issue 53: the leak's fixed set, and whether the one-run bound can certify at the design
+                      "attack_roles", "ranked_attacks", "attainable_p", "certifiable"}
 #: what issue 44 changed by design (docs/protocol.md, Headlines): the level figures (`figure` replaced
 #: `strongest`; `best` is now the declared variant's own record), the headline test, the ratio, the
 #: one-run epsilon's family correction, each variant's plotting-position `reading` and the resolution
