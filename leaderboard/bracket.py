@@ -2,12 +2,15 @@
 
 - :func:`bracket_svg`: TPR vs FPR on log axes from 1e-5 to 1: the attack's ROC (solid), the
   provable TPR bound of the claimed mechanism (solid, dark), and for each lower bound the curve of
-  the mechanism it rules out (dashed: mu-GDP at the f-DP and GDP bounds, Phi(Phi^-1(FPR) + mu);
-  dotted: the (eps, delta) line min(1, e^eps FPR + delta) of Steinke et al.'s epsilon); the chance
-  diagonal grey. The true trade-off of the trainer lies below the provable curve, and the bounds
-  say it is not entirely below the curves they rule out.
-- :func:`bracket_table`: every bound with its confidence, what it assumes, its paper and
-  "claimed / this" for the PLD and the accountant's epsilon; the best lower bound and the ratio.
+  the mechanism it rules out (dotted: the (eps, delta) line min(1, e^eps FPR + delta) of Steinke et
+  al.'s epsilon, the only lower bound on the trainer's epsilon; dashed: mu-GDP, Phi(Phi^-1(FPR) + mu),
+  at the f-DP bound and at the GDP reading, whose confidence is nominal); the chance diagonal grey.
+  The true trade-off of the trainer lies below the provable curve, and the bounds say it is not
+  entirely below the curves they rule out.
+- :func:`bracket_table`: every bound with its confidence (the GDP reading's marked nominal), what it
+  assumes, its paper and "claimed / this" for the PLD and the accountant's epsilon (for Steinke et
+  al.'s epsilon only: the other two bound mu); the ratio to the epsilon lower bound, and the mu-GDP
+  the other two rule out.
 - :func:`bracket_section`: both, for the run's page and the leaderboard entry
   (:func:`leaderboard.site.entry_html`) and the page of ``harness audit-one-run``
   (:func:`leaderboard.one_run_page.one_run_page`).
@@ -22,27 +25,32 @@ from typing import Any
 import numpy as np
 
 from harness.audit.bracket_text import _eps, bracket_rows, delta_text, summary_line, tpr_points
+from harness.bounds.bracket import current_bracket
 from leaderboard.plots import LOG_MIN, _label, _points, roc_axes
 
 #: legend names of the lower bounds
-SHORT_LEGEND = {"steinke": "Steinke et al.", "fdp": "f-DP (one run)", "gdp": "GDP reading"}
+SHORT_LEGEND = {"steinke": "Steinke et al.", "fdp": "f-DP (one run)", "gdp": "GDP (nominal)"}
 #: colours: attack, provable bound, Steinke, f-DP, GDP reading
 COLOURS = {"roc": "#1f77b4", "upper": "#222222", "steinke": "#d62728", "fdp": "#2ca02c", "gdp": "#ff7f0e"}
 
 
 def lower_curves(bracket: dict[str, Any], fprs: np.ndarray) -> list[tuple[str, str, np.ndarray]]:
-    """(key, label, TPR at ``fprs``) of the mechanism each lower bound rules out."""
+    """(key, label, TPR at ``fprs``) of the mechanism each lower bound rules out: the (eps, delta)
+    line of the epsilon lower bound, the mu-GDP curve of each mu bound."""
     from harness.bounds.gdp import blow_up
 
     out = []
+    bracket = current_bracket(bracket)
     delta = float(bracket["delta"])
     for lb in bracket["lower"]:
-        if lb["epsilon"] <= 0:
-            continue
-        if lb.get("mu") is not None:
+        if lb.get("kind") == "mu":
+            if not lb.get("mu"):
+                continue
             tpr = blow_up(fprs, float(lb["mu"]))
-            label = f"{SHORT_LEGEND[lb['key']]}: μ ≥ {float(lb['mu']):.3g}"
+            label = f"{SHORT_LEGEND[lb['key']]}: rules out μ < {float(lb['mu']):.3g}"
         else:
+            if lb["epsilon"] <= 0:
+                continue
             tpr = np.minimum(1.0, np.exp(min(float(lb["epsilon"]), 700.0)) * fprs + delta)
             label = f"{SHORT_LEGEND[lb['key']]}: ε ≥ {_eps(lb['epsilon'])}"
         out.append((lb["key"], label, np.asarray(tpr, dtype=np.float64)))
@@ -94,8 +102,8 @@ def bracket_svg(bracket: dict[str, Any], title: str, width: int = 660, height: i
 def bracket_table(bracket: dict[str, Any]) -> str:
     """The table (module docstring) with the summary line and the attack's TPR against the provable
     bound at 0.1%, 1% and 10% FPR."""
-    heads = ("side", "bound", f"ε (δ = {delta_text(bracket['delta'])})", "μ (GDP)", "confidence", "valid under",
-             "claimed PLD ε / this", "accountant's ε / this")
+    heads = ("side", "bound", f"ε (δ = {delta_text(bracket['delta'])})", "μ-GDP ruled out: μ <", "confidence",
+             "valid under", "claimed PLD ε / this", "accountant's ε / this")
     cls = {"side": ' class="name"', "bound": ' class="wrap"', "assumes": ' class="wrap"'}
     head = "".join(f"<th{cls['side'] if i < 2 else ''}>{escape(h)}</th>" for i, h in enumerate(heads))
     keys = ("side", "bound", "epsilon", "mu", "confidence", "assumes", "ratio_pld", "ratio_rdp")
@@ -112,10 +120,14 @@ def bracket_section(bracket: dict[str, Any] | None) -> str:
     """The bracket's heading, note, figure and table for an entry page ("" when there is none)."""
     if not bracket:
         return ""
+    bracket = current_bracket(bracket)
     att = bracket["attack"]
     title = f"Audit bracket: {att.get('name')} on the {att.get('canary')} canaries"
     note = (f"Guesses: {att.get('variant')}, {att.get('level')}, {att.get('victims')} victim model(s) x "
-            f"{att.get('canaries')} canaries. Upper side: what the DP claim allows; lower side: what the attack "
-            "proves at 95% confidence, each bound named with what it assumes (docs/bounds.md, The audit bracket).")
+            f"{att.get('canaries')} canaries. Upper side: what the DP claim allows. Below it: Steinke et al.'s "
+            "one-run ε, a lower bound on the trainer's ε and the only one the ratio uses; the one-run f-DP bound, "
+            "the μ-GDP it rules out (a statement about μ, not the trainer's ε); the GDP reading, the same kind, "
+            "at a nominal confidence only (its limits treat the guesses as independent trials, and they are not). "
+            "Each bound is named with what it assumes (docs/bounds.md, The audit bracket).")
     return (f'<h2>Audit bracket</h2><p class="muted">{escape(note)}</p><div class="plots">'
             f"{bracket_svg(bracket, title)}</div>{bracket_table(bracket)}")

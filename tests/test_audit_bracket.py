@@ -126,27 +126,142 @@ def test_fdp_bound_at_1000_canaries_reaches_half_the_truth():
     assert (eps_fdp >= eps_steinke).all()
 
 
-def test_bracket_record_ratios_and_best_bound():
+ATTACK = {"name": "x", "variant": "y", "level": "sample", "canary": "mislabeled", "victims": 1, "canaries": 400}
+
+
+def _claimed_and_bounds() -> tuple[dict, dict, dict]:
     info = {"epsilon": 12.0, "accountant": "rdp", "delta": DELTA, "sample_rate": 1.0, "noise_multiplier": 1.0,
             "steps": 4}
     claimed = claimed_record(info, DELTA)
+    s, b = gaussian_runs(1.0, 400, 1, seed=5)
+    return claimed, one_run_bounds(s, b, delta=DELTA).to_json(), gdp_lower_bound_roc(s[0], b[0], delta=DELTA).to_json()
+
+
+def test_bracket_record_ratio_divides_by_the_steinke_epsilon_alone():
+    claimed, one, gdp = _claimed_and_bounds()
     assert claimed["epsilon_rdp"] == 12.0 and 0 < claimed["epsilon_pld"] <= 12.0
     assert claimed["tpr_curve"]["tpr"][-1] == pytest.approx(1.0)
-    s, b = gaussian_runs(1.0, 400, 1, seed=5)
-    one = one_run_bounds(s, b, delta=DELTA).to_json()
-    gdp = gdp_lower_bound_roc(s[0], b[0], delta=DELTA).to_json()
-    br = build_bracket(claimed=claimed, one_run=one, gdp=gdp, roc={"fpr": [0, 1], "tpr": [0, 1]},
-                       attack={"name": "x", "variant": "y", "level": "sample", "victims": 1, "canaries": 400})
-    best = max(lb["epsilon"] for lb in br["lower"])
-    assert br["best_lower"]["epsilon"] == best > 0
-    assert br["ratio_pld"] == pytest.approx(claimed["epsilon_pld"] / best)
-    assert br["ratio_rdp"] == pytest.approx(12.0 / best)
-    assert {lb["key"] for lb in br["lower"]} == {"steinke", "fdp", "gdp"}
-    none = build_bracket(claimed=claimed, one_run={**one, "epsilon_steinke": 0.0, "epsilon_fdp": 0.0, "mu": 0.0},
-                         gdp={**gdp, "epsilon": 0.0, "mu": 0.0}, roc={"fpr": [0, 1], "tpr": [0, 1]},
-                         attack={"name": "x", "variant": "y", "level": "sample", "victims": 1, "canaries": 400})
-    assert none["ratio_pld"] == math.inf
+    br = build_bracket(claimed=claimed, one_run=one, gdp=gdp, roc={"fpr": [0, 1], "tpr": [0, 1]}, attack=ATTACK)
+    lo = {lb["key"]: lb for lb in br["lower"]}
+    assert set(lo) == {"steinke", "fdp", "gdp"}
+    # the kinds: one lower bound on the trainer's epsilon, two bounds on the Gaussian mu (the GDP one nominal)
+    assert (lo["steinke"]["kind"], lo["fdp"]["kind"], lo["gdp"]["kind"]) == ("epsilon", "mu", "mu")
+    assert [lo[k]["nominal"] for k in ("steinke", "fdp", "gdp")] == [False, False, True]
+    assert lo["steinke"]["epsilon"] == one["epsilon_steinke"] > 0 and lo["steinke"]["mu"] is None
+    assert lo["fdp"]["epsilon"] is None and lo["fdp"]["mu"] == one["mu"] > 0
+    assert lo["fdp"]["epsilon_of_mu"] == one["epsilon_fdp"] and lo["gdp"]["epsilon_of_mu"] == gdp["epsilon"]
+    assert all(lo[k]["ratio_pld"] is None and lo[k]["ratio_rdp"] is None for k in ("fdp", "gdp"))
+    assert "nominal" in lo["gdp"]["name"] and "as independent trials, which they are not" in lo["gdp"]["valid"]
+    assert "not a lower bound on the trainer's ε" in lo["fdp"]["valid"]
+    assert br["epsilon_lower"] == {"key": "steinke", "epsilon": one["epsilon_steinke"]}
+    assert "best_lower" not in br
+    assert br["ratio_pld"] == pytest.approx(claimed["epsilon_pld"] / one["epsilon_steinke"])
+    assert br["ratio_rdp"] == pytest.approx(12.0 / one["epsilon_steinke"])
+    assert lo["steinke"]["ratio_pld"] == br["ratio_pld"]
+    # the f-DP and GDP epsilons are larger than Steinke's here: the ratio still divides by Steinke's (the
+    # old record took the largest of the three, 12 / 5 instead of 12 / 0.5)
+    big = build_bracket(claimed=claimed, one_run={**one, "epsilon_steinke": 0.5, "epsilon_fdp": 3.0, "mu": 0.9},
+                        gdp={**gdp, "epsilon": 5.0, "mu": 1.3}, roc={"fpr": [0, 1], "tpr": [0, 1]}, attack=ATTACK)
+    assert big["ratio_rdp"] == pytest.approx(12.0 / 0.5) and big["epsilon_lower"]["epsilon"] == 0.5
+    assert big["ratio_pld"] == pytest.approx(claimed["epsilon_pld"] / 0.5)
+    # Steinke's at 0 with positive mu bounds: no epsilon lower bound, an infinite ratio
+    none = build_bracket(claimed=claimed, one_run={**one, "epsilon_steinke": 0.0, "steinke_at": None},
+                         gdp=gdp, roc={"fpr": [0, 1], "tpr": [0, 1]}, attack=ATTACK)
+    assert none["ratio_pld"] == math.inf and none["ratio_rdp"] == math.inf
     assert claimed_record({"epsilon": 1.0}, DELTA) is None  # not a subsampled Gaussian's record
+
+
+def test_bracket_record_matches_the_results_schema():
+    import jsonschema
+
+    from harness.audit.report import SCHEMA_PATH
+    from harness.core.jsonio import encode_nonfinite
+
+    claimed, one, gdp = _claimed_and_bounds()
+    schema = json.loads(SCHEMA_PATH.read_text())
+    validator = jsonschema.Draft202012Validator({"$ref": "#/$defs/bracket", "$defs": schema["$defs"]})
+    for rec in (build_bracket(claimed=claimed, one_run=one, gdp=gdp, roc={"fpr": [0, 1], "tpr": [0, 1]}, attack=ATTACK),
+                build_bracket(claimed=claimed, one_run={**one, "epsilon_steinke": 0.0, "steinke_at": None}, gdp=gdp,
+                              roc={"fpr": [0, 1], "tpr": [0, 1]}, attack=ATTACK)):
+        validator.validate(encode_nonfinite(rec))
+        old = encode_nonfinite({**rec, "best_lower": rec["epsilon_lower"]})
+        del old["epsilon_lower"]
+        with pytest.raises(jsonschema.ValidationError):
+            validator.validate(old)
+
+
+def _big_bracket() -> dict:
+    """A bracket whose f-DP and GDP epsilons (3 and 5) are above Steinke et al.'s (0.5)."""
+    claimed, one, gdp = _claimed_and_bounds()
+    return build_bracket(claimed=claimed, one_run={**one, "epsilon_steinke": 0.5, "epsilon_fdp": 3.0, "mu": 0.9},
+                         gdp={**gdp, "epsilon": 5.0, "mu": 1.3}, roc={"fpr": [0, 0.001, 0.01, 0.1, 1],
+                                                                     "tpr": [0, 0.01, 0.05, 0.3, 1]}, attack=ATTACK)
+
+
+def test_bracket_text_ratio_to_steinke_mu_ruled_out_and_nominal_gdp():
+    from io import StringIO
+
+    from rich.console import Console
+
+    from harness.audit.bracket_text import bracket_rows, print_bracket, summary_line
+
+    br = _big_bracket()
+    rows = {r["bound"].split(" [")[0]: r for r in bracket_rows(br)}
+    steinke = rows["one-run ε (Steinke et al.)"]
+    fdp = next(r for name, r in rows.items() if name.startswith("one-run f-DP"))
+    gdp = next(r for name, r in rows.items() if name.startswith("GDP reading"))
+    assert steinke["epsilon"] == "0.5" and steinke["ratio_rdp"] == "24x"
+    # the f-DP row: the mu it rules out, no epsilon and no ratio; its epsilon only as an annotation
+    assert (fdp["epsilon"], fdp["mu"], fdp["ratio_pld"], fdp["ratio_rdp"]) == ("-", "0.9", "n/a", "n/a")
+    assert "rules out μ-GDP" in fdp["side"] and "not a lower bound on the trainer's ε" in fdp["assumes"]
+    assert fdp["assumes"].endswith("(that 0.9-GDP mechanism's ε at δ = 1e-5: 3)")
+    assert gdp["confidence"] == "95% nominal" and "nominal" in gdp["side"] and gdp["ratio_pld"] == "n/a"
+    assert "as independent trials, which they are not" in gdp["assumes"]
+    line = summary_line(br)
+    assert line.startswith("Claimed / ε lower bound: ε ") and "/ 0.5 (Steinke et al.'s one-run ε) = " in line
+    assert "the accountant's ε 12 / 0.5 = 24x" in line
+    assert "rules out μ-GDP for μ < 0.9 (95%)" in line and "rules out μ-GDP for μ < 1.3 (95% nominal)" in line
+    assert "the GDP reading (nominal: its Clopper-Pearson limits treat the guesses as independent trials" in line
+    out = StringIO()
+    print_bracket(Console(file=out, width=400, color_system=None), br, "DP audit bracket: test")
+    text = out.getvalue()
+    for words in ("μ <", "conf.", "GDP reading (Nasr et al. 2023), nominal [3]", "95% nominal",
+                  "[3] Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini, Terzis, USENIX Security 2023",
+                  "(that 0.9-GDP mechanism's ε at δ = 1e-5: 3)", "Claimed / ε lower bound"):
+        assert words in text, words
+    # the "PLD ε / this" column: Steinke's row alone has a ratio, the two mu rows "n/a"
+    table = {line.split()[-1] for line in text.splitlines() if line.strip().startswith(("lower", "rules out"))}
+    assert table == {f"{br['claimed']['epsilon_pld'] / 0.5:.3g}x", "n/a"}
+    assert "Choquette-Choo" not in text
+
+
+def test_bracket_page_labels_the_gdp_reading_nominal_and_the_fdp_bound_by_mu():
+    from leaderboard.bracket import bracket_section, lower_curves
+
+    br = _big_bracket()
+    html = bracket_section(br)
+    assert "Claimed / ε lower bound" in html and "95% nominal" in html and "μ-GDP ruled out: μ &lt;" in html
+    assert "GDP (nominal): rules out μ &lt; 1.3" in html and "f-DP (one run): rules out μ &lt; 0.9" in html
+    assert "Steinke et al.: ε ≥ 0.5" in html and "which they are not" in html
+    keys = [k for k, _, _ in lower_curves(br, np.logspace(-5, 0, 5))]
+    assert keys == ["steinke", "fdp", "gdp"]
+
+
+def test_a_bracket_written_before_the_change_is_shown_as_a_new_one():
+    """An old results.json's bracket (``best_lower``, an ``epsilon`` on every bound, the ratio to the
+    largest) is rebuilt from the bounds it holds: the page and the terminal show the new ratio."""
+    from harness.audit.bracket_text import summary_line
+    from harness.bounds.bracket import current_bracket
+    from leaderboard.bracket import bracket_section
+
+    new = _big_bracket()
+    old = {**new, "best_lower": {"key": "gdp", "epsilon": 5.0}, "ratio_rdp": 12.0 / 5.0,
+           "lower": [{k: v for k, v in lb.items() if k not in ("kind", "nominal", "epsilon_of_mu")}
+                     | {"epsilon": e} for lb, e in zip(new["lower"], (0.5, 3.0, 5.0))]}
+    del old["epsilon_lower"]
+    assert current_bracket(old) == new and current_bracket(new) is new
+    assert "the accountant's ε 12 / 0.5 = 24x" in summary_line(old)
+    assert "95% nominal" in bracket_section(old)
 
 
 @pytest.mark.parametrize("args,message", [
@@ -193,22 +308,23 @@ def test_tiny_dpsgd_one_run_audit_stays_below_the_accountant(tmp_path):
     out = " ".join(res.output.split())
     # the lower bounds' names wrap inside their table cells at 80 columns; their numbered notes do not split words
     for words in ("DP audit bracket", "accountant (rdp)", "PLD, same mechanism", "[1] Steinke, Nasr, Jagielski",
-                  "[2] Mahloujifar, Melis, Chaudhuri", "[3] Nasr et al., USENIX Security 2023", "provable ≤",
-                  "Claimed / best lower bound"):
+                  "[2] Mahloujifar, Melis, Chaudhuri", "[3] Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini, "
+                  "Terzis, USENIX Security 2023", "95% nominal", "provable ≤", "Claimed / ε lower bound"):
         assert words in out, words
     (folder,) = tmp_path.glob("audit-one-run-dpsgd-medium-quick-*")
     r = json.loads((folder / "result.json").read_text())
     br = r["bracket"]
     rdp, pld = br["claimed"]["epsilon_rdp"], br["claimed"]["epsilon_pld"]
     assert 0 < pld <= rdp * 1.001
-    for lb in br["lower"]:
-        assert 0.0 <= lb["epsilon"] <= pld, lb
-    assert br["best_lower"]["epsilon"] > 0  # the comparison is not vacuous
+    for lb in br["lower"]:  # the epsilon lower bound and the epsilons of the mu-GDP ruled out
+        assert 0.0 <= (lb["epsilon"] if lb["kind"] == "epsilon" else lb["epsilon_of_mu"]) <= pld, lb
+    assert br["epsilon_lower"]["key"] == "steinke" and br["epsilon_lower"]["epsilon"] > 0  # not vacuous
+    assert br["ratio_pld"] == pytest.approx(pld / br["epsilon_lower"]["epsilon"])
     assert len(br["one_run"]["sets"]) == 12 and br["one_run"]["num_victims"] == 1
     membership = json.loads((folder / "design.json").read_text())["membership"]
     assert len(membership) == 300 and 0.4 < np.mean(membership) < 0.6  # the target's independent fair coins
     html = (folder / "report.html").read_text()
-    assert 'class="plot bracket"' in html and "Audit bracket" in html and "Claimed / best lower bound" in html
+    assert 'class="plot bracket"' in html and "Audit bracket" in html and "Claimed / ε lower bound" in html
     # the eight-column table scrolls in its own box: a phone-wide page stays as wide as the phone (the
     # leaderboard's DP entries were 687-754 px wide at 390 px without it: screenshot_leaderboard.py)
     assert '<div class="scroll"><table class="bracket">' in html
@@ -229,4 +345,5 @@ def test_cifar10_preset_one_run_audit_runs_end_to_end(cifar_subset, tmp_path):
     r = json.loads((folder / "result.json").read_text())
     assert r["dataset"] == "cifar10" and r["spec"]["canary"] == "blank"
     assert r["bracket"]["claimed"]["epsilon_rdp"] > 0
-    assert all(lb["epsilon"] <= r["bracket"]["claimed"]["epsilon_pld"] for lb in r["bracket"]["lower"])
+    assert all((lb["epsilon"] if lb["kind"] == "epsilon" else lb["epsilon_of_mu"]) <= r["bracket"]["claimed"]["epsilon_pld"]
+               for lb in r["bracket"]["lower"])

@@ -23,22 +23,38 @@ Gaussian mechanism that the bound rules out, as Nasr et al. 2023 and Mahloujifar
 report it. Only Steinke et al.'s bound (:mod:`harness.bounds.one_run`) is a lower bound on the
 trainer's (eps, delta) itself.
 
-**The GDP reading of a ROC** (Nasr, Hayes, Steinke, Balle, Tramer, Jagielski, Choquette-Choo and
-Carlini, "Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023, which
-reads its audits' (FPR, FNR) through the GDP trade-off curve): at a threshold with FP false
-positives out of N non-members and FN false negatives out of P members, Clopper-Pearson upper
-limits FPR_hi and FNR_hi give, by the condition above,
+**The GDP reading of a ROC** (Nasr, Hayes, Steinke, Balle, Tramèr, Jagielski, Carlini and Terzis,
+"Tight Auditing of Differentially Private Machine Learning", USENIX Security 2023, which reads its
+audits' (FPR, FNR) through the GDP trade-off curve): at a threshold with FP false positives out of N
+non-members and FN false negatives out of P members, Clopper-Pearson upper limits FPR_hi and FNR_hi
+give, by the condition above,
 
     mu >= Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi)       (= -Phi^-1(FPR_hi) - Phi^-1(FNR_hi)),
 
 a 1 - alpha lower bound on mu when FPR_hi and FNR_hi are one-sided 1 - alpha/2 limits. The threshold
 is chosen after seeing the data, which is accounted for (:func:`gdp_lower_bound_roc`) either with a
-Bonferroni correction over every threshold of the ROC (``correction="bonferroni"``) or by choosing
-the threshold on a random half of the guesses and reading the bound on the other half
-(``correction="split"``). The Clopper-Pearson limits treat the guesses as independent Bernoulli
-trials: true for Nasr et al.'s many training runs, a heuristic for guesses about one trained model
-(the canaries of one run share its training), where :mod:`harness.bounds.fdp_one_run` is the
-rigorous bound.
+Bonferroni correction or by choosing the threshold on a random half of the guesses and reading the
+bound on the other half (``correction="split"``).
+
+**What the Bonferroni correction counts** (``correction="bonferroni"``): every threshold of the ROC,
+i.e. every distinct score of the guesses ("member" iff score >= it; tied scores are one threshold;
+the +inf threshold, which guesses nothing, is left out): T thresholds are T tests at alpha / T each
+(each limit one-sided at alpha / (2T)), and the largest bound over all T is kept. jax_privacy's
+``CanaryScoreAuditor.epsilon_from_gdp`` (the same reading) puts each limit at alpha / (2n) with n
+the points of the ROC's hull only (its ``_pareto_frontier`` of the (FN, TN) counts at every distinct
+score and +inf), and maximizes over those points. The harness counts every threshold because the
+threshold is chosen after looking at the data: every threshold the search could pick is a test
+that counts, and the hull is itself selected from all the thresholds by the same data, so counting
+only its points understates the multiplicity (the family looks small because the data made it
+small). With more than a few distinct scores the hull has far fewer points than the ROC has
+thresholds, so the harness's level per test is smaller and its bound more conservative.
+
+The Clopper-Pearson limits treat the guesses as independent Bernoulli trials: true for Nasr et al.'s
+many training runs, a heuristic for guesses about one trained model (the canaries of one run share
+its training) and for the pooled S x C guesses of ``harness evaluate`` (they share the victims'
+training and the shadow models): the reading's confidence is **nominal**, and it is reported as such
+(:mod:`harness.bounds.bracket`). :mod:`harness.bounds.fdp_one_run` is the rigorous one-run bound on
+the same mu.
 """
 
 from __future__ import annotations
@@ -154,9 +170,10 @@ class GdpReading:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["method"] = ("GDP reading of the ROC (Nasr et al. 2023): mu >= Phi^-1(1 - FPR_hi) - Phi^-1(FNR_hi), "
-                       + ("Bonferroni over the thresholds" if self.correction == "bonferroni" else
+                       + ("Bonferroni over every threshold of the ROC" if self.correction == "bonferroni" else
                           "threshold chosen on a random half, read on the other")
-                       + "; Clopper-Pearson limits treat the guesses as independent")
+                       + "; nominal confidence: the Clopper-Pearson limits treat the guesses as independent trials, "
+                         "and they are not")
         return d
 
 
