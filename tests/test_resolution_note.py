@@ -62,7 +62,7 @@ def test_the_note_comes_before_training_and_agrees_with_the_results(tmp_path):
     assert level["figure"]["fpr"] == 0.02 and level["figure"]["expected_false_positives"] == pytest.approx(3.6)
     for n in needs:
         assert level["best"]["resolved"][fpr_key(n.fpr)] == n.resolved == False  # noqa: E712
-    assert res["headline_test"]["levels"]["population"]["fprs"][0] == 0.02
+    assert res["headline_test"]["levels"]["population"]["fpr"] == 0.02
 
 
 @pytest.mark.parametrize("fprs, says", [("[0.001,0.01]", True), ("[0.1]", False)])

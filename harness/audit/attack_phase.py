@@ -27,13 +27,13 @@ from harness.run.runstore import RunDir, RunDirError
 HEADLINE_SKIPPED = "; it is one of the defense's headline attacks: this level's headline is taken without it"
 
 LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every model): the label-only attack was "
-                   "added automatically and counts for the headline")
+                   "added automatically and is one of the leak's candidates")
 
 
 #: the note of a run whose random-serving check found random answers (:func:`serving_notes`)
 RANDOM_SERVING_NOTE = ("the served outputs are random ({random} of {checked} models answered the same images "
                        "differently when asked twice): the lira-averaged attack (LiRA on the mean of R = {r} answers "
-                       "per query view, audit.repeat_queries) was added automatically and counts for the headline")
+                       "per query view, audit.repeat_queries) was added automatically and is one of the leak's candidates")
 RANDOM_UNAVERAGED_NOTE = ("the served outputs are random ({random} of {checked} models answered the same images "
                           "differently when asked twice), but audit.repeat_queries=1: no averaged answers were saved, so "
                           "the headline reads single noisy answers and may understate the leak; train with "
@@ -42,7 +42,7 @@ KEYED_SERVING_NOTE = ("the served outputs are keyed to the input ({keyed} of {ch
                       "images identically but copies one grey level off in a few pixels far apart: noise seeded by "
                       "the image itself): the lira-averaged attack (LiRA on the mean of R = {r} answers per query "
                       "view, each to a fresh perturbed copy, audit.repeat_queries) was added automatically and "
-                      "counts for the headline")
+                      "is one of the leak's candidates")
 KEYED_UNAVERAGED_NOTE = ("the served outputs are keyed to the input ({keyed} of {checked} models answered copies one "
                          "grey level off in a few pixels far apart from the images), but audit.repeat_queries=1: no "
                          "averaged answers were saved, so the headline reads single noisy answers and may understate "
