@@ -23,12 +23,14 @@ bootstrap is skewed and narrow; the jackknife's SD, and the symmetric interval, 
 **A best of K candidates** (:func:`best_of`) is the **plain maximum** of their reads: no adjustment
 for the selection. Its bias is upward (the expected maximum of K noisy reads is at least the
 largest expected read): it can overstate a leak, never hide one, and adding a candidate can only
-raise it. Its interval is the one-variant interval of every candidate at Bonferroni's share of the
-error, ``alpha / K`` per side: ``[max_j (TPR_j - h_j), max_j (TPR_j + h_j)]`` with
+raise it (the selection bias; a single read at S victims has its own finite-S bias beside it). Its
+interval is the one-variant interval of every candidate at Bonferroni's share of the error,
+``alpha / (2K)`` per side: ``[max_j (TPR_j - h_j), max_j (TPR_j + h_j)]`` with
 ``h_j = f q_S(1 - alpha / (2K)) sd_j``; if every candidate's interval holds its truth, the largest
 truth lies in it, so it holds the largest TPR(t) with probability at least ``1 - alpha``, whatever
-the candidates' dependence. The one-sided lower bound is the same rule
-at ``alpha / K`` on one side: ``max_j (TPR_j - f q_S(1 - alpha / K) sd_j)``.
+the candidates' dependence. The one-sided lower bound is the same rule with all of a candidate's
+share on one side: ``max_j (TPR_j - f q_S(1 - alpha w_j) sd_j)``, w_j its share (1/K, or the
+weighted split of :func:`harness.audit.headline.leak_shares`).
 ``python benchmarks/bench_headline_test.py`` measures its bias and coverage (docs/protocol.md).
 """
 
@@ -122,8 +124,9 @@ def interval(tpr: float, samples: np.ndarray, num_models: int, confidence: float
 class BestOf:
     """The best of K candidates at one FPR (:func:`best_of`): the plain maximum ``point`` and the
     candidate that gives it (``source``, the first of tied ones), the simultaneous two-sided ``ci``
-    and one-sided ``lower`` bound at ``confidence`` (Bonferroni over the K candidates), and the figure in every bootstrap replicate (``replicates``: the largest candidate read
-    in each, paired with every other figure of the run by the shared draws)."""
+    and one-sided ``lower`` bound at ``confidence`` (Bonferroni over the K candidates), and the
+    figure in every bootstrap replicate (``replicates``: the largest candidate read in each, paired
+    with every other figure of the run by the shared draws)."""
 
     point: float
     lower: float
@@ -149,8 +152,10 @@ def best_of(tprs: np.ndarray, samples: np.ndarray, num_models: int, confidence: 
         raise ValueError("no candidates")
     reps = np.asarray(samples, np.float64).reshape(k, -1)
     j = int(np.argmax(t))
-    with np.errstate(invalid="ignore"):
-        figure_reps = np.nanmax(reps, axis=0) if reps.shape[1] and not np.isnan(reps).all() else np.full(reps.shape[1], np.nan)
+    figure_reps = np.full(reps.shape[1], np.nan)
+    if reps.shape[1] and not np.isnan(reps).all():
+        with np.errstate(invalid="ignore"):
+            figure_reps = np.nanmax(reps, axis=0)
     sds = np.array([read_sd(reps[i], None if jackknife is None else jackknife[i]) for i in range(k)])
     if np.isnan(sds).any():
         return BestOf(float(t[j]), float("nan"), (float("nan"), float("nan")), confidence, j, k, figure_reps)
