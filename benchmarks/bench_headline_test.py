@@ -19,8 +19,9 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
 3. **coverage**: the leak (the plain maximum of K candidates) against the largest many-victim truth:
    its bias and the coverage of its one-sided lower bound and its CI; the declared CI (one variant);
    on pools of one dominant variant with near-copies, all equal, one dominant with weak ones, and
-   victims that differ with heavy-tailed (t3) noise, at S from 8 and C from 20; and the bias of the
-   plain maximum over 20 equal declared variants (what a declaration can add).
+   victims that differ with heavy-tailed (t3) noise, at S from 8 and C from 20; low TPRs (13-40 true
+   positives, population-like memorization); and the bias of the plain maximum over 20 equal
+   declared variants (what a declaration can add).
 4. **ratio**: the sample/population ratio, unconditionally: how often a point ratio is printed,
    its CI's coverage and mean, and the fallback lower bound's where it is not.
 5. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py):
@@ -60,6 +61,9 @@ POOLS: dict[str, tuple[Variants, dict[str, Any]]] = {
                                           df=3.0), {"u_sd": 0.6, "scale_sd": 0.4, "mem_sd_victim": 0.5, "df": 3.0}),
 }
 COVER_CELLS = [(8, 20), (8, 200), (16, 50), (32, 200), (64, 50), (64, 200)]
+#: low TPRs (population-like memorization): 13-40 expected true positives at the figure FPR
+LOW_TPR = (Variants((1.0, 1.0)), {"mem_mean": 0.5, "mem_sd": 0.5})
+LOW_CELLS = [(32, 200), (64, 200), (64, 100)]
 
 
 def _cfg(**extra: Any) -> Any:
@@ -102,6 +106,14 @@ def power(sims: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _row(pool: str, s: int, c: int, cov: Any, sims: int) -> dict[str, Any]:
+    return {"pool": pool, "S": s, "C": c, "fpr": cov.fpr, "truth": cov.truth, "true_positives": cov.truth * s * c / 2,
+            "leak_mean": cov.leak_mean, "bias": cov.leak_bias,
+            "relative_bias": cov.leak_bias / cov.truth if cov.truth else None, "lower_covers": cov.leak_lower_covers,
+            "declared_truth": cov.declared_truth, "declared_covers": cov.declared_covers,
+            "declared_below": cov.declared_below, "simulations": sims, "truths": cov.rows["truths"]}
+
+
 def coverage_part(sims: int, worlds: int) -> list[dict[str, Any]]:
     cfg = _cfg(**{"attack.fprs": [0.001, 0.002, 0.005, 0.01]})
     rows = []
@@ -110,20 +122,19 @@ def coverage_part(sims: int, worlds: int) -> list[dict[str, Any]]:
             seed = s + c
             world = ToyWorld.draw(c, seed, **kw)
             cov = coverage(cfg, sims, models=s, samples=c, variants=v, seed=seed, worlds=worlds, world=world)
-            rows.append({"pool": name, "S": s, "C": c, "fpr": cov.fpr, "truth": cov.truth, "leak_mean": cov.leak_mean,
-                         "bias": cov.leak_bias, "relative_bias": cov.leak_bias / cov.truth if cov.truth else None,
-                         "lower_covers": cov.leak_lower_covers,
-                         "declared_covers": cov.declared_covers, "declared_below": cov.declared_below,
-                         "simulations": sims, "truths": cov.rows["truths"]})
+            rows.append(_row(name, s, c, cov, sims))
             print(f"coverage {name} S={s} C={c}: bias {100 * cov.leak_bias:+.2f} pt, lower {100 * cov.leak_lower_covers:.1f}%,"
                   f" declared {100 * cov.declared_covers:.1f}%", flush=True)
+    for s, c in LOW_CELLS:
+        v, kw = LOW_TPR
+        cov = coverage(cfg, sims, models=s, samples=c, variants=v, seed=s + c, worlds=worlds,
+                       world=ToyWorld.draw(c, s + c, **kw))
+        rows.append(_row("low TPR (population-like)", s, c, cov, sims))
+        print(f"coverage low TPR S={s} C={c}: {rows[-1]['true_positives']:.0f} true positives, declared "
+              f"{100 * cov.declared_covers:.1f}%, lower {100 * cov.leak_lower_covers:.1f}%", flush=True)
     s, c = 16, 50
     cov = coverage(cfg, sims, models=s, samples=c, variants=Variants((1.0,) * 20), seed=7, worlds=worlds)
-    rows.append({"pool": "20 equal declared variants", "S": s, "C": c, "fpr": cov.fpr, "truth": cov.truth,
-                 "leak_mean": cov.leak_mean, "bias": cov.leak_bias, "relative_bias": cov.leak_bias / cov.truth,
-                 "lower_covers": cov.leak_lower_covers,
-                 "declared_covers": cov.declared_covers, "declared_below": cov.declared_below, "simulations": sims,
-                 "truths": cov.rows["truths"]})
+    rows.append(_row("20 equal declared variants", s, c, cov, sims))
     print(f"coverage 20 equal S=16 C=50: bias {100 * cov.leak_bias:+.2f} pt", flush=True)
     return rows
 
@@ -187,12 +198,13 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
             lines.append(f"| {s} | {_pct(d[1.5]['rate'])} | {_pct(d[3.0]['rate'])} |")
         out["power"] = "\n".join(lines)
     if "coverage" in data:
-        lines = ["| pool | S x C | FPR | truth | leak mean | bias | lower bound covers | declared CI covers |",
-                 "|---|---|---|---|---|---|---|---|"]
+        lines = ["| pool | S x C | FPR | truth (true positives) | leak mean | bias | lower bound covers | "
+                 "declared CI covers (truth below it) |", "|---|---|---|---|---|---|---|---|"]
         for r in data["coverage"]:
-            lines.append(f"| {r['pool']} | {r['S']} x {r['C']} | {100 * r['fpr']:g}% | {_pct(r['truth'])} | "
+            lines.append(f"| {r['pool']} | {r['S']} x {r['C']} | {100 * r['fpr']:g}% | {_pct(r['truth'])} "
+                         f"({r['true_positives']:.0f}) | "
                          f"{_pct(r['leak_mean'])} | {100 * r['bias']:+.2f} pt ({100 * r['relative_bias']:+.1f}%) | "
-                         f"{_pct(r['lower_covers'])} | {_pct(r['declared_covers'])} |")
+                         f"{_pct(r['lower_covers'])} | {_pct(r['declared_covers'])} ({_pct(r['declared_below'])}) |")
         out["coverage"] = "\n".join(lines)
     if "ratio" in data:
         lines = ["| S x C | FPR | population memorization | true ratio | point printed | CI covers | mean | "
