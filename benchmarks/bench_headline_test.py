@@ -161,7 +161,7 @@ def runs_part(out: Path) -> list[dict[str, Any]]:
     rows = []
     for spec, label in (("undefended", "lira (the default)"), (f"{PLUGINS}:ThresholdOnly", "threshold only"),
                         (f"{PLUGINS}:LiraAndThreshold", "lira + threshold")):
-        run_dir, _ = evaluate_into(out / label.split()[0], spec, "--models", "16")
+        run_dir, _ = evaluate_into(out / spec.split(":")[-1], spec, "--models", "16")
         r = jsonio.loads((Path(run_dir) / "results.json").read_text())
         f = r["sample"]["figure"]
         rows.append({"declared": label, "models": 16, "fpr": f["fpr"], "leak": f["leak"]["tpr"],
@@ -229,9 +229,10 @@ def write_docs(data: dict[str, Any], path: Path = PROTOCOL) -> list[str]:
     """Replace each ``<!-- headline-json:NAME -->`` ... ``<!-- /headline-json -->`` block of ``path``."""
     text, done = path.read_text(), []
     for name, table in tables(data).items():
-        pat = re.compile(rf"(<!-- headline-json:{name} -->\n).*?(\n<!-- /headline-json -->)", re.S)
+        # a block's body never holds another block's start: an empty block ends at its own closing marker
+        pat = re.compile(rf"(<!-- headline-json:{name} -->\n)(?:(?!<!-- headline-json:).)*?(<!-- /headline-json -->)", re.S)
         if pat.search(text):
-            text = pat.sub(lambda m: m.group(1) + table + m.group(2), text)
+            text = pat.sub(lambda m: m.group(1) + table + "\n" + m.group(2), text)
             done.append(name)
     path.write_text(text)
     return done

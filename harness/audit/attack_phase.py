@@ -15,7 +15,7 @@ from attacks.base import Attack, AttackInput
 from defenses.base import Defense
 from harness.core.config import ConfigError, ExperimentConfig
 from harness.run.attack_set import attack_names, check_declared_attacks, is_builtin_attack, load_attacks
-from harness.core.checks import LevelOutputs, MembershipStats, label_scores, membership_stats
+from harness.core.checks import LevelOutputs, MembershipStats, check_columns, label_scores, membership_stats
 from harness.audit.headline import (Candidate, LevelFamily, best_entry, fpr_key, headline_fpr, headline_test,
                                     headline_test_warning, level_figure, level_fpr, ratio_json, reading_fprs)
 from harness.core.metrics import AttackMetrics, Roc, evaluate_scores, roc_file_curve, roc_on_grid
@@ -556,11 +556,12 @@ def evaluate_level(
         },
     }
     served = ls.signals["logits"]
-    stats = membership_stats(level, label_scores(served[:, :, 0], ld.canaries.y), ld.design.membership)
+    cols = check_columns(served.shape[1])  # at most MAX_CHECK_SAMPLES audit samples, evenly spaced
+    stats = membership_stats(level, label_scores(served[:, cols, 0], ld.canaries.y[cols]), ld.design.membership[:, cols])
     pop = ls.signals.get("population_logits")
-    outputs = LevelOutputs.of([served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
-                                                                             pop[i].reshape(-1, pop.shape[-1])])
-                               for i in range(len(served))])
+    outputs = LevelOutputs.of(served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
+                                                                            pop[i].reshape(-1, pop.shape[-1])])
+                              for i in range(len(served)))  # one model's outputs at a time
     return LevelEvaluation(result, curves, declared, ranked, excluded, stats, outputs)
 
 

@@ -906,7 +906,7 @@ def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: l
     and the membership-consistency check of each model's outputs against the plan's membership.
     A ConfigError (one line, naming the models' files) for the first that fails; a failed
     membership check only without ``force``. Returns the checks ``force`` accepted."""
-    from harness.core.checks import LevelOutputs, degenerate_outputs, label_scores, membership_check, \
+    from harness.core.checks import LevelOutputs, check_columns, degenerate_outputs, label_scores, membership_check, \
         membership_stats, utility_check
 
     names = {e: [output_name(i) for i in kept] for e in plan.experiments}  # the files of OUTPUTS/<experiment>/
@@ -924,8 +924,9 @@ def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: l
     for e in plan.experiments:
         ld = plan.load_level(e)
         c = ld.design.audit_size
-        logits = np.stack([models[e][i].logits[:c, 0] for i in kept])
-        stats.append(membership_stats(e, label_scores(logits, ld.canaries.y), ld.design.membership[kept]))
+        cols = check_columns(c)  # as the attack phase: at most MAX_CHECK_SAMPLES audit samples, evenly spaced
+        logits = np.stack([models[e][i].logits[cols, 0] for i in kept])
+        stats.append(membership_stats(e, label_scores(logits, ld.canaries.y[cols]), ld.design.membership[kept][:, cols]))
     member = membership_check(stats, names)
     if member.passed:
         return []
