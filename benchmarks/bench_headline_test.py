@@ -24,7 +24,10 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
    declared variants (what a declaration can add).
 4. **ratio**: the sample/population ratio, unconditionally: how often a point ratio is printed,
    its CI's coverage and mean, and the fallback lower bound's where it is not.
-5. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py):
+5. **verification**: the leaderboard's re-run check (leaderboard.submit.rerun_agrees) on pairs of
+   independent runs with other audit samples: how often an honest entry is refused (and by the rule
+   it replaced), and how often the lowest leak of 10 seeds is accepted.
+6. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py):
    undefended training declaring LiRA, the threshold attack only, and LiRA plus the threshold at 16
    models: the leak must not move with the declaration.
 """
@@ -40,7 +43,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.audit.calibration import ToyWorld, Variants, coverage, flag_rate, ratio_coverage, tune_noise
+from harness.audit.calibration import (ToyWorld, Variants, coverage, flag_rate, ratio_coverage, rerun_verification,
+                                       tune_noise)
 from harness.audit.headline import level_fpr
 from harness.defense_config import build_config
 
@@ -153,6 +157,18 @@ def ratio_part(sims: int, worlds: int) -> list[dict[str, Any]]:
     return rows
 
 
+def verification_part(pairs: int) -> list[dict[str, Any]]:
+    cfg, rows = _cfg(), []
+    for s, c in ((16, 50), (32, 200)):
+        v = rerun_verification(cfg, pairs, models=s, samples=c, variants=Variants((1.0, 1.0)), shop=10)
+        rows.append({"S": s, "C": c, "pairs": v.pairs, "shop": v.shop, "false_rejection": v.false_rejection,
+                     "shopped_accepted": v.shopped_accepted, "old_false_rejection": v.old_false_rejection})
+        print(f"verification S={s} C={c}: honest refused {100 * v.false_rejection:.1f}% (old rule "
+              f"{100 * v.old_false_rejection:.1f}%), lowest of {v.shop} seeds accepted {100 * v.shopped_accepted:.1f}%",
+              flush=True)
+    return rows
+
+
 def runs_part(out: Path) -> list[dict[str, Any]]:
     from harness_cli import evaluate_into
 
@@ -214,6 +230,13 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
                          f"{r['truth']:.2f} | {_pct(r['defined'], 0)} | {_pct(r['covers'])} | {r['mean']:.2f} | "
                          f"{_pct(r['fallback_printed'], 0)} | {_pct(r['fallback_holds'])} |")
         out["ratio"] = "\n".join(lines)
+    if "verification" in data:
+        lines = ["| S x C | pairs | honest entry refused | the old rule refused | lowest of 10 seeds accepted |",
+                 "|---|---|---|---|---|"]
+        for r in data["verification"]:
+            lines.append(f"| {r['S']} x {r['C']} | {r['pairs']} | {_pct(r['false_rejection'])} | "
+                         f"{_pct(r['old_false_rejection'])} | {_pct(r['shopped_accepted'])} |")
+        out["verification"] = "\n".join(lines)
     if "runs" in data:
         lines = ["| declared | models | figure FPR | leak (ranked) | by | declared headline | flag (p) |",
                  "|---|---|---|---|---|---|---|"]
@@ -240,7 +263,7 @@ def write_docs(data: dict[str, Any], path: Path = PROTOCOL) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="size,power,coverage,ratio,runs")
+    ap.add_argument("--parts", default="size,power,coverage,ratio,verification,runs")
     ap.add_argument("--sims", type=int, default=400, help="size and power: simulations per cell")
     ap.add_argument("--cover-sims", type=int, default=200, help="coverage and ratio: simulations per row")
     ap.add_argument("--worlds", type=int, default=200, help="runs pooled for each many-victim truth")
@@ -255,7 +278,8 @@ def main() -> None:
         for p in parts:
             data[p] = {"size": lambda: size(a.sims), "power": lambda: power(a.sims),
                        "coverage": lambda: coverage_part(a.cover_sims, a.worlds),
-                       "ratio": lambda: ratio_part(a.cover_sims, a.worlds), "runs": lambda: runs_part(a.out)}[p]()
+                       "ratio": lambda: ratio_part(a.cover_sims, a.worlds), "runs": lambda: runs_part(a.out),
+                       "verification": lambda: verification_part(a.cover_sims)}[p]()
             a.json.parent.mkdir(parents=True, exist_ok=True)
             a.json.write_text(json.dumps(data, indent=1) + "\n")  # each part saved as soon as it is done
         print(f"wrote {a.json} ({time.time() - t0:.0f} s)")

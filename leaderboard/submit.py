@@ -33,7 +33,9 @@ accepted with ``trust_plugin`` (``--trust-plugin``), after reading its ``defense
 An accepted entry is written to ``site/entries/<entry_id>/`` (leaderboard/site.py) as unverified.
 :func:`verify_entry` marks it verified when the board's maintainer re-ran the same defense and
 config with a fresh seed the submitter never saw (``harness evaluate DEFENSE --seed SECRET``) and
-each run's sample-level leak (the ranked figure) reaches the other's one-sided 95% lower bound.
+the two sample-level leaks (the ranked figure) agree within both runs' errors, over victims and over
+audit samples (:func:`rerun_agrees`: the re-run draws other canaries, which a run's own interval,
+conditional on its canaries, does not cover).
 """
 
 from __future__ import annotations
@@ -598,15 +600,39 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> tuple[st
     return eid, True
 
 
-def _leak(results: dict[str, Any]) -> tuple[float, float]:
-    """(point, one-sided 95% lower bound) of the ranked figure: the sample level's leak (the
-    population level's where there is no sample level); SubmissionError where the level has none."""
+#: the two-sided error of the re-run verification's test (:func:`rerun_agrees`): an honest entry is
+#: refused about this often (measured: harness.audit.calibration.rerun_verification)
+VERIFY_ALPHA = 0.01
+
+
+def _leak(results: dict[str, Any]) -> tuple[float, float, float]:
+    """(point, standard error over victims, standard error over audit samples) of the ranked figure:
+    the sample level's leak (the population level's where there is no sample level);
+    SubmissionError where the level has none or was attacked before the standard errors were recorded."""
     lv = results["sample"] if "sample" in results else results["population"]
     leak = (lv.get("figure") or {}).get("leak")
     if not leak or leak.get("lower") is None:
         raise SubmissionError("the run has no ranked figure (its level resolves no FPR with 3 expected false positives, "
                               "or it ran without a bootstrap)")
-    return float(leak["tpr"]), float(leak["lower"])
+    if leak.get("se") is None or leak.get("se_audit") is None:
+        raise SubmissionError("the run's leak records no standard errors (attacked before harness 0.5, or with fewer "
+                              "than 20 audit samples): re-run `harness attack RUN_DIR` first")
+    return float(leak["tpr"]), float(leak["se"]), float(leak["se_audit"])
+
+
+def rerun_agrees(entry: tuple[float, float, float], rerun: tuple[float, float, float],
+                 alpha: float = VERIFY_ALPHA) -> tuple[bool, float]:
+    """Whether two runs of one defense and config with different seeds, hence other canaries and other
+    models, agree on the leak: (agree, z) with ``z = (t_rerun - t_entry) / sqrt(se_1^2 + sa_1^2 + se_2^2
+    + sa_2^2)`` (each run's standard error over victims and over audit samples: the redraw of the
+    canaries moves a leak as much as the victims do, and a run's interval, conditional on its
+    canaries, omits it); they agree where |z| <= Phi^-1(1 - alpha/2)."""
+    from scipy.stats import norm
+
+    (t1, se1, sa1), (t2, se2, sa2) = entry, rerun
+    scale = math.sqrt(se1 ** 2 + sa1 ** 2 + se2 ** 2 + sa2 ** 2)
+    z = (t2 - t1) / scale if scale > 0 else (0.0 if t1 == t2 else math.copysign(math.inf, t2 - t1))
+    return bool(abs(z) <= norm.ppf(1 - alpha / 2)), float(z)
 
 
 def _comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -637,8 +663,8 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
 
     The re-run must have the entry's defense, preset, dataset, S and C, the same config apart from
     the seed, ``run.*`` and the data path, a seed other than the entry's and than any seed that
-    verified another entry of the site, and a sample-level leak that reaches the entry's one-sided
-    95% lower bound, and the entry's leak the re-run's."""
+    verified another entry of the site, and a sample-level leak that agrees with the entry's
+    (:func:`rerun_agrees`)."""
     from harness.run.runstore import atomic_write_bytes
     from leaderboard.site import rebuild
 
@@ -672,11 +698,13 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     for other in sorted((site / "entries").glob("*/entry.json")):
         if other.parent.name != entry and f"sha256 {tag}" in str(_read_json(other, "entry").get("verified_by")):
             raise SubmissionError(f"this seed already verified {other.parent.name}: use a fresh secret seed per entry")
-    (t1, lo1), (t2, lo2) = _leak(mine), _leak(theirs)
-    if lo2 > t1 or lo1 > t2:  # each run's leak must reach the other's one-sided 95% lower bound
-        raise SubmissionError(f"the re-run's leak {100 * t2:.1f}% (>= {100 * lo2:.1f}) and the entry's {100 * t1:.1f}% "
-                              f"(>= {100 * lo1:.1f}) disagree: one lies below the other's 95% lower bound")
-    by = f"re-run with an unseen seed (sha256 {tag}): leak {100 * t2:.1f}% (>= {100 * lo2:.1f})"
+    first, second = _leak(mine), _leak(theirs)
+    agree, z = rerun_agrees(first, second)
+    t1, t2 = first[0], second[0]
+    if not agree:
+        raise SubmissionError(f"the re-run's leak {100 * t2:.1f}% and the entry's {100 * t1:.1f}% disagree (z = {z:.2f} "
+                              f"with both runs' errors over victims and audit samples; two-sided {VERIFY_ALPHA:g})")
+    by = f"re-run with an unseen seed (sha256 {tag}): leak {100 * t2:.1f}% (z = {z:+.2f})"
     meta_file = d / "entry.json"
     meta = _read_json(meta_file, "entry") if meta_file.is_file() else {"source": "run"}
     meta.update({"verified": True, "verified_by": by})

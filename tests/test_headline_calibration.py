@@ -109,3 +109,15 @@ def test_the_leaks_lower_bound_and_the_declared_ci_cover(covers):
     assert np.mean(lows) >= 0.95
     decl = {k: c.declared_covers for k, c in covers.items() if k[1] == 32}
     assert min(decl.values()) >= 0.91, decl
+
+
+@pytest.mark.slow
+def test_the_rerun_verification_refuses_few_honest_entries():
+    """Pairs of independent runs (other canaries, other models), 16 x 50: the leaderboard's rule
+    (both runs' errors over victims and audit samples) refuses at most 5% of honest entries (measured
+    0.7-2.0% at 16 x 50 and 32 x 200, 150 pairs), where the rule it replaced (each leak at or above the other's
+    one-sided lower bound, conditional on its own canaries) refused over 10% (measured 14.0-19.3%)."""
+    from harness.audit.calibration import rerun_verification
+
+    v = rerun_verification(_cfg(), 80, models=16, samples=50, variants=Variants((1.0, 1.0)), shop=1)
+    assert v.false_rejection <= 0.05 < 0.10 < v.old_false_rejection, v

@@ -288,13 +288,13 @@ def test_unlisted_files_and_links_are_refused(bundle, tmp_path):
     assert "'results.json' is a symlink" in _refusal(_add(link, tmp_path / "site"))
 
 
-def _fake_rerun(run_dir: Path, dst: Path, seed: int, leak: tuple[float, float] | None = None) -> Path:
+def _fake_rerun(run_dir: Path, dst: Path, seed: int, leak: float | None = None) -> Path:
     """The results.json of a maintainer's re-run with another seed (only its results are read);
-    ``leak``: its sample-level leak (point, lower bound)."""
+    ``leak``: its sample-level leak's point (its standard errors kept)."""
     r = json.loads((run_dir / "results.json").read_text())
     r["seed"] = r["config"]["seed"] = seed
     if leak is not None:
-        r["sample"]["figure"]["leak"].update(tpr=leak[0], lower=leak[1])
+        r["sample"]["figure"]["leak"].update(tpr=leak, lower=min(leak, r["sample"]["figure"]["leak"]["lower"]))
     dst.mkdir()
     (dst / "results.json").write_text(json.dumps(r))
     return dst
@@ -311,11 +311,12 @@ def test_verify_refuses_the_entry_own_seed_a_disagreeing_leak_and_a_reused_seed(
     line = _refusal(verify(entry.name, run_dir), "error: not verified:")
     assert "the entry's own seed" in line
     leak = json.loads((entry / "results.json").read_text())["sample"]["figure"]["leak"]
-    # a re-run whose lower bound lies above the entry's leak: the entry's figure is not reproduced
-    far = (min(1.0, leak["tpr"] + 0.2), min(1.0, leak["tpr"] + 0.1)) if leak["tpr"] < 0.85 else \
-        (max(0.0, leak["lower"] - 0.2), max(0.0, leak["lower"] - 0.3))
+    # a re-run whose leak is far from the entry's, beyond both runs' errors over victims and audit samples
+    spread = (leak["se"] ** 2 + leak["se_audit"] ** 2) ** 0.5
+    assert 0 < spread < 0.1
+    far = leak["tpr"] - 6 * spread if leak["tpr"] > 0.5 else leak["tpr"] + 6 * spread
     line = _refusal(verify(entry.name, _fake_rerun(run_dir, tmp_path / "far", 8, far)), "error: not verified:")
-    assert "disagree: one lies below the other's 95% lower bound" in line
+    assert "disagree (z = " in line
     assert json.loads((entry / "entry.json").read_text())["verified"] is False
     res = verify(entry.name, _fake_rerun(run_dir, tmp_path / "ok", 12345))
     assert res.exit_code == 0, res.output

@@ -515,7 +515,7 @@ def evaluate_level(
             curves[(attack.name, variant)] = m
             if read:
                 cand = Candidate(label, entry, ld.design.membership.shape[0], m.reading or {}, m.reading_samples,
-                                 m.reading_jackknife)
+                                 m.reading_jackknife, m.reading_audit)
                 ranked.append(cand)
                 if attack.name in roles.declared:
                     declared.append(cand)

@@ -205,7 +205,8 @@ def toy_candidates(cfg: ExperimentConfig, world: ToyWorld, models: int, variants
                  "tpr_at_fpr": {fpr_key(t): v for t, v in m.tpr_at_fpr.items()},
                  "tpr_ci": {fpr_key(t): list(v) for t, v in m.tpr_ci.items()},
                  "resolved": {fpr_key(t): v for t, v in m.resolved.items()}}
-        out.append(Candidate(f"{level}/v{j}:v", entry, models, m.reading or {}, m.reading_samples, m.reading_jackknife))
+        out.append(Candidate(f"{level}/v{j}:v", entry, models, m.reading or {}, m.reading_samples, m.reading_jackknife,
+                             m.reading_audit))
     return out
 
 
@@ -335,3 +336,51 @@ def ratio_coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samp
                 fb_ok.append(r["lower"] <= true)
     m = lambda v: float(np.mean(v)) if v else float("nan")  # noqa: E731
     return RatioCoverage(float(true), simulations, len(hits) / simulations, m(hits), m(vals), m(fb), m(fb_ok))
+
+
+@dataclass
+class Verification:
+    """The leaderboard's re-run verification (:func:`leaderboard.submit.rerun_agrees`) in the toy:
+    how often an honest entry is refused (``false_rejection``) and how often a seed-shopped entry
+    (the lowest leak of ``shop`` seeds) is accepted (``shopped_accepted``), over ``pairs`` pairs of
+    runs; and how often the rule it replaced (each leak at or above the other's lower bound)
+    refused an honest entry (``old_false_rejection``)."""
+
+    pairs: int
+    shop: int
+    false_rejection: float
+    shopped_accepted: float
+    old_false_rejection: float
+
+
+def _leak_of(cfg: ExperimentConfig, models: int, samples: int, variants: Variants, seed: int) -> dict[str, Any]:
+    """The leak record of one run of the toy whose audit samples (the world) are drawn with ``seed``."""
+    from harness.audit.headline import level_figure
+
+    sim_cfg = cfg.model_copy(update={"seed": seed})
+    world = ToyWorld.draw(samples, seed)
+    cands = toy_candidates(sim_cfg, world, models, variants, np.random.default_rng([seed, 4]))
+    return level_figure(cands[:1], cands, cands[0].num_neg, sim_cfg, {})["leak"]
+
+
+def rerun_verification(cfg: ExperimentConfig, pairs: int, *, models: int, samples: int, variants: Variants,
+                       shop: int = 10, seed: int = 0) -> Verification:
+    """Pairs of independent runs (other canaries, other models) of one configuration, through the
+    verification rule; the seed-shopped entry is the lowest of ``shop`` runs' leaks."""
+    from leaderboard.submit import rerun_agrees
+
+    def triple(r: dict[str, Any]) -> tuple[float, float, float]:
+        return float(r["tpr"]), float(r["se"]), float(r["se_audit"])
+
+    honest, old, shopped = [], [], []
+    for i in range(pairs):
+        base = 1_000_003 * (seed + 1) + 1000 * i
+        a, b = _leak_of(cfg, models, samples, variants, base), _leak_of(cfg, models, samples, variants, base + 1)
+        honest.append(not rerun_agrees(triple(a), triple(b))[0])
+        old.append(a["lower"] > b["tpr"] or b["lower"] > a["tpr"])
+        if shop > 1 and i < max(pairs // 4, 1):  # seed shopping costs `shop` runs a pair: fewer pairs
+            runs = [a] + [_leak_of(cfg, models, samples, variants, base + 2 + k) for k in range(shop - 1)]
+            low = min(runs, key=lambda r: r["tpr"])
+            shopped.append(rerun_agrees(triple(low), triple(b))[0])
+    return Verification(pairs, shop, float(np.mean(honest)), float(np.mean(shopped)) if shopped else float("nan"),
+                        float(np.mean(old)))

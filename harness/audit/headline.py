@@ -30,7 +30,8 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from harness.core.config import ExperimentConfig
-from harness.core.figure import MIN_FALSE_POSITIVES, BestOf, best_of, figure_fpr, fmt_fpr, ratio_interval, read_sd
+from harness.core.figure import (MIN_FALSE_POSITIVES, BestOf, best_of, figure_fpr, fmt_fpr, jackknife_sd, ratio_interval,
+                                 read_sd)
 from harness.core.signals import NOT_SERVED
 
 HEADLINE_FPR = 0.001
@@ -89,6 +90,7 @@ class Candidate:
     reading: dict[float, float]
     samples: dict[float, np.ndarray] | None = None
     jackknife: dict[float, np.ndarray] | None = None
+    audit: dict[float, np.ndarray] | None = None  # each group of audit samples left out in turn: (G,) per FPR
 
     @property
     def num_neg(self) -> int:
@@ -131,8 +133,11 @@ def figure_record(cands: list[Candidate], fpr: float, cfg: ExperimentConfig, wha
     b = best(cands, fpr, cfg, shares=shares)
     src = cands[b.source]
     nan = np.isnan(b.lower)
+    se = read_sd(src.samples[fpr], src.jack(fpr)) if src.samples is not None else float("nan")
+    se_audit = jackknife_sd(src.audit[fpr]) if src.audit is not None and fpr in src.audit else float("nan")
     return {"tpr": b.point, "lower": None if nan else b.lower,
             "ci": None if nan or shares is not None else list(b.ci),
+            "se": None if np.isnan(se) else se, "se_audit": None if np.isnan(se_audit) else se_audit,
             "confidence": cfg.attack.confidence, "name": src.entry["name"], "variant": src.entry["variant"],
             "access": src.entry.get("access", "black-box"), "source": src.label, "candidates": len(cands),
             "labels": [c.label for c in cands], "estimator": "max", "what": what}

@@ -510,6 +510,33 @@ class AttackMetrics:
     #: the same with each victim model left out in turn (the delete-one-victim jackknife: (S,) per FPR),
     #: None without a bootstrap or with fewer than 3 victims
     reading_jackknife: dict[float, np.ndarray] | None = None
+    #: the same with each of :data:`AUDIT_GROUPS` groups of audit samples left out in turn (the
+    #: delete-a-group jackknife over audit samples: (G,) per FPR), None without a bootstrap
+    reading_audit: dict[float, np.ndarray] | None = None
+
+
+#: groups of audit samples of the delete-a-group jackknife over audit samples (:func:`audit_jackknife`)
+AUDIT_GROUPS = 10
+
+
+def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[float],
+                    groups: int = AUDIT_GROUPS) -> dict[float, np.ndarray] | None:
+    """The plotting-position read at each target with each of ``groups`` interleaved groups of audit
+    samples (columns c with c mod G = g) left out in turn: {target: (G,)}. Its jackknife SD
+    (harness.core.figure.jackknife_sd) estimates how much the read moves with another draw of audit
+    samples, which the victim bootstrap (conditional on them) does not; None with fewer than 2 G
+    audit samples."""
+    c = scores.shape[1]
+    if c < 2 * groups:
+        return None
+    reads = {t: np.empty(groups) for t in targets}
+    ones = np.ones((1, scores.shape[0]))
+    for g in range(groups):
+        keep = np.arange(c) % groups != g
+        got = weighted_tpr_plotting(scores[:, keep], membership[:, keep], targets, ones)
+        for t in targets:
+            reads[t][g] = got[t][0]
+    return reads
 
 
 def evaluate_scores(
@@ -536,7 +563,7 @@ def evaluate_scores(
     roc = roc_curve(flat, mem, groups)
     targets = [0.0, *fprs]
     readings = sorted(set(reading_fprs))
-    samples, reading, reading_samples, reading_jackknife = None, None, None, None
+    samples, reading, reading_samples, reading_jackknife, reading_audit = None, None, None, None, None
     if readings:
         reading = {t: float(v[0]) for t, v in
                    weighted_tpr_plotting(sc, mem, readings, np.ones((1, sc.shape[0])), groups).items()}
@@ -547,6 +574,7 @@ def evaluate_scores(
             reading_samples = weighted_tpr_plotting(sc, mem, readings, counts, groups)
             if sc.shape[0] >= 3:
                 reading_jackknife = weighted_tpr_plotting(sc, mem, readings, 1.0 - np.eye(sc.shape[0]), groups)
+            reading_audit = audit_jackknife(sc, mem, readings)
     del groups
     if samples is not None:
         ci = {t: percentile_interval(samples[t], confidence) for t in targets}
@@ -565,4 +593,5 @@ def evaluate_scores(
         reading=reading,
         reading_samples=reading_samples,
         reading_jackknife=reading_jackknife,
+        reading_audit=reading_audit,
     )
