@@ -205,8 +205,8 @@ TEST_METHOD = ("each leak candidate's read minus the declared headline's (the la
 
 #: what a level without a flag says: the test's power is limited, silence is not proof
 NO_FLAG_NOTE = ("no flag is not evidence that the declared headline is the strongest attack: the test finds a 1.5x gap "
-                "in a minority of runs at 16-32 models (docs/protocol.md, Headlines); the leak, not the declared "
-                "headline, is what ranks")
+                "in about a fifth to a half of runs at 16-64 models (docs/protocol.md, Headlines); the leak, not the "
+                "declared headline, is what ranks")
 
 
 def comparison(c: Candidate, declared: list[Candidate], fpr: float) -> tuple[float, float]:
@@ -214,8 +214,8 @@ def comparison(c: Candidate, declared: list[Candidate], fpr: float) -> tuple[flo
     of that difference on the same victims, by the intervals' rule (:func:`harness.core.figure.read_sd`:
     the larger of the paired victim bootstrap's SD and the delete-one-victim jackknife's; the declared
     headline's replicate is the largest declared read in it). The bootstrap's SD alone held the size
-    with exchangeable variants but not where one variant's victims differ more (9.3% at 64 x 50:
-    benchmarks/bench_headline_test.py)."""
+    with exchangeable variants but not where one variant's victims differ more (docs/protocol.md,
+    Headlines)."""
     d = c.reading[fpr] - max(h.reading[fpr] for h in declared)
     with np.errstate(invalid="ignore"):
         reps = c.samples[fpr] - np.nanmax(np.stack([h.samples[fpr] for h in declared]), axis=0)
