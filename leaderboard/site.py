@@ -117,8 +117,8 @@ INDEX_COLUMNS = (
 )
 COLUMNS = tuple(key for key, _, _ in INDEX_COLUMNS)
 #: the footnote of the ⚠ mark
-FLAG_NOTE = ("the headline test (Hansen's SPA, family-wise error 5% over every variant, FPR and level) finds an "
-             "attack variant that beats this defense's declared headline, so its author's claim understates the leak "
+FLAG_NOTE = ("the headline test (family-wise error 5%, Bonferroni over every comparison of both levels) finds a "
+             "candidate of the leak that beats this defense's declared headline, so its author's claim understates the leak "
              "(hover for the comparison). The row ranks by the leak either way.")
 
 

@@ -216,7 +216,7 @@ class Results:
 
     @property
     def headline_test(self) -> dict[str, Any] | None:
-        """The headline test (Hansen's SPA over every variant, FPR and level): its ``p_value``,
+        """The headline test (the leak's candidates against the declared headline, Bonferroni): its ``p_value``,
         ``alpha`` and per-level ``levels`` (docs/results-json.md); None before harness 0.4."""
         return self.data.get("headline_test")
 
