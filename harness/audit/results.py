@@ -169,8 +169,9 @@ class Results:
         return bool(((self._level(level).get("figure") or {}).get("flag") or {}).get("flagged", False))
 
     def leak(self, level: str = "sample") -> Figure:
-        """The level's leak: the selection-adjusted best of every attack variant that ran on what the
-        deployed model serves; what the report leads with and the leaderboard ranks."""
+        """The level's leak: the plain maximum of a fixed set of primary attacks (configured built-ins,
+        the harness's adaptations, served declared attacks); what the report leads with and the
+        leaderboard ranks."""
         fig = self._level(level).get("figure") or {}
         return Figure.from_json(fig.get("leak"), fig.get("fpr"))
 
