@@ -24,7 +24,7 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
    declared variants (what a declaration can add).
 4. **ratio**: the sample/population ratio, unconditionally: how often a point ratio is printed,
    its CI's coverage and mean, and the fallback lower bound's where it is not.
-5. **verification**: the leaderboard's re-run check (leaderboard.submit.rerun_agrees) on pairs of
+5. **verification**: the leaderboard's re-run check (harness.core.figure.runs_agree) on pairs of
    independent runs with other audit samples: how often an honest entry is refused (and by the rule
    it replaced), and how often the lowest leak of 10 seeds is accepted.
 6. **runs** (`harness evaluate`, the quick preset, plugins in benchmarks/headline_plugins.py):

@@ -34,7 +34,7 @@ An accepted entry is written to ``site/entries/<entry_id>/`` (leaderboard/site.p
 :func:`verify_entry` marks it verified when the board's maintainer re-ran the same defense and
 config with a fresh seed the submitter never saw (``harness evaluate DEFENSE --seed SECRET``) and
 the two sample-level leaks (the ranked figure) agree within both runs' errors, over victims and over
-audit samples (:func:`rerun_agrees`: the re-run draws other canaries, which a run's own interval,
+audit samples (:func:`harness.core.figure.runs_agree`: the re-run draws other canaries, which a run's own interval,
 conditional on its canaries, does not cover).
 """
 
@@ -600,11 +600,6 @@ def add_bundle(bundle: Path, site: Path, trust_plugin: bool = False) -> tuple[st
     return eid, True
 
 
-#: the two-sided error of the re-run verification's test (:func:`rerun_agrees`): an honest entry is
-#: refused about this often (measured: harness.audit.calibration.rerun_verification)
-VERIFY_ALPHA = 0.01
-
-
 def _leak(results: dict[str, Any]) -> tuple[float, float, float]:
     """(point, standard error over victims, standard error over audit samples) of the ranked figure:
     the sample level's leak (the population level's where there is no sample level);
@@ -618,21 +613,6 @@ def _leak(results: dict[str, Any]) -> tuple[float, float, float]:
         raise SubmissionError("the run's leak records no standard errors (attacked before harness 0.5, or with fewer "
                               "than 20 audit samples): re-run `harness attack RUN_DIR` first")
     return float(leak["tpr"]), float(leak["se"]), float(leak["se_audit"])
-
-
-def rerun_agrees(entry: tuple[float, float, float], rerun: tuple[float, float, float],
-                 alpha: float = VERIFY_ALPHA) -> tuple[bool, float]:
-    """Whether two runs of one defense and config with different seeds, hence other canaries and other
-    models, agree on the leak: (agree, z) with ``z = (t_rerun - t_entry) / sqrt(se_1^2 + sa_1^2 + se_2^2
-    + sa_2^2)`` (each run's standard error over victims and over audit samples: the redraw of the
-    canaries moves a leak as much as the victims do, and a run's interval, conditional on its
-    canaries, omits it); they agree where |z| <= Phi^-1(1 - alpha/2)."""
-    from scipy.stats import norm
-
-    (t1, se1, sa1), (t2, se2, sa2) = entry, rerun
-    scale = math.sqrt(se1 ** 2 + sa1 ** 2 + se2 ** 2 + sa2 ** 2)
-    z = (t2 - t1) / scale if scale > 0 else (0.0 if t1 == t2 else math.copysign(math.inf, t2 - t1))
-    return bool(abs(z) <= norm.ppf(1 - alpha / 2)), float(z)
 
 
 def _comparable_config(cfg: dict[str, Any]) -> dict[str, Any]:
@@ -664,7 +644,7 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     The re-run must have the entry's defense, preset, dataset, S and C, the same config apart from
     the seed, ``run.*`` and the data path, a seed other than the entry's and than any seed that
     verified another entry of the site, and a sample-level leak that agrees with the entry's
-    (:func:`rerun_agrees`)."""
+    (:func:`harness.core.figure.runs_agree`)."""
     from harness.run.runstore import atomic_write_bytes
     from leaderboard.site import rebuild
 
@@ -698,8 +678,10 @@ def verify_entry(site: Path, entry: str, rerun: Path) -> str:
     for other in sorted((site / "entries").glob("*/entry.json")):
         if other.parent.name != entry and f"sha256 {tag}" in str(_read_json(other, "entry").get("verified_by")):
             raise SubmissionError(f"this seed already verified {other.parent.name}: use a fresh secret seed per entry")
+    from harness.core.figure import VERIFY_ALPHA, runs_agree
+
     first, second = _leak(mine), _leak(theirs)
-    agree, z = rerun_agrees(first, second)
+    agree, z = runs_agree(first, second)
     t1, t2 = first[0], second[0]
     if not agree:
         raise SubmissionError(f"the re-run's leak {100 * t2:.1f}% and the entry's {100 * t1:.1f}% disagree (z = {z:.2f} "

@@ -483,7 +483,7 @@ def test_a_beaten_declared_headline_gets_a_mark_naming_the_comparison_and_one_fo
     assert "where the declared headline finds 11.1% (adjusted p = 0.004" in html
     html, key, tip = cells["leak TPR"]  # the leak (ranked) has no mark: it does not depend on the declaration
     assert html.startswith('<span class="v">20.0%') and key == "0.200000" and "flag" not in html
-    assert page.count('id="fn-flag"') == 1 and page.count("finds an attack variant that beats") == 1
+    assert page.count('id="fn-flag"') == 1 and page.count("finds a candidate of the leak that beats") == 1
     (row,) = _md_rows((tmp_path / "leaderboard.md").read_text())
     assert row["declared TPR"].endswith(" ⚠") and row["leak TPR"] == "20.0%"
     entry = (d / "index.html").read_text()

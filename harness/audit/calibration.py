@@ -340,7 +340,7 @@ def ratio_coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samp
 
 @dataclass
 class Verification:
-    """The leaderboard's re-run verification (:func:`leaderboard.submit.rerun_agrees`) in the toy:
+    """The leaderboard's re-run verification (:func:`harness.core.figure.runs_agree`) in the toy:
     how often an honest entry is refused (``false_rejection``) and how often a seed-shopped entry
     (the lowest leak of ``shop`` seeds) is accepted (``shopped_accepted``), over ``pairs`` pairs of
     runs; and how often the rule it replaced (each leak at or above the other's lower bound)
@@ -367,7 +367,7 @@ def rerun_verification(cfg: ExperimentConfig, pairs: int, *, models: int, sample
                        shop: int = 10, seed: int = 0) -> Verification:
     """Pairs of independent runs (other canaries, other models) of one configuration, through the
     verification rule; the seed-shopped entry is the lowest of ``shop`` runs' leaks."""
-    from leaderboard.submit import rerun_agrees
+    from harness.core.figure import runs_agree
 
     def triple(r: dict[str, Any]) -> tuple[float, float, float]:
         return float(r["tpr"]), float(r["se"]), float(r["se_audit"])
@@ -376,11 +376,11 @@ def rerun_verification(cfg: ExperimentConfig, pairs: int, *, models: int, sample
     for i in range(pairs):
         base = 1_000_003 * (seed + 1) + 1000 * i
         a, b = _leak_of(cfg, models, samples, variants, base), _leak_of(cfg, models, samples, variants, base + 1)
-        honest.append(not rerun_agrees(triple(a), triple(b))[0])
+        honest.append(not runs_agree(triple(a), triple(b))[0])
         old.append(a["lower"] > b["tpr"] or b["lower"] > a["tpr"])
         if shop > 1 and i < max(pairs // 4, 1):  # seed shopping costs `shop` runs a pair: fewer pairs
             runs = [a] + [_leak_of(cfg, models, samples, variants, base + 2 + k) for k in range(shop - 1)]
             low = min(runs, key=lambda r: r["tpr"])
-            shopped.append(rerun_agrees(triple(low), triple(b))[0])
+            shopped.append(runs_agree(triple(low), triple(b))[0])
     return Verification(pairs, shop, float(np.mean(honest)), float(np.mean(shopped)) if shopped else float("nan"),
                         float(np.mean(old)))

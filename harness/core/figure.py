@@ -188,6 +188,24 @@ def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, num_models: i
     return (float(point * np.exp(-z * sd)), float(point * np.exp(z * sd)))
 
 
+#: the two-sided error of :func:`runs_agree` (the leaderboard's re-run verification): an honest entry
+#: is refused about this often (benchmarks/bench_headline_test.py, part verification)
+VERIFY_ALPHA = 0.01
+
+
+def runs_agree(first: tuple[float, float, float], second: tuple[float, float, float],
+               alpha: float = VERIFY_ALPHA) -> tuple[bool, float]:
+    """Whether two runs of one defense and config with different seeds, hence other audit samples and
+    other models, agree on a figure: (agree, z) with ``z = (t_2 - t_1) / sqrt(se_1^2 + sa_1^2 + se_2^2 +
+    sa_2^2)``, each run given as (point, its standard error over victims, over audit samples): the
+    redraw of the canaries moves a figure as much as the victims do, and a run's own interval,
+    conditional on its canaries, omits it. They agree where |z| <= Phi^-1(1 - alpha/2)."""
+    (t1, se1, sa1), (t2, se2, sa2) = first, second
+    scale = math.sqrt(se1 ** 2 + sa1 ** 2 + se2 ** 2 + sa2 ** 2)
+    z = (t2 - t1) / scale if scale > 0 else (0.0 if t1 == t2 else math.copysign(math.inf, t2 - t1))
+    return bool(abs(z) <= norm.ppf(1 - alpha / 2)), float(z)
+
+
 def fmt_fpr(fpr: float) -> str:
     """An FPR as a percentage without trailing zeros ("0.1%", "0.2%", "1%")."""
     return f"{100 * fpr:.4g}%"
