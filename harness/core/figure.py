@@ -209,8 +209,3 @@ def runs_agree(first: tuple[float, float, float], second: tuple[float, float, fl
 def fmt_fpr(fpr: float) -> str:
     """An FPR as a percentage without trailing zeros ("0.1%", "0.2%", "1%")."""
     return f"{100 * fpr:.4g}%"
-
-
-def grid_index(fpr: float) -> int:
-    """Position of ``fpr`` on :data:`FIGURE_GRID` (for tests and ordering)."""
-    return min(range(len(FIGURE_GRID)), key=lambda i: abs(math.log(FIGURE_GRID[i]) - math.log(fpr)))
