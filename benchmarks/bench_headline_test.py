@@ -220,17 +220,22 @@ def _pct(v: float | None, d: int = 1) -> str:
     return "-" if v is None or v != v else f"{100 * v:.{d}f}%"
 
 
+def _table(head: list[str], rows: list[list[str]]) -> list[str]:
+    """A markdown table's lines."""
+    return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
+
+
 def tables(data: dict[str, Any]) -> dict[str, str]:
     """docs/protocol.md's tables from the JSON."""
     out = {}
     if "size" in data:
-        by = {}
+        by: dict[tuple[int, int], dict[str, Any]] = {}
         for r in data["size"]:
             by.setdefault((r["S"], r["C"]), {})[r["null"]] = r
-        lines = ["| S x C | figure FPR | exchangeable | ties | heterogeneous victims |", "|---|---|---|---|---|"]
-        for (s, c), d in by.items():
-            lines.append(f"| {s} x {c} | {100 * d['exchangeable']['fpr']:g}% | " + " | ".join(
-                _pct(d[k]["rate"]) for k in ("exchangeable", "ties", "heterogeneous")) + " |")
+        nulls = ("exchangeable", "ties", "heterogeneous")
+        lines = _table(["S x C", "figure FPR", "exchangeable", "ties", "heterogeneous victims"],
+                       [[f"{s} x {c}", f"{100 * d['exchangeable']['fpr']:g}%", *(_pct(d[k]["rate"]) for k in nulls)]
+                        for (s, c), d in by.items()])
         n = data["size"][0]["simulations"]
         lines.append(f"\n{n} simulations per cell (Monte Carlo SE at 5%: {_pct(_mc(0.05, n))}).")
         if "size_bootstrap_only" in data:
@@ -238,43 +243,37 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
             lines.append(f"\nThe rule it replaced (the bootstrap's SD alone), heterogeneous victims: {alone}.")
         out["size"] = "\n".join(lines)
     if "power" in data:
-        lines = ["| S | 1.5x | 3x |", "|---|---|---|"]
+        rows = []
         for s in sorted({r["S"] for r in data["power"]}):
             d = {r["gap"]: r for r in data["power"] if r["S"] == s}
-            lines.append(f"| {s} | {_pct(d[1.5]['rate'])} | {_pct(d[3.0]['rate'])} |")
-        out["power"] = "\n".join(lines)
+            rows.append([str(s), _pct(d[1.5]["rate"]), _pct(d[3.0]["rate"])])
+        out["power"] = "\n".join(_table(["S", "1.5x", "3x"], rows))
     if "coverage" in data:
-        lines = ["| pool | S x C | FPR | truth (true positives) | leak mean | bias | lower bound covers | "
-                 "declared CI covers (truth below it) |", "|---|---|---|---|---|---|---|---|"]
-        for r in data["coverage"]:
-            lines.append(f"| {r['pool']} | {r['S']} x {r['C']} | {100 * r['fpr']:g}% | {_pct(r['truth'])} "
-                         f"({r['true_positives']:.0f}) | "
-                         f"{_pct(r['leak_mean'])} | {100 * r['bias']:+.2f} pt ({100 * r['relative_bias']:+.1f}%) | "
-                         f"{_pct(r['lower_covers'])} | {_pct(r['declared_covers'])} ({_pct(r['declared_below'])}) |")
-        out["coverage"] = "\n".join(lines)
+        out["coverage"] = "\n".join(_table(
+            ["pool", "S x C", "FPR", "truth (true positives)", "leak mean", "bias", "lower bound covers",
+             "declared CI covers (truth below it)"],
+            [[r["pool"], f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", f"{_pct(r['truth'])} ({r['true_positives']:.0f})",
+              _pct(r["leak_mean"]), f"{100 * r['bias']:+.2f} pt ({100 * r['relative_bias']:+.1f}%)",
+              _pct(r["lower_covers"]), f"{_pct(r['declared_covers'])} ({_pct(r['declared_below'])})"]
+             for r in data["coverage"]]))
     if "ratio" in data:
-        lines = ["| S x C | FPR | population memorization | true ratio | point printed | CI covers | mean | "
-                 "fallback printed | fallback holds |", "|---|---|---|---|---|---|---|---|---|"]
-        for r in data["ratio"]:
-            lines.append(f"| {r['S']} x {r['C']} | {100 * r['fpr']:g}% | {r['population_memorization']} | "
-                         f"{r['truth']:.2f} | {_pct(r['defined'], 0)} | {_pct(r['covers'])} | {r['mean']:.2f} | "
-                         f"{_pct(r['fallback_printed'], 0)} | {_pct(r['fallback_holds'])} |")
-        out["ratio"] = "\n".join(lines)
+        out["ratio"] = "\n".join(_table(
+            ["S x C", "FPR", "population memorization", "true ratio", "point printed", "CI covers", "mean",
+             "fallback printed", "fallback holds"],
+            [[f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", str(r["population_memorization"]), f"{r['truth']:.2f}",
+              _pct(r["defined"], 0), _pct(r["covers"]), f"{r['mean']:.2f}", _pct(r["fallback_printed"], 0),
+              _pct(r["fallback_holds"])] for r in data["ratio"]]))
     if "verification" in data:
-        lines = ["| S x C | pairs | honest entry refused | the old rule refused | lowest of 10 seeds accepted |",
-                 "|---|---|---|---|---|"]
-        for r in data["verification"]:
-            lines.append(f"| {r['S']} x {r['C']} | {r['pairs']} | {_pct(r['false_rejection'])} | "
-                         f"{_pct(r['old_false_rejection'])} | {_pct(r['shopped_accepted'])} |")
-        out["verification"] = "\n".join(lines)
+        out["verification"] = "\n".join(_table(
+            ["S x C", "pairs", "honest entry refused", "the old rule refused", "lowest of 10 seeds accepted"],
+            [[f"{r['S']} x {r['C']}", str(r["pairs"]), _pct(r["false_rejection"]), _pct(r["old_false_rejection"]),
+              _pct(r["shopped_accepted"])] for r in data["verification"]]))
     if "runs" in data:
-        lines = ["| declared | models | figure FPR | leak (ranked) | by | declared headline | flag (p) |",
-                 "|---|---|---|---|---|---|---|"]
-        for r in data["runs"]:
-            lines.append(f"| {r['declared']} | {r['models']} | {100 * r['fpr']:g}% | {_pct(r['leak'])} (>= "
-                         f"{_pct(r['leak_lower'])}) | {r['leak_attack']} | {_pct(r['declared_tpr'])} | "
-                         f"{'yes' if r['flagged'] else 'no'} ({r['p_value']:.3f}) |")
-        out["runs"] = "\n".join(lines)
+        out["runs"] = "\n".join(_table(
+            ["declared", "models", "figure FPR", "leak (ranked)", "by", "declared headline", "flag (p)"],
+            [[r["declared"], str(r["models"]), f"{100 * r['fpr']:g}%", f"{_pct(r['leak'])} (>= {_pct(r['leak_lower'])})",
+              r["leak_attack"], _pct(r["declared_tpr"]), f"{'yes' if r['flagged'] else 'no'} ({r['p_value']:.3f})"]
+             for r in data["runs"]]))
     return out
 
 
