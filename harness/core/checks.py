@@ -221,15 +221,11 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
     return CheckResult("membership", findings, record)
 
 
-def constant_models(outputs: Sequence[np.ndarray]) -> list[int]:
-    """Models (indices) whose outputs are the same for every query row and view: each array's
-    first axis is the query rows, its last the classes."""
-    out = []
-    for i, o in enumerate(outputs):
-        flat = np.asarray(o).reshape(-1, np.asarray(o).shape[-1])
-        if len(flat) > 1 and bool((flat == flat[0]).all()):
-            out.append(i)
-    return out
+def is_constant(outputs: np.ndarray) -> bool:
+    """Whether a model's outputs are the same for every query row and view (the array's first axis is
+    the query rows, its last the classes)."""
+    flat = np.asarray(outputs).reshape(-1, np.asarray(outputs).shape[-1])
+    return len(flat) > 1 and bool((flat == flat[0]).all())
 
 
 def label_rows(outputs: np.ndarray) -> bool:
@@ -246,21 +242,6 @@ def label_rows(outputs: np.ndarray) -> bool:
                 and np.all((rows == mn).sum(-1) == a.shape[-1] - 1)):
             return False
     return True
-
-
-def identical_groups(outputs: Sequence[np.ndarray]) -> list[list[int]]:
-    """Groups (of two or more model indices) whose outputs are equal, element for element, among
-    the models whose outputs are scores: models that serve labels only (:func:`label_rows`) may
-    well predict every query alike when their training sets differ in a few samples."""
-    import hashlib
-
-    groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
-    for i, o in enumerate(outputs):
-        if label_rows(o):
-            continue
-        a = np.ascontiguousarray(o)
-        groups.setdefault((hashlib.sha256(a.tobytes()).hexdigest(), a.shape), []).append(i)
-    return [g for g in groups.values() if len(g) > 1]
 
 
 def _listing(indices: Sequence[int], names: Sequence[str] | None, limit: int = 6) -> str:
@@ -280,18 +261,21 @@ class LevelOutputs:
 
     @classmethod
     def of(cls, outputs: Iterable[np.ndarray]) -> "LevelOutputs":
-        """From each model's outputs in turn (an iterable: one model's array is held at a time)."""
+        """From each model's outputs in turn (an iterable: one model's array is held at a time). Identical
+        models are looked for among the models whose outputs are scores: models that serve labels only
+        (:func:`label_rows`) may well predict every query alike when their training sets differ in a
+        few samples."""
         import hashlib
 
         const, zeros, n = [], [], 0
         groups: dict[tuple[str, tuple[int, ...]], list[int]] = {}
         for i, o in enumerate(outputs):
             n += 1
-            if constant_models([o]):
+            if is_constant(o):
                 const.append(i)
                 if not np.any(o):
                     zeros.append(i)
-            if not label_rows(o):  # as identical_groups
+            if not label_rows(o):
                 a = np.ascontiguousarray(o)
                 groups.setdefault((hashlib.sha256(a.tobytes()).hexdigest(), a.shape), []).append(i)
         return cls(const, [g for g in groups.values() if len(g) > 1], zeros, n)
