@@ -434,6 +434,24 @@ def test_re_attacking_with_fewer_attacks_removes_their_curves(run_copy):
     assert not list((run_copy / "roc").glob("*__rmia__*.csv"))
 
 
+def test_a_run_given_with_dotdot_in_its_path_is_attacked_and_reported(run_copy, monkeypatch):
+    """`harness attack ../RUN` and `harness report ../RUN --html` from a sibling folder: the commit
+    journal's paths are normalized (they crashed with "is not in the subpath of"), and the results
+    are written."""
+    sibling = run_copy.parent / "elsewhere"
+    sibling.mkdir()
+    monkeypatch.chdir(sibling)
+    dotted = Path("..") / run_copy.name
+    before = (run_copy / "results.json").stat().st_mtime_ns
+    res = runner.invoke(app, ["attack", str(dotted)])
+    assert res.exit_code == 0, res.output
+    assert (run_copy / "results.json").stat().st_mtime_ns > before
+    assert not (run_copy / COMMIT_JOURNAL).exists()
+    res = runner.invoke(app, ["report", str(dotted), "--html"])
+    assert res.exit_code == 0, res.output
+    assert (run_copy / "report.html").is_file()
+
+
 class _Loading(types.ModuleType):
     """A module whose names are interrupted while they load (Ctrl-C during the seconds a command
     spends importing torch and the pipeline)."""

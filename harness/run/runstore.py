@@ -125,7 +125,7 @@ def commit_files(root: Path, files: dict[str, bytes], remove: list[str] | None =
     journal removed. Interrupted before the commit point, nothing has changed (the temps are
     removed); after it, :func:`recover_commit` finishes them, so a reader never sees some files new
     and others old for long, and the next command sees all of them new."""
-    root = root.absolute()
+    root = Path(os.path.abspath(root))  # normalized (no ``..``), as the temp files' paths are
     temps: list[tuple[Path, Path]] = []
     try:
         for rel, data in files.items():
