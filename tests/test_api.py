@@ -266,6 +266,16 @@ def test_compare_into_a_file_keeps_every_cell_whole(api_run, tmp_path):
     assert variant in res.output and max(len(line) for line in res.output.splitlines()) > 80
 
 
+def test_report_into_a_pipe_keeps_every_cell_whole(api_run):
+    """issue 54: `harness report RUN | cat` (and attack, evaluate) cut the report's cells to rich's 80
+    columns ("online-log..."); not on a terminal, no width limit applies."""
+    r, _ = api_run
+    res = runner.invoke(app, ["report", str(r.path)])
+    assert res.exit_code == 0, res.output
+    variant = next(e["variant"] for e in r.data["population"]["attacks"] if e["name"] == "lira" and e["primary"])
+    assert "…" not in res.output and variant in res.output
+
+
 def test_compare_prints_an_unresolved_fpr_as_unresolved(api_run, tmp_path):
     """At 8 models the 0.1% FPR is unresolved: every TPR there, and every difference with it, reads
     'unresolved' (as the report says), never a bare '-' nor TPR at FPR 0."""

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.app import app
-from harness.cli.common import WAIT_HELP, ProgressView, console, guard
+from harness.cli.common import WAIT_HELP, ProgressView, console, guard, table_console
 from harness.core.config import parse_set_options
 
 
@@ -29,5 +29,5 @@ def attack(
         overrides = parse_set_options(set_)
         with ProgressView() as view:
             results = run_attacks(run_dir, overrides, wait=wait, progress=view)
-        print_report(results.data, console, details=details)
+        print_report(results.data, table_console(), details=details)
         console.print(f"Results: {results.path / 'results.json'}")

@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from harness.cli.app import app
-from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard
+from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard, table_console
 from harness.core.config import parse_set_options, preset_names
 from harness.core.errors import ConfigError
 
@@ -72,5 +72,5 @@ def evaluate(
             data_dir=data_dir, inner=inner, rate=rate, save_models=save_models or None))
         with ProgressView() as view:
             results = run_evaluation(defense, preset, overrides, run_dir=run_dir, wait=wait, progress=view)
-        print_report(results.data, console, details=details)
+        print_report(results.data, table_console(), details=details)
         console.print(f"Results: {results.path / 'results.json'}")

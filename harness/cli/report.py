@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from harness.cli.app import app
-from harness.cli.common import WAIT_HELP, ProgressView, console, guard
+from harness.cli.common import WAIT_HELP, ProgressView, console, guard, table_console
 
 
 @app.command()
@@ -25,6 +25,6 @@ def report(
     with guard():
         with ProgressView() as view:
             results = export(run_dir, html=html, wait=wait, progress=view)
-        print_report(results.data, console, details=details)
+        print_report(results.data, table_console(), details=details)
         if html:
             console.print(f"page: {run_dir / 'report.html'}", highlight=False)
