@@ -269,8 +269,8 @@ class Reference(NamedTuple):
 
 def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[tuple[float, float]]], title: str,
                         width: int = 760, height: int = 440, bound_note: str = "unresolved: at most",
-                        reference: Reference | None = None) -> str:
-    """Test accuracy (x) vs sample-level TPR@0.1% FPR (y, log): one marker per :class:`Point` with its
+                        reference: Reference | None = None, y_label: str = "sample-level TPR at 0.1% FPR") -> str:
+    """Test accuracy (x) vs sample-level TPR at the figure FPR (y, log; ``y_label`` names it): one marker per :class:`Point` with its
     label placed by :func:`place_labels` (points at the same spot share one label, their names
     joined; a label that fits nowhere becomes a number, named in a key below the figure);
     ``frontiers`` maps a setting (dataset/preset) to its DP-SGD (accuracy, TPR) points, joined in
@@ -309,7 +309,7 @@ def privacy_utility_svg(points: Sequence[Point], frontiers: dict[str, Sequence[t
     parts.append(f'<text x="{(left + right) / 2}" y="{height - 8}" text-anchor="middle" font-size="11">'
                  'test accuracy</text>')
     parts.append(f'<text x="14" y="{(top + bottom) / 2}" text-anchor="middle" font-size="11" '
-                 f'transform="rotate(-90 14 {(top + bottom) / 2})">sample-level TPR at 0.1% FPR</text>')
+                 f'transform="rotate(-90 14 {(top + bottom) / 2})">{escape(y_label)}</text>')
     for setting, pts in sorted(frontiers.items()):
         xy_line = " ".join(f"{_lin_pos(a, xlo, xhi, left, right):.1f},{_log_pos(t, ylo, 1.0, bottom, top):.1f}"
                            for a, t in sorted(pts))

@@ -406,15 +406,19 @@ def _board(rows: list[dict[str, Any]]) -> str:
 
 def _figure_of(setting: str, rows: list[dict[str, Any]], frontier: list[tuple[float, float]]) -> str:
     """One setting's privacy-utility figure: every entry with a ranking figure, an unresolved one at
-    its upper bound (:func:`upper_bound`)."""
+    its upper bound (:func:`upper_bound`). The y axis names the entries' figure FPR, or says that it
+    differs between them."""
     points = []
     for r in rows:
         if isinstance(r["rank TPR"], float):
             points.append(Point(str(r["defense"]), r["test acc"], r["rank TPR"], r["is_dpsgd"]))
         elif r["rank TPR"] == "unresolved":
             points.append(Point(str(r["defense"]), r["test acc"], r["bound"][1], r["is_dpsgd"], bound=True))
+    fprs = {r.get("figure FPR") for r in rows if isinstance(r["rank TPR"], float) or r["rank TPR"] == "unresolved"}
+    y_label = (f"sample-level TPR at {100 * next(iter(fprs)):g}% FPR" if len(fprs) == 1 and isinstance(next(iter(fprs)), float)
+               else "sample-level TPR at each entry's figure FPR")
     return privacy_utility_svg(points, {setting: frontier} if frontier else {}, f"Privacy vs utility: {setting}",
-                               bound_note="unresolved (upper bound)", reference=paper_reference(setting))
+                               bound_note="unresolved (upper bound)", reference=paper_reference(setting), y_label=y_label)
 
 
 def _filter(rows: list[dict[str, Any]]) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import builtins
 import copy
 import errno
+import html
 import io
 import json
 import math
@@ -824,3 +825,18 @@ def test_names_with_bidi_controls_are_refused_at_import_and_cut_on_the_pages(res
     from leaderboard.site import entry_html
 
     assert "\u202e" not in entry_html(r, {"source": "run"})
+
+
+def test_the_privacy_utility_axis_names_the_figure_fpr_its_entries_are_read_at():
+    """issue 54: the y axis said "TPR at 0.1% FPR" for a setting read at another FPR (8 models: 0.5%)."""
+    from leaderboard.site import _figure_of
+
+    def row(name: str, fpr: float) -> dict:
+        return {"defense": name, "test acc": 0.9, "rank TPR": 0.2, "is_dpsgd": False, "figure FPR": fpr}
+
+    def axis(svg: str) -> str:
+        return html.unescape(re.findall(r'rotate\(-90[^>]*>([^<]*)</text>', svg)[0])
+
+    assert axis(_figure_of("digits/quick-8", [row("a", 0.005), row("b", 0.005)], [])) == "sample-level TPR at 0.5% FPR"
+    assert axis(_figure_of("digits/quick", [row("a", 0.001)], [])) == "sample-level TPR at 0.1% FPR"
+    assert axis(_figure_of("mixed", [row("a", 0.001), row("b", 0.005)], [])) == "sample-level TPR at each entry's figure FPR"
