@@ -11,6 +11,10 @@ tests/test_random_serving.py):
   seed (issue 48). The same image gets the same answer, so the random-serving check passes it; a
   copy one grey level off in one pixel gets fresh noise, which the input-keyed check detects and
   ``lira-averaged`` averages away over perturbed copies.
+- ``CoarseKeyedNoiseServing``: the same noise keyed instead to the image normalized as the model
+  reads it and rounded to ``decimals`` (default 1: about 10 grey levels per step on digits), a key
+  that one grey level rarely changes (issue 54); the input-keyed check finds it at the scale where
+  the key changes, and ``lira-averaged`` averages over copies at that scale.
 - ``HAMPFixedMask``: HAMP whose rank-preserving masking takes its random image from one fixed
   seed on every query, a deterministic HAMP: the input-keyed check's measurement of rank masking
   (HAMP itself draws a fresh image per query, which the random-serving check flags).
@@ -20,6 +24,7 @@ tests/test_random_serving.py):
 
     harness evaluate benchmarks/serving_plugins.py:NoisyServing
     harness evaluate benchmarks/serving_plugins.py:KeyedNoiseServing
+    harness evaluate benchmarks/serving_plugins.py:CoarseKeyedNoiseServing
 """
 
 from __future__ import annotations
@@ -109,6 +114,46 @@ class KeyedNoiseServing(NoisyServing):
         if served is None:
             return None
         return [KeyedAnswers(m, float(self.params["sigma"]), c.seed) for m, c in zip(served, ctxs)]
+
+
+class CoarseKeyedAnswers(KeyedAnswers):
+    """The classifier's logits plus N(0, sigma^2) noise keyed to the queried image normalized with the
+    classifier's mean and std and rounded to ``decimals`` (:func:`keyed_noise` of the rounded image):
+    every image in one rounding cell gets the same noise."""
+
+    def __init__(self, classifier: TorchClassifier, sigma: float, seed: int, decimals: int) -> None:
+        super().__init__(classifier, sigma, seed)
+        self.decimals = decimals
+        shape = (1, -1, 1, 1)
+        self.mean = np.asarray(classifier.mean, np.float64).reshape(shape)
+        self.std = np.asarray(classifier.std, np.float64).reshape(shape)
+
+    def key(self, x: np.ndarray) -> np.ndarray:
+        # + 0.0: -0.0 and 0.0 are one cell (their bytes differ)
+        return np.round((x.astype(np.float64) / 255.0 - self.mean) / self.std, self.decimals) + 0.0
+
+    def query(self, x: np.ndarray) -> np.ndarray:
+        z = self.classifier.query(x)
+        return (z + keyed_noise(self.key(x), self.seed, z.shape[1], self.sigma)).astype(np.float32)
+
+
+class CoarseKeyedNoiseServing(NoisyServing):
+    name = "coarse-keyed-noise-serving"
+    description = ("undefended training; Gaussian noise (sigma) added to the logits, seeded by a hash of the queried "
+                   "image normalized and rounded to `decimals`, and the model's seed")
+    param_defaults = {"sigma": 3.0, "decimals": 1}
+
+    def _served(self, model: TorchClassifier, seed: int) -> CoarseKeyedAnswers:
+        return CoarseKeyedAnswers(model, float(self.params["sigma"]), seed, int(self.params["decimals"]))
+
+    def fit(self, train, ctx):
+        return self._served(Undefended.fit(self, train, ctx), ctx.seed)
+
+    def fit_group(self, trains, ctxs):
+        served = Undefended.fit_group(self, trains, ctxs)
+        if served is None:
+            return None
+        return [self._served(m, c.seed) for m, c in zip(served, ctxs)]
 
 
 class FixedMaskServed(HAMPServed):

@@ -39,14 +39,15 @@ RANDOM_UNAVERAGED_NOTE = ("the served outputs are random ({random} of {checked} 
                           "the headline reads single noisy answers and may understate the leak; train with "
                           "--set audit.repeat_queries=8 (or more) for the lira-averaged attack")
 KEYED_SERVING_NOTE = ("the served outputs are keyed to the input ({keyed} of {checked} models answered the same "
-                      "images identically but copies one grey level off in a few pixels far apart: noise seeded by "
-                      "the image itself): the lira-averaged attack (LiRA on the mean of R = {r} answers per query "
-                      "view, each to a fresh perturbed copy, audit.repeat_queries) was added automatically and "
-                      "is one of the leak's candidates")
-KEYED_UNAVERAGED_NOTE = ("the served outputs are keyed to the input ({keyed} of {checked} models answered copies one "
-                         "grey level off in a few pixels far apart from the images), but audit.repeat_queries=1: no "
-                         "averaged answers were saved, so the headline reads single noisy answers and may understate "
-                         "the leak; train with --set audit.repeat_queries=8 (or more) for the lira-averaged attack")
+                      "images identically but copies {scales} off in a few pixels with a jump, not the change of a "
+                      "model smooth in its input: noise seeded by the image itself): the lira-averaged attack (LiRA on "
+                      "the mean of R = {r} answers per query view, each to a fresh perturbed copy {scales} off, "
+                      "audit.repeat_queries) was added automatically and is one of the leak's candidates")
+KEYED_UNAVERAGED_NOTE = ("the served outputs are keyed to the input ({keyed} of {checked} models answered copies {scales} "
+                         "off in a few pixels with a jump, not the change of a model smooth in its input), but "
+                         "audit.repeat_queries=1: no averaged answers were saved, so the headline reads single noisy "
+                         "answers and may understate the leak; train with --set audit.repeat_queries=8 (or more) for the "
+                         "lira-averaged attack")
 DETERMINISTIC_NOTE = ("every model answered the same images identically when asked twice (deterministic serving): "
                       "no repeated queries were needed (audit.repeat_queries={r}), and lira-averaged, where it ran, "
                       "reads each model's one answer")
@@ -56,17 +57,29 @@ def serving_record(metas: list[dict[str, Any]]) -> dict[str, Any]:
     """A level's ``serving`` record in results.json from its models' records (``serving`` in each
     signals file's metadata, :func:`harness.run.signals.check_serving`): how many models were
     checked (0 for a run trained before the check) and found random, the largest difference between
-    two answers to the same image, and R of the averaged answers saved (1: none)."""
+    two answers to the same image, R of the averaged answers saved (1: none); the input-keyed
+    check's models read and flagged, its statistics at the first scale (the largest median) and over
+    the scales (the largest growth ratio; None for a run trained before the scales), and the scales
+    of the flagged models' averaged copies (grey levels; a run trained before the scales: 1)."""
     recs = [m["serving"] for m in metas if isinstance(m.get("serving"), dict)]
     flagged = [r for r in recs if r.get("random")]
     keyed = [r for r in recs if r.get("keyed")]
     medians = [float(r["perturbed_median_difference"]) for r in recs if "perturbed_median_difference" in r]
+    growth = [float(r["perturbed_growth"]) for r in recs if r.get("perturbed_growth") is not None]
     return {"checked_models": len(recs), "random_models": len(flagged),
             "max_abs_difference": max((float(r["max_abs_difference"]) for r in recs), default=None),
             "repeat_queries": max((int(r.get("repeat_queries", 1)) for r in flagged + keyed), default=1),
             # the input-keyed check (deterministic models of a run trained since it; 0 / None before)
             "keyed_checked_models": len(medians), "keyed_models": len(keyed),
-            "max_perturbed_median_difference": max(medians, default=None)}
+            "max_perturbed_median_difference": max(medians, default=None),
+            "max_perturbed_growth": max(growth, default=None),
+            "keyed_scales": sorted({int(r.get("keyed_scale") or 1) for r in keyed})}
+
+
+def _grey_levels(scales: list[int]) -> str:
+    """``[1]`` -> "1 grey level", ``[8]`` -> "8 grey levels", ``[4, 8]`` -> "4 to 8 grey levels"."""
+    lo, hi = min(scales), max(scales)
+    return f"{lo} grey level{'s' if hi > 1 else ''}" if lo == hi else f"{lo} to {hi} grey levels"
 
 
 def serving_notes(levels: dict[str, dict[str, Any]], repeat_queries: int, averaging_asked: bool
@@ -82,6 +95,7 @@ def serving_notes(levels: dict[str, dict[str, Any]], repeat_queries: int, averag
     flagged = sum(r["random_models"] for r in levels.values())
     keyed_checked = sum(r.get("keyed_checked_models", 0) for r in levels.values())
     keyed = sum(r.get("keyed_models", 0) for r in levels.values())
+    scales = sorted({sc for r in levels.values() for sc in r.get("keyed_scales", [])}) or [1]
     if not checked:
         return None, None, []
     is_keyed = keyed > 0 if keyed_checked else None
@@ -91,7 +105,7 @@ def serving_notes(levels: dict[str, dict[str, Any]], repeat_queries: int, averag
         notes.append(text.format(random=flagged, checked=checked, r=repeat_queries))
     if keyed:
         text = KEYED_SERVING_NOTE if repeat_queries > 1 else KEYED_UNAVERAGED_NOTE
-        notes.append(text.format(keyed=keyed, checked=checked, r=repeat_queries))
+        notes.append(text.format(keyed=keyed, checked=checked, r=repeat_queries, scales=_grey_levels(scales)))
     if notes:
         return flagged > 0, is_keyed, notes
     if repeat_queries != DEFAULT_REPEAT_QUERIES or averaging_asked:
@@ -658,8 +672,8 @@ def evaluate_run(
                                                        "lira-averaged" in [a.name for a in attacks])
     averaging = (is_random is True or is_keyed is True) and cfg.audit.repeat_queries > 1
     if averaging:
-        # a model that answers the same image differently each time, or copies one grey level off
-        # far apart, is attacked with the mean of R answers (each to a fresh perturbed copy for
+        # a model that answers the same image differently each time, or copies a few grey levels off
+        # with a jump, is attacked with the mean of R answers (each to a fresh perturbed copy for
         # input-keyed serving), whatever the defense declared (as label-only for labels)
         if "lira-averaged" not in [a.name for a in attacks]:
             attacks = [*attacks, *load_attacks(["lira-averaged"])]

@@ -401,11 +401,11 @@ def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense
     (:mod:`harness.run.signals`), on the audit samples ``x``, for population signals on
     ``population_x``, and for neighbour signals on the canaries' near-duplicates ``neighbour_x``;
     then the serving checks (:func:`harness.run.signals.check_serving`: the first audit images
-    asked twice, and for a deterministic model a few copies of them one grey level off), and where
+    asked twice, and for a deterministic model copies of them further off, scale after scale), and where
     serving is random or input-keyed and ``audit.repeat_queries`` R > 1 every signal of repeated
     queries (``logits_averaged``: R answers per query view; for input-keyed serving each on fresh
-    perturbed copies, drawn from the seed the record names). A deterministic model is asked nothing
-    more than the checks' few images."""
+    perturbed copies at the scale where the check saw the key change, drawn from the seed the record
+    names). A deterministic model is asked nothing more than the checks' few images."""
     from harness.run.signals import (AVERAGED_COPIES, check_serving, compute_signals, perturbation_seed, signal_seed,
                                      stored)
 
@@ -422,7 +422,8 @@ def collect_signals(served: ServedModel, cfg: ExperimentConfig, defense: Defense
         serving["perturbation_seed"] = perturb
     if repeats > 1:
         averaged = sorted(n for n, sig in table.items() if sig.averages in single)
-        signals.update(compute_signals(averaged, table, served, x, pop, spec, seed, neighbour_x, repeats, perturb))
+        signals.update(compute_signals(averaged, table, served, x, pop, spec, seed, neighbour_x, repeats, perturb,
+                                       serving.get("keyed_scale") or 1))
     return stored(signals, cfg.audit.signal_dtype), serving
 
 

@@ -28,8 +28,8 @@ Built-in signals, each (N, A, ...) over the dataset's A fixed query views (index
 - ``logits_averaged`` (N, A, K): for a model whose serving is random (:func:`check_serving`), the
   mean of the log-probabilities of ``audit.repeat_queries`` answers per query view of the audit
   samples (``lira-averaged`` reads it); for an input-keyed one, the same over answers to fresh
-  copies one grey level off in a few pixels (:class:`PerturbedQueries`); a deterministic model
-  saves none (its average is the log-softmax of ``logits``, which the attack phase takes instead).
+  copies a few grey levels off in a few pixels, at the scale where the check saw the key change
+  (:class:`PerturbedQueries`); a deterministic model saves none (its average is the log-softmax of ``logits``, which the attack phase takes instead).
 
 Attacks may bring signals of their own (``Attack.signals``: name -> :class:`Signal`). A signal
 value holding a NaN is refused when computed (:func:`compute_signals`, one line naming it): no
@@ -138,15 +138,30 @@ def _logits(served: ServedModel, x: np.ndarray, spec: AugmentSpec, seed: int) ->
 SERVING_PROBE = 8
 #: answers that differ by more than this (on log-probabilities, relative and absolute) are random
 SERVING_TOLERANCE = 1e-4
-#: copies of each probe image the input-keyed check asks about (:func:`check_serving`)
+#: copies of each probe image the input-keyed check asks about, at every scale (:func:`check_serving`)
 KEYED_COPIES = 4
-#: entries (channel, row, column) of an image that a perturbed copy changes, each by one grey level:
-#: the smallest step uint8 images allow (:func:`perturb_pixels`)
+#: entries (channel, row, column) of an image that a perturbed copy changes (:func:`perturb_pixels`)
 KEYED_PIXELS = 3
-#: serving is input-keyed where the median, over the probe's (image, copy) pairs, of the largest
-#: difference between the answers' log-probabilities exceeds this (measured: docs/protocol.md,
-#: Input-keyed noise; ``benchmarks/bench_keyed_serving.py``)
+#: the scales of the input-keyed check, smallest first: grey levels by which a copy's KEYED_PIXELS
+#: entries move (1: the smallest step uint8 images allow). The same entries and directions at every
+#: scale, so that each copy walks away from its image along one line
+KEYED_SCALES = (1, 2, 4, 8, 16, 32, 64)
+#: at a scale where the median, over the probe's (image, copy) pairs, of the largest difference
+#: between the answers' log-probabilities exceeds this, the answers have changed (measured:
+#: docs/protocol.md, Input-keyed noise; ``benchmarks/bench_keyed_serving.py``)
 KEYED_THRESHOLD = 0.5
+#: at the scale where the answers change (above the first), serving is keyed where that median
+#: exceeds this many times its proportional extrapolation from the scale below (a model smooth in
+#: its input moves in proportion to the step: a ratio near 1; measured as above)
+KEYED_JUMP = 2.0
+#: the answers move at the smallest scale where the median there exceeds this: a model whose answers
+#: are discrete (labels, rounded confidences, rank masking) answers most copies one grey level off
+#: identically, has no smoothness to extrapolate, and is read at the first scale only
+KEYED_MOVES = 1e-6
+#: the averaged answers of an input-keyed model are asked on copies at the scale where the answers
+#: changed if at least this fraction of the probe's pairs changed there (fresh noise in nearly every
+#: copy), else at the next scale (:func:`check_serving`)
+KEYED_COVERAGE = 0.875
 
 
 def log_probabilities(z: np.ndarray) -> np.ndarray:
@@ -168,11 +183,16 @@ def perturbation_seed(seed: int, stream: int = CHECK_COPIES) -> int:
     return int(np.random.SeedSequence([seed, 0x6B6579, stream]).generate_state(1)[0])
 
 
-def perturb_pixels(x: np.ndarray, rng: np.random.Generator, pixels: int = KEYED_PIXELS) -> np.ndarray:
+def perturb_pixels(x: np.ndarray, rng: np.random.Generator, pixels: int = KEYED_PIXELS, scale: int = 1) -> np.ndarray:
     """A copy of the uint8 images ``x`` (N, C, H, W) with ``pixels`` distinct entries per image
-    (channel, row, column, drawn uniformly) moved by one grey level, up or down with probability 1/2
-    (up from 0, down from 255): every copy differs from its image, by the smallest step the data's
-    uint8 format allows, where no model that is smooth in its input can answer differently."""
+    (channel, row, column, drawn uniformly) moved by ``scale`` grey levels, up or down with
+    probability 1/2, up where down would leave [0, 255] and down where up would (``scale`` at most
+    127: one of the two always fits). Scale 1 is the smallest step the data's uint8 format allows,
+    where no model that is smooth in its input can answer differently. The draws from ``rng`` do
+    not depend on ``scale``: the same generator state moves the same entries the same way at every
+    scale (up to the edges of [0, 255])."""
+    if not 1 <= scale <= 127:
+        raise ValueError(f"scale must lie in [1, 127] grey levels, got {scale}")
     n = len(x)
     flat = np.array(x, dtype=np.uint8, copy=True).reshape(n, -1)
     d = flat.shape[1]
@@ -187,22 +207,31 @@ def perturb_pixels(x: np.ndarray, rng: np.random.Generator, pixels: int = KEYED_
     step = rng.choice(np.array([-1, 1], dtype=np.int16), size=(n, k))
     rows = np.arange(n)[:, None]
     v = flat[rows, pos].astype(np.int16)
-    flat[rows, pos] = np.where(v == 0, 1, np.where(v == 255, 254, v + step)).astype(np.uint8)
+    step = np.where(v - scale < 0, 1, np.where(v + scale > 255, -1, step))
+    flat[rows, pos] = (v + scale * step).astype(np.uint8)
     return flat.reshape(x.shape)
 
 
 class PerturbedQueries:
     """A served model asked every query on fresh perturbed copies of its images
-    (:func:`perturb_pixels`, drawn from ``seed`` in query order): the answers of a model whose
-    noise is keyed to the input bytes, fresh per copy, for the averaged answers of input-keyed
-    serving. Only ``query`` is served."""
+    (:func:`perturb_pixels` at ``scale``, drawn from ``seed`` in query order): the answers of a
+    model whose noise is keyed to the input, fresh per copy, for the averaged answers of
+    input-keyed serving. Only ``query`` is served."""
 
-    def __init__(self, served: Any, seed: int) -> None:
-        self.served = served
+    def __init__(self, served: Any, seed: int, scale: int = 1) -> None:
+        self.served, self.scale = served, int(scale)
         self.rng = np.random.default_rng(seed)
 
     def query(self, x: np.ndarray) -> np.ndarray:
-        return self.served.query(perturb_pixels(x, self.rng))
+        return self.served.query(perturb_pixels(x, self.rng, scale=self.scale))
+
+
+def keyed_copies(probe: np.ndarray, seed: int, scale: int) -> np.ndarray:
+    """The input-keyed check's copies at ``scale``: :data:`KEYED_COPIES` copies of each probe image
+    (copy-major, (KEYED_COPIES x P, C, H, W)), drawn from :func:`perturbation_seed` of ``seed``; the
+    same entries and directions at every scale."""
+    rng = np.random.default_rng(perturbation_seed(seed))
+    return np.concatenate([perturb_pixels(probe, rng, KEYED_PIXELS, scale) for _ in range(KEYED_COPIES)])
 
 
 def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str, Any]:
@@ -214,15 +243,32 @@ def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str
     (``np.allclose``, relative and absolute): the model serves fresh randomness per query, so one
     answer per image understates what R answers reveal.
 
-    *Input-keyed* (a deterministic model only; None for a random one): :data:`KEYED_COPIES` copies
-    of each probe image, each one grey level off in :data:`KEYED_PIXELS` entries
-    (:func:`perturb_pixels`, from :func:`perturbation_seed` of ``seed``); per (image, copy) pair the
-    largest absolute difference of the two answers' log-probabilities, d. ``keyed``: the median d
-    exceeds :data:`KEYED_THRESHOLD`: the answers jump where the input barely moves, as noise seeded
-    by the image's bytes does (the same image, the same noise; one grey level off, fresh noise),
-    which averaging over perturbed copies removes as averaging over repeats removes fresh noise.
-    The median keeps a model whose answer jumps at a decision boundary one copy in a few (labels
-    only, rank masking) unflagged."""
+    *Input-keyed* (a deterministic model only; None for a random one): noise drawn from a seed that
+    hashes the input (the same image, the same noise) changes where the key does, and a key may
+    survive small steps (a hash of the image rounded coarsely). So the check walks away from each
+    probe image, scale after scale (:data:`KEYED_SCALES` grey levels in :data:`KEYED_PIXELS`
+    entries, :data:`KEYED_COPIES` copies per image: :func:`keyed_copies`, from
+    :func:`perturbation_seed` of ``seed``), until the answers change: per (image, copy) pair d = the
+    largest absolute difference of the two answers' log-probabilities, and the answers have changed
+    at the first scale where the median d exceeds :data:`KEYED_THRESHOLD`. The reference is the
+    model's own smoothness: a smooth model's d grows in proportion to the step, a keyed one jumps
+    where the key changes. ``keyed``: the answers changed at the first scale (the unperturbed
+    answer, identical when asked twice, is the reference there), or at a larger one with a median
+    more than :data:`KEYED_JUMP` times the proportional extrapolation of the median at the scale
+    below. A model whose answers do not move at the first scale (median d at most
+    :data:`KEYED_MOVES`: labels, rounded confidences, rank masking; discrete answers jump at their
+    own boundaries, and have no smoothness to extrapolate) is read at the first scale only. The
+    median keeps a model whose answer jumps for a few copies (at a decision boundary) unflagged.
+
+    The record: ``keyed``; ``perturbed_median_difference`` and ``perturbed_max_difference`` (the
+    median and the largest d at the first scale); ``perturbed_scales`` and ``perturbed_medians``
+    (every scale asked, its median d); ``perturbed_growth`` (the largest ratio, over the scales
+    asked above the first, of a median to its proportional extrapolation from the scale below: near
+    1 for a smooth model; None with one scale asked); ``keyed_jump`` (that ratio at the scale where
+    the answers changed above the first; None where they did not change or changed at the first);
+    and ``keyed_scale``, for a keyed model the scale of the copies its
+    averaged answers are asked on (the scale where the answers changed, or the next one where fewer
+    than :data:`KEYED_COVERAGE` of the pairs changed there), else None."""
     probe = x[:SERVING_PROBE]
     if isinstance(served, CheckedServed):
         served.during = f"the random-serving check (the first {len(probe)} audit images, asked twice)"
@@ -232,17 +278,37 @@ def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str
     record: dict[str, Any] = {"random": bool(random), "probe_images": int(len(probe)), "max_abs_difference": diff}
     if random or not len(probe):  # fresh noise moves every answer: the keyed check reads deterministic ones
         return {**record, "keyed": None}
-    if isinstance(served, CheckedServed):
-        served.during = (f"the input-keyed check (the first {len(probe)} audit images, {KEYED_COPIES} copies each "
-                         f"one grey level off in {KEYED_PIXELS} pixels)")
-    rng = np.random.default_rng(perturbation_seed(seed))
-    copies = np.concatenate([perturb_pixels(probe, rng) for _ in range(KEYED_COPIES)])
-    answers = log_probabilities(served.query(copies)).reshape(KEYED_COPIES, len(probe), -1)
-    d = np.abs(answers - first[None]).max(axis=-1)
-    median = float(np.median(d))
-    return {**record, "keyed": bool(median > KEYED_THRESHOLD), "keyed_copies": KEYED_COPIES,
-            "keyed_pixels": KEYED_PIXELS, "perturbed_median_difference": median,
-            "perturbed_max_difference": float(d.max())}
+    scales: list[int] = []
+    medians: list[float] = []
+    keyed, jump, keyed_scale = False, None, None
+    for k, scale in enumerate(KEYED_SCALES):
+        if isinstance(served, CheckedServed):
+            served.during = (f"the input-keyed check (the first {len(probe)} audit images, {KEYED_COPIES} copies each "
+                             f"{scale} grey level{'s' if scale > 1 else ''} off in {KEYED_PIXELS} pixels)")
+        answers = log_probabilities(served.query(keyed_copies(probe, seed, scale))).reshape(KEYED_COPIES, len(probe), -1)
+        d = np.abs(answers - first[None]).max(axis=-1)
+        median = float(np.median(d))
+        scales.append(scale)
+        medians.append(median)
+        if k == 0:
+            record.update(perturbed_median_difference=median, perturbed_max_difference=float(d.max()))
+        if median > KEYED_THRESHOLD:  # the answers changed here: a jump, or the model's own smooth change?
+            if k == 0:
+                keyed = True
+            else:
+                predicted = medians[k - 1] * scale / KEYED_SCALES[k - 1]
+                jump = median / predicted if predicted > 0 else None
+                keyed = jump is None or jump > KEYED_JUMP
+            if keyed:
+                covered = float(np.mean(d > KEYED_THRESHOLD)) >= KEYED_COVERAGE
+                keyed_scale = scale if covered or k + 1 == len(KEYED_SCALES) else KEYED_SCALES[k + 1]
+            break
+        if k == 0 and median <= KEYED_MOVES:  # discrete answers: nothing to extrapolate
+            break
+    growth = [m / (p * s / r) for m, p, s, r in zip(medians[1:], medians, scales[1:], scales) if p > 0]
+    return {**record, "keyed": bool(keyed), "keyed_copies": KEYED_COPIES, "keyed_pixels": KEYED_PIXELS,
+            "perturbed_scales": scales, "perturbed_medians": medians,
+            "perturbed_growth": max(growth) if growth else None, "keyed_jump": jump, "keyed_scale": keyed_scale}
 
 
 def averaged_answers(answer: Callable[[], np.ndarray], repeats: int) -> np.ndarray:
@@ -382,14 +448,15 @@ def check_signals(attacks: list[Attack], provides: frozenset[str], defense: str,
 def compute_signals(names: list[str], table: dict[str, Signal], served: ServedModel, audit_x: np.ndarray,
                     population_x: np.ndarray, spec: AugmentSpec, seed: int,
                     neighbour_x: np.ndarray | None = None, repeats: int = 1,
-                    perturb_seed: int | None = None) -> dict[str, np.ndarray]:
+                    perturb_seed: int | None = None, perturb_scale: int = 1) -> dict[str, np.ndarray]:
     """Compute the named signals for one trained model: on the audit samples, the population
     samples or the canaries' neighbours (``Signal.images``); a signal whose images a level does not
     have (no population samples, canaries without neighbours) is not computed. A signal of repeated
     queries (``Signal.averages``) is the mean of ``repeats`` answers (:func:`averaged_answers`), and
     is not computed with ``repeats`` < 2 (a deterministic model, or ``audit.repeat_queries=1``);
     with ``perturb_seed`` (input-keyed serving) every one of those answers is asked on fresh
-    perturbed copies of the images (:class:`PerturbedQueries`, drawn from that seed)."""
+    perturbed copies of the images (:class:`PerturbedQueries`, drawn from that seed, entries moved
+    by ``perturb_scale`` grey levels)."""
     out: dict[str, np.ndarray] = {}
     images = {"audit": audit_x, "population": population_x,
               "neighbours": neighbour_x if neighbour_x is not None else audit_x[:0]}
@@ -401,7 +468,7 @@ def compute_signals(names: list[str], table: dict[str, Signal], served: ServedMo
         if isinstance(served, CheckedServed):  # its messages name the signal
             served.during = f"signal {n!r} on the {sig.images} samples"
         if sig.averages is not None:
-            asked = served if perturb_seed is None else PerturbedQueries(served, perturb_seed)
+            asked = served if perturb_seed is None else PerturbedQueries(served, perturb_seed, perturb_scale)
             value = averaged_answers(lambda: sig.fn(asked, x, spec, seed), repeats)
         else:
             value = sig.fn(served, x, spec, seed)
