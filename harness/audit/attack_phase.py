@@ -26,8 +26,9 @@ from harness.run.runstore import RunDir, RunDirError
 #: appended to the reason a headline attack was skipped for want of a signal the run's models lack
 HEADLINE_SKIPPED = "; it is one of the defense's headline attacks: this level's headline is taken without it"
 
-LABEL_ONLY_NOTE = ("the served outputs are labels only (one-hot rows in every model): the label-only attack was "
-                   "added automatically and is one of the leak's candidates")
+LABEL_ONLY_NOTE = ("the served outputs carry only the predicted label (in every model, one-hot rows, or every answer "
+                   "with the same argmax the same answer): the label-only attack was added automatically and is one "
+                   "of the leak's candidates")
 
 
 #: the note of a run whose random-serving check found random answers (:func:`serving_notes`)
@@ -121,6 +122,37 @@ def is_one_hot(logits: np.ndarray) -> bool:
         return False
     for model in logits.reshape(-1, *logits.shape[-3:]) if logits.ndim >= 3 else [logits]:
         if not (np.all((model == 0) | (model == 1)) and np.all(model.sum(-1) == 1)):
+            return False
+    return True
+
+
+def _same_answer_per_argmax(rows: np.ndarray) -> bool:
+    """The (N, K) answers of one model carry only their argmax: every row equals the first row with
+    its argmax (as log-probabilities, within the random-serving check's tolerance: a constant
+    added per row is no difference), with evidence: at least two argmax values, and one of them
+    shared by two rows (a model answering one class, or each row another class, shows nothing)."""
+    from harness.run.signals import SERVING_TOLERANCE, log_probabilities
+
+    top = rows.argmax(axis=-1)
+    classes, first = np.unique(top, return_index=True)
+    if len(classes) < 2 or len(classes) == len(rows):
+        return False
+    lp = log_probabilities(rows)
+    return bool(np.allclose(lp, lp[first][np.searchsorted(classes, top)],
+                            rtol=SERVING_TOLERANCE, atol=SERVING_TOLERANCE))
+
+
+def carries_only_argmax(logits: np.ndarray) -> bool:
+    """Every model's served outputs carry only the predicted label: one-hot rows (:func:`is_one_hot`),
+    or any answer that is a function of its argmax (``c`` x one-hot(argmax), its softmax, a fixed
+    confidence vector per label as MemGuard-like defenses serve: :func:`_same_answer_per_argmax`),
+    all of which the label-only attack reads in full. Applied to a level's stacked served outputs
+    (S, C, A, K), read one model at a time (float64 log-probabilities of one model's rows, never of
+    the stack), stopping at the first model that is not."""
+    if not logits.size:
+        return False
+    for model in logits.reshape(-1, *logits.shape[-3:]) if logits.ndim >= 3 else [logits]:
+        if not (is_one_hot(model) or _same_answer_per_argmax(model.reshape(-1, model.shape[-1]))):
             return False
     return True
 
@@ -657,7 +689,7 @@ def evaluate_run(
     declared = [a.name for a in attacks if a.name in defense.adaptive_attacks]
     adapted: list[str] = []
     first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
-    if first is not None and is_one_hot(first.signals["logits"]):
+    if first is not None and carries_only_argmax(first.signals["logits"]):
         # a defense that serves labels only is attacked by the attack adapted to labels (the paper's
         # section 5.1): added here, from the saved outputs, whatever the defense declared
         if "label-only" not in [a.name for a in attacks]:
