@@ -239,6 +239,12 @@ class Defense(ABC):
     #: accepted types of a parameter whose default does not say it (e.g. ``{"prior": (str, int)}``);
     #: every other parameter must have its default's kind (:func:`param_kind_error`)
     param_types: ClassVar[dict[str, tuple[type, ...]]] = {}
+    #: whether the runner may train a group of this defense's models by running their ``fit`` calls
+    #: side by side, their ``train_classifier`` calls trained as one stacked loop
+    #: (:mod:`defenses.cotrain`; :meth:`cotrains`). None: yes for a defense whose ``fit`` is defined
+    #: outside this package (a plugin), no for a built-in (each declares :meth:`stacks` instead).
+    #: False keeps every model's ``fit`` alone, one model per job.
+    cotrain: ClassVar[bool | None] = None
 
     @classmethod
     def recipe_routing(cls, params: dict[str, Any]) -> tuple[frozenset[str] | None, dict[str, str], str]:
@@ -282,6 +288,28 @@ class Defense(ABC):
         mro = type(self).__mro__
         owner = next(k for k in mro if "fit" in k.__dict__)
         return self.stacks(train) and owner is next(k for k in mro if "fit_group" in k.__dict__)
+
+    def cotrains(self, train: Any) -> bool:
+        """Whether the runner trains this defense's models in groups through their own ``fit`` (co-trained,
+        :mod:`defenses.cotrain`) for the recipe ``train`` (``TrainConfig``): not where :meth:`can_group`
+        (the defense stacks its own models); else :attr:`cotrain` (None: where ``fit`` is defined outside
+        this package), for a recipe whose network trains stacked (:func:`defenses.stacked.stackable`)."""
+        if self.can_group(train):
+            return False
+        flag = self.cotrain
+        if flag is None:
+            owner = next(k for k in type(self).__mro__ if "fit" in k.__dict__)
+            flag = not (owner.__module__ == "defenses" or owner.__module__.startswith("defenses."))
+        if not flag:
+            return False
+        from defenses.stacked import stackable
+
+        return stackable(train)
+
+    def trains_in_groups(self, train: Any) -> bool:
+        """Whether the runner puts several models in one job (``run.group_size``): :meth:`can_group` or
+        :meth:`cotrains`."""
+        return self.can_group(train) or self.cotrains(train)
 
     def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
         """Train one model per (training set, context) in one go, each exactly as :meth:`fit` would

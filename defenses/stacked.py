@@ -34,11 +34,12 @@ which group sizes were measured and chosen.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import math
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, ContextManager, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -165,7 +166,7 @@ class _StackedBatches:
                 lr = None
                 lrs = torch.tensor([self.lr_of(g) for g in range(self.g)], dtype=torch.float32, device=self.device)
             yield _Step(epoch, x, self.t_all[self.rows, idx_dev], mask, full, weight, lrs, lr,
-                        None if bool(active.all()) else active)
+                        None if bool(active.all()) else active, idx_dev, counts)
             self.step += active.numpy()
 
     def _augment(self, x: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
@@ -194,7 +195,8 @@ class _Step:
     """One stacked step: inputs (G, B, ...) normalized, targets (G, B, ...), the real rows (G, B) bool
     on the CPU, whether every row is real, the row weights (G, B), each model's learning rate (G,)
     on the device and, where every model is at the same step, that rate as a number (``lr``), and
-    the models taking the step (None: all)."""
+    the models taking the step (None: all), the rows read (G, B) on the device (padding: row 0) and
+    each model's count of real rows (G,) on the CPU (its real rows are the first ones)."""
 
     epoch: int
     x: torch.Tensor
@@ -205,6 +207,8 @@ class _Step:
     lrs: torch.Tensor
     lr: float | None
     active: torch.Tensor | None
+    idx: torch.Tensor
+    counts: torch.Tensor
 
 
 def train_group_networks(trains: list[LabeledImages], ctxs: list[FitContext], *,
@@ -376,24 +380,49 @@ class _StackedMLP:
         self.d1, self.d2 = new(g_models, bsz, w1.shape[1]), new(g_models, bsz, w2.shape[1])
 
     @torch.no_grad()
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The logits (G, B, K) of inputs ``x`` (G, B, in), into a buffer the next step overwrites;
+        the hidden activations stay for the backward pass (:meth:`step_from_logit_gradient`)."""
+        w1, b1, w2, b2, w3, b3 = self.tensors
+        torch.baddbmm(b1, x, w1.transpose(1, 2), out=self.h1).relu_()
+        torch.baddbmm(b2, self.h1, w2.transpose(1, 2), out=self.h2).relu_()
+        return torch.baddbmm(b3, self.h2, w3.transpose(1, 2), out=self.z)
+
+    @torch.no_grad()
     def sgd_step(self, x: torch.Tensor, y: torch.Tensor, row_weight: torch.Tensor | None, lrs: torch.Tensor,
                  active: torch.Tensor | None) -> None:
         """One SGD step of every model on inputs ``x`` (G, B, in) and labels ``y`` (G, B), model g
         with learning rate ``lrs[g]``; ``row_weight`` (G, B) None means 1/B everywhere; models where
         ``active`` is False keep their weights and momentum."""
-        w1, b1, w2, b2, w3, b3 = self.tensors
-        h1, h2, z, d1, d2 = self.h1, self.h2, self.z, self.d1, self.d2
-        keep = None if active is None else [(t[~active].clone(), u[~active].clone())
-                                            for t, u in zip(self.tensors, self.bufs)]
-        torch.baddbmm(b1, x, w1.transpose(1, 2), out=h1).relu_()
-        torch.baddbmm(b2, h1, w2.transpose(1, 2), out=h2).relu_()
-        torch.baddbmm(b3, h2, w3.transpose(1, 2), out=z)
+        keep = self._kept(active)
+        z = self.forward(x)
         dz = torch.softmax(z, dim=-1)
         dz.scatter_add_(2, y.unsqueeze(-1), torch.full(y.shape + (1,), -1.0, dtype=dz.dtype, device=dz.device))
         if row_weight is None:
             dz.div_(z.shape[1])
         else:
             dz.mul_(row_weight.unsqueeze(-1))
+        self._update(x, dz, lrs, active, keep)
+
+    @torch.no_grad()
+    def step_from_logit_gradient(self, x: torch.Tensor, dz: torch.Tensor, lrs: torch.Tensor,
+                                 active: torch.Tensor | None,
+                                 extra: Sequence[tuple[int, int, torch.Tensor]] = ()) -> None:
+        """One SGD step of every model after :meth:`forward` on the same ``x``, from the gradient
+        ``dz`` (G, B, K) of each model's loss with respect to its logits (a defense's own loss,
+        differentiated by autograd); ``extra`` adds gradients the loss has with respect to a model's
+        weights directly, ``(tensor index in W1, b1, W2, b2, W3, b3; model; gradient)``."""
+        self._update(x, dz, lrs, active, self._kept(active), extra)
+
+    def _kept(self, active: torch.Tensor | None) -> list[tuple[torch.Tensor, torch.Tensor]] | None:
+        return None if active is None else [(t[~active].clone(), u[~active].clone())
+                                            for t, u in zip(self.tensors, self.bufs)]
+
+    def _update(self, x: torch.Tensor, dz: torch.Tensor, lrs: torch.Tensor, active: torch.Tensor | None,
+                keep: list[tuple[torch.Tensor, torch.Tensor]] | None,
+                extra: Sequence[tuple[int, int, torch.Tensor]] = ()) -> None:
+        w1, b1, w2, b2, w3, b3 = self.tensors
+        h1, h2, d1, d2 = self.h1, self.h2, self.d1, self.d2
         # input gradients first: they read the weights before the step changes them
         _relu_backward(torch.bmm(dz, w3, out=d2), h2)
         _relu_backward(torch.bmm(d2, w2, out=d1), h1)
@@ -402,6 +431,8 @@ class _StackedMLP:
         for bw, bb, d, a in ((bw3, bb3, dz, h2), (bw2, bb2, d2, h1), (bw1, bb1, d1, x)):
             bw.baddbmm_(d.transpose(1, 2), a, beta=m)
             bb.mul_(m).add_(d.sum(1, keepdim=True))
+        for i, g, grad in extra:
+            self.bufs[i][g].add_(grad.view_as(self.bufs[i][g]))
         lr = lrs.view(-1, 1, 1)
         for p, buf in zip(self.tensors, self.bufs):
             if self.weight_decay:
@@ -417,3 +448,321 @@ def _relu_backward(grad: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
     """``grad`` where the ReLU's output ``out`` is positive, else 0, in place: autograd's own kernel
     for ReLU's backward (``threshold_backward``), many times faster here than ``masked_fill_``."""
     return torch.ops.aten.threshold_backward.grad_input(grad, out, 0.0, grad_input=grad)
+
+
+# --- a defense's own train_classifier calls, stacked (a plugin's fit: defenses/cotrain.py) ------
+
+
+@dataclass
+class ModelCall:
+    """One model's call of :func:`defenses.training.train_classifier`, with its arguments (``cfg``
+    resolved: the recipe the call trains with)."""
+
+    net: nn.Module
+    train: LabeledImages
+    ctx: FitContext
+    cfg: TrainConfig
+    targets: np.ndarray | None = None
+    loss_fn: Callable[..., torch.Tensor] | None = None
+    epoch_hook: Callable[[int, nn.Module], np.ndarray | None] | None = None
+    channels_last: bool | None = None
+
+    def plain(self) -> bool:
+        """Cross-entropy on the labels, no hook: what the undefended model trains with."""
+        return self.targets is None and self.loss_fn is None and self.epoch_hook is None
+
+
+class ModelCode:
+    """How a stacked loop runs a model's own code: ``loss(g)`` and ``hook(g)`` are context managers
+    entered around every call of model g's loss and epoch hook (:mod:`defenses.cotrain` gives each
+    model its own global RNGs there and names the model whose code raised). Default: nothing."""
+
+    def loss(self, g: int) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+    def hook(self, g: int) -> ContextManager[None]:
+        return contextlib.nullcontext()
+
+
+#: (kind, image shape, classes, width) -> what build_model builds for it: class, repr, parameter shapes
+_BUILT: dict[tuple[Any, ...], tuple[type, str, list[tuple[str, tuple[int, ...]]]]] = {}
+
+
+def built_kind(net: nn.Module) -> str | None:
+    """The stackable kind (:data:`STACKABLE_MODELS`) of a network exactly as
+    :func:`defenses.models.build_model` builds it for the ``harness_arch`` it carries: the same
+    class and layers (``repr``), parameter shapes, float32 weights that all train, no forward of its
+    own and no hooks. None for any other network, which no stacked loop may train: the loops
+    rebuild the recorded architecture's computation (:func:`train_calls`)."""
+    from defenses.models import build_model
+
+    arch = getattr(net, "harness_arch", None)
+    if not isinstance(arch, dict) or arch.get("kind") not in STACKABLE_MODELS:
+        return None
+    try:
+        key = (arch["kind"], tuple(arch["image_shape"]), int(arch["num_classes"]), int(arch["width"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if key not in _BUILT:
+        with torch.random.fork_rng(devices=[]), torch.device("meta"):
+            ref = build_model(*key)
+        _BUILT[key] = (type(ref), repr(ref), [(n, tuple(p.shape)) for n, p in ref.named_parameters()])
+    cls, text, shapes = _BUILT[key]
+    if type(net) is not cls or "forward" in vars(net) or repr(net) != text:
+        return None
+    if [(n, tuple(p.shape)) for n, p in net.named_parameters()] != shapes:
+        return None
+    if any(p.dtype != torch.float32 or not p.requires_grad for p in net.parameters()):
+        return None
+    if any(m._forward_hooks or m._forward_pre_hooks or m._backward_hooks or getattr(m, "_backward_pre_hooks", None)
+           for m in net.modules()):
+        return None
+    return arch["kind"]
+
+
+def call_key(call: ModelCall) -> tuple[Any, ...] | None:
+    """What calls must share to train in one stacked loop (:func:`train_calls`): the network's
+    architecture (:func:`built_kind`), the recipe, the device, the layout and the training images'
+    shape, classes, normalization and augmentation; None for a call no stacked loop trains (another
+    network, images that are not uint8 (N, C, H, W), targets that are not one row per image)."""
+    kind = built_kind(call.net)
+    t = call.train
+    if kind is None or not isinstance(t.x, np.ndarray) or t.x.dtype != np.uint8 or t.x.ndim != 4 or len(t) == 0:
+        return None
+    if call.targets is not None and (not isinstance(call.targets, np.ndarray) or len(call.targets) != len(t)):
+        return None
+    device = torch.device(call.ctx.device)
+    return (kind, repr(call.net), call.cfg.model_dump_json(), str(device),
+            uses_channels_last(call.net, device, call.channels_last), tuple(t.x.shape[1:]), t.num_classes,
+            tuple(t.mean), tuple(t.std), t.augment)
+
+
+def train_calls(calls: list[ModelCall], code: ModelCode | None = None) -> None:
+    """Train every call's network in place, each as :func:`defenses.training.train_classifier`
+    would alone, all in one stacked loop (the calls share one :func:`call_key`); the networks end in
+    eval mode. Calls without a loss, targets or hook of their own train as the undefended models do
+    (:func:`train_stacked`'s engines); otherwise each model's loss is its own ``loss_fn`` on its own
+    rows, targets and epoch (:func:`_train_mlp_calls`, :func:`_train_grouped_calls`), and its epoch
+    hook gets its own network, whose weights are the stacked loop's own (views), current at every
+    step. ``code`` runs the models' own code (:class:`ModelCode`)."""
+    if not calls or call_key(calls[0]) is None or any(call_key(c) != call_key(calls[0]) for c in calls[1:]):
+        raise ValueError("train_calls needs calls that train stacked together (one call_key)")
+    code = code or ModelCode()
+    cfg, device = calls[0].cfg, torch.device(calls[0].ctx.device)
+    nets, trains, ctxs = [c.net for c in calls], [c.train for c in calls], [c.ctx for c in calls]
+    mlp = built_kind(nets[0]) == "mlp"
+    if all(c.plain() for c in calls):
+        if mlp:
+            _train_mlp_written_out(nets, trains, ctxs, cfg, device)
+        else:
+            _train_grouped(nets, trains, ctxs, cfg, device, None, cross_entropy_loss,
+                           StackOptions(channels_last=calls[0].channels_last))
+        return
+    if mlp:
+        _train_mlp_calls(calls, cfg, device, code)
+    else:
+        _train_grouped_calls(calls, cfg, device, code)
+
+
+def _cross_entropy(logits: torch.Tensor, targets: torch.Tensor, epoch: int) -> torch.Tensor:
+    """:func:`defenses.training.train_classifier`'s loss when none is given."""
+    return nn.functional.cross_entropy(logits, targets)
+
+
+def _own_targets(calls: list[ModelCall], device: torch.device) -> list[torch.Tensor]:
+    return [torch.from_numpy(c.train.y if c.targets is None else c.targets).to(device) for c in calls]
+
+
+def _run_hooks(calls: list[ModelCall], nets: list[nn.Module], targets: list[torch.Tensor], epoch: int,
+               code: ModelCode, device: torch.device) -> None:
+    """Each model's epoch hook before epoch ``epoch``, on its own network; new targets replace its own."""
+    for g, c in enumerate(calls):
+        if c.epoch_hook is None:
+            continue
+        with code.hook(g):
+            new = c.epoch_hook(epoch, nets[g])
+        nets[g].train()
+        if new is not None:
+            targets[g] = torch.from_numpy(new).to(device)
+
+
+def _model_losses(calls: list[ModelCall], logits: torch.Tensor, st: _Step, targets: list[torch.Tensor],
+                  code: ModelCode) -> list[torch.Tensor]:
+    """Each model's own loss on the step, as alone: its ``loss_fn`` (cross-entropy without one) on a
+    fresh (k_g, K) tensor of its logits on its k_g real rows, their targets and the epoch; models
+    without a real row take no step and compute nothing."""
+    out = []
+    for g, c in enumerate(calls):
+        k = int(st.counts[g])
+        if not k:
+            continue
+        z = logits[g, :k].clone()
+        t = targets[g][st.idx[g, :k]]
+        with code.loss(g):
+            out.append((c.loss_fn or _cross_entropy)(z, t, st.epoch))
+    return out
+
+
+def _backward(losses: list[torch.Tensor]) -> None:
+    """``loss.backward()`` of every model's loss at once (each model's gradients are its own loss's)."""
+    torch.autograd.backward(losses)
+
+
+def _direct_gradients(owned: list[list[torch.Tensor]]) -> list[tuple[int, int, torch.Tensor]]:
+    """(tensor index, model, gradient) of every gradient a loss left on a model's own parameters (a
+    loss that reads them: a penalty on the weights, another forward pass of the network), taken off
+    them: the stacked step adds them to the model's gradient, as the optimizer alone would see it."""
+    out = []
+    for g, params in enumerate(owned):
+        for i, p in enumerate(params):
+            if p.grad is not None:
+                out.append((i, g, p.grad))
+                p.grad = None
+    return out
+
+
+def _alias(mine: torch.Tensor, stacked: torch.Tensor) -> None:
+    """Make a model's own parameter or buffer (the same Python object) a view of its share of the
+    stacked tensor: what its fit, its loss and its hook read is the stacked loop's current value."""
+    mine.data = stacked.view(mine.shape)
+
+
+def _unalias(owned: list[list[torch.Tensor]]) -> None:
+    """Give the models' parameters and buffers storage of their own again, with their trained values."""
+    for tensors in owned:
+        for t in tensors:
+            t.data = t.detach().clone()
+
+
+def _train_mlp_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch.device, code: ModelCode) -> None:
+    """The written-out MLP engine (:class:`_StackedMLP`) with each model's own loss: the forward pass
+    and the backward pass through the layers written out as for cross-entropy, the gradient of each
+    model's loss with respect to its logits from autograd (:func:`_model_losses`), plus any gradient
+    the loss has with respect to the model's weights directly (:func:`_direct_gradients`)."""
+    g_models = len(calls)
+    nets = [c.net for c in calls]
+    layers = [_linears(net) for net in nets]
+    weights = [torch.stack([ls[i].weight.detach() for ls in layers]).to(device).contiguous() for i in range(3)]
+    biases = [torch.stack([ls[i].bias.detach() for ls in layers]).unsqueeze(1).to(device).contiguous()
+              for i in range(3)]
+    tensors = [t for pair in zip(weights, biases) for t in pair]  # W1, b1, W2, b2, W3, b3
+    owned: list[list[torch.Tensor]] = []
+    for g, ls in enumerate(layers):
+        mine: list[torch.Tensor] = []
+        for i, lin in enumerate(ls):
+            _alias(lin.weight, weights[i][g])
+            _alias(lin.bias, biases[i][g, 0])
+            mine += [lin.weight, lin.bias]
+        owned.append(mine)
+    for net in nets:
+        net.train()
+        for p in net.parameters():
+            p.grad = None
+    targets = _own_targets(calls, device)
+    data = _StackedBatches([c.train for c in calls], [c.ctx for c in calls], cfg, device)
+    stack = _StackedMLP(tensors, g_models, cfg.batch_size, cfg.momentum, cfg.weight_decay)
+    try:
+        for epoch, epoch_steps in enumerate(data.epochs()):
+            _run_hooks(calls, nets, targets, epoch, code, device)
+            for st in epoch_steps:
+                x = st.x.reshape(g_models, cfg.batch_size, -1)
+                z = stack.forward(x).clone().requires_grad_()
+                _backward(_model_losses(calls, z, st, targets, code))
+                dz = z.grad if z.grad is not None else torch.zeros_like(z)
+                stack.step_from_logit_gradient(x, dz, st.lrs, None if st.active is None else st.active.to(device),
+                                               _direct_gradients(owned))
+    finally:
+        _unalias(owned)
+    for net in nets:
+        net.eval()
+
+
+def _alias_grouped(grouped: nn.Module, nets: list[nn.Module]) -> tuple[list[list[torch.Tensor]],
+                                                                       list[tuple[torch.Tensor, list[torch.Tensor]]]]:
+    """Every model's parameters and BatchNorm statistics made views of its share of the grouped
+    network's (:func:`_alias`); returns each model's aliased tensors and, per grouped parameter,
+    the models' own parameters that are its shares."""
+    from defenses.grouped import GroupedBatchNorm2d, GroupedLinear
+
+    g_models = len(nets)
+    per_net = [dict(n.named_modules()) for n in nets]
+    owned: list[list[torch.Tensor]] = [[] for _ in nets]
+    shares: list[tuple[torch.Tensor, list[torch.Tensor]]] = []
+    for name, mod in grouped.named_modules():
+        if isinstance(mod, GroupedBatchNorm2d):
+            params, stats = ["weight", "bias"], ["running_mean", "running_var"]
+        elif isinstance(mod, (nn.Conv2d, GroupedLinear)):
+            params, stats = ["weight"] + (["bias"] if mod.bias is not None else []), []
+        else:
+            continue
+        for attr in params + stats:
+            stacked = getattr(mod, attr)
+            mine = [getattr(p[name], attr) for p in per_net]
+            for g, t in enumerate(mine):
+                _alias(t, model_axis(stacked.detach(), g_models)[g])
+                owned[g].append(t)
+            if attr in params:
+                shares.append((stacked, mine))
+    return owned, shares
+
+
+def _train_grouped_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch.device, code: ModelCode) -> None:
+    """The grouped engine (:func:`_train_grouped`) with each model's own loss (:func:`_model_losses`)
+    and epoch hook, the models' own networks views of the grouped one (:func:`_alias_grouped`)."""
+    g_models = len(calls)
+    nets = [c.net.to(device) for c in calls]
+    net = group_networks(nets).to(device).train()
+    if uses_channels_last(net, device, calls[0].channels_last):
+        net = net.to(memory_format=torch.channels_last)
+        layout = torch.channels_last
+    else:
+        layout = torch.contiguous_format
+    owned, shares = _alias_grouped(net, nets)
+    counted = [[m for m in n.modules() if isinstance(m, nn.BatchNorm2d)] for n in nets]
+    for n in nets:
+        n.train()
+        for p in n.parameters():
+            p.grad = None
+    norms = batch_norms(net)
+    params = list(net.parameters())
+    bufs = [torch.zeros_like(p) for p in params] if cfg.momentum else []
+    steps_taken = np.zeros(g_models, dtype=np.int64)
+    data = _StackedBatches([c.train for c in calls], [c.ctx for c in calls], cfg, device)
+    targets = _own_targets(calls, device)
+    try:
+        for epoch, epoch_steps in enumerate(data.epochs()):
+            _run_hooks(calls, nets, targets, epoch, code, device)
+            for st in epoch_steps:
+                xg = to_grouped(st.x).contiguous(memory_format=layout)
+                mask = None if st.full else st.mask.t().to(device)  # (B, G)
+                for bn in norms:
+                    bn.row_mask = mask
+                logits = from_grouped(net(xg), g_models)
+                for p in params:
+                    p.grad = None
+                _backward(_model_losses(calls, logits, st, targets, code))
+                for stacked, mine in shares:
+                    if stacked.grad is None:
+                        stacked.grad = torch.zeros_like(stacked)
+                    for g, t in enumerate(mine):
+                        if t.grad is not None:  # the loss read model g's own parameter directly
+                            model_axis(stacked.grad, g_models)[g].add_(t.grad.view_as(model_axis(stacked, g_models)[g]))
+                            t.grad = None
+                off = [] if st.active is None else (~st.active).nonzero().view(-1).tolist()
+                keep = [[model_axis(t, g_models)[i].clone() for t in params + bufs] for i in off]
+                _sgd_step(params, bufs, st.lrs, st.lr, g_models, cfg)
+                with torch.no_grad():
+                    for i, saved in zip(off, keep):
+                        for t, t0 in zip(params + bufs, saved):
+                            model_axis(t, g_models)[i] = t0
+                steps_taken += (st.mask.sum(1) > 0).numpy()
+    finally:
+        for bn in norms:
+            bn.row_mask = None
+        _unalias(owned)
+    with torch.no_grad():  # each BatchNorm counts the steps its model took (besides its loss's own passes)
+        for g, ms in enumerate(counted):
+            for m in ms:
+                m.num_batches_tracked.add_(int(steps_taken[g]))
+    for n in nets:
+        n.eval()

@@ -73,6 +73,11 @@ def train_classifier(
     before each epoch, may return new targets for all N samples (e.g. ALIBI's refreshed posteriors).
     ``channels_last`` (None: :func:`channels_last_default`) keeps a convolutional network's weights
     and activations channels-last (a memory layout: the same arithmetic, rounded in another order).
+
+    Called from a ``fit`` the runner co-trains (a plugin's, :mod:`defenses.cotrain`), the call waits
+    for the other models of its group and trains stacked with their calls, each model as here
+    (:func:`defenses.stacked.train_calls`), where the network is the preset's own
+    (:func:`init_network`); any other call trains here.
     """
     import torch
     from torch import nn
@@ -80,6 +85,11 @@ def train_classifier(
     from harness.core.augment import random_augment
 
     cfg = cfg or ctx.train
+    from defenses.cotrain import in_group_call
+    from defenses.stacked import ModelCall
+
+    if in_group_call(ModelCall(net, train, ctx, cfg, targets, loss_fn, epoch_hook, channels_last)):
+        return net
     device = torch.device(ctx.device)
     net.to(device).train()
     layout = torch.channels_last if uses_channels_last(net, device, channels_last) else torch.contiguous_format

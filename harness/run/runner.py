@@ -491,13 +491,44 @@ class _JobSetup:
             return fit()
         except (ConfigError, KeyboardInterrupt):
             raise
-        except RuntimeError as e:
-            if "deterministic" in str(e) and self.cfg.run.deterministic:
-                raise ConfigError(f"{e.__class__.__name__}: {str(e).splitlines()[0]} -- this operation has no "
-                                  "deterministic CUDA kernel; run with --set run.deterministic=false") from None
-            raise plugin_errors.wrap(e, self.defense, self.cfg.defense, "fit", self.where(indices)) from None
-        except Exception as e:  # the defense's own failure: reported with its own frames
-            raise plugin_errors.wrap(e, self.defense, self.cfg.defense, "fit", self.where(indices)) from None
+        except Exception as e:
+            raise self.failure(e, indices) from None
+
+    def failure(self, e: Exception, indices: Sequence[int]) -> Exception:
+        """What the defense's failure ``e`` in ``fit`` on models ``indices`` is reported as: a ConfigError
+        as it is, an operation without a deterministic CUDA kernel as a ConfigError naming the fix,
+        anything else as the defense's own (:func:`harness.run.plugin_errors.wrap`: its own frames)."""
+        if isinstance(e, ConfigError):
+            return e
+        if isinstance(e, RuntimeError) and "deterministic" in str(e) and self.cfg.run.deterministic:
+            return ConfigError(f"{e.__class__.__name__}: {str(e).splitlines()[0]} -- this operation has no "
+                               "deterministic CUDA kernel; run with --set run.deterministic=false")
+        return plugin_errors.wrap(e, self.defense, self.cfg.defense, "fit", self.where(indices))
+
+    def fit_together(self, indices: Sequence[int], trains: list[LabeledImages], ctxs: list[FitContext]) -> list[Any]:
+        """The defense's own ``fit`` of each model of ``indices``, co-trained (:mod:`defenses.cotrain`:
+        their ``train_classifier`` calls trained stacked), each with the global RNGs a ``fit`` alone
+        gets (:func:`seed_global_rngs` of its own seed); a failure is reported as the failing model's."""
+        from defenses.cotrain import FitFailed, fit_together
+
+        if len(indices) == 1:
+            return self.fit(lambda: [self.defense.fit(trains[0], ctxs[0])], indices)
+        try:
+            return fit_together(self.defense.fit, trains, ctxs, lambda i: seed_global_rngs(self.seed(indices[i])))
+        except FitFailed as f:
+            failed = f
+        except (ConfigError, KeyboardInterrupt):
+            raise
+        except Exception as e:
+            raise self.failure(e, indices) from None
+        error = failed.error
+        if not isinstance(error, Exception):  # Ctrl-C, SystemExit: as they are
+            raise error
+
+        def again() -> None:  # raised here again: its traceback (--debug) goes from this call to the defense's frames
+            raise error
+
+        return self.fit(again, [indices[failed.index]])
 
     def finish(self, index: int, train: LabeledImages, served: ServedModel, train_seconds: float) -> dict:
         """Query model ``index``, save its signals (and state with --save-models); return its metadata."""
@@ -574,17 +605,23 @@ def train_group(group: TrainGroup) -> list[dict]:
     """Train, query and save the models of ``group``; return their metadata in index order.
 
     Stacked when the defense can group the run's recipe (:meth:`~defenses.base.Defense.can_group`;
-    its ``fit_group`` may still return None, as for a lone convolutional model), with the block's
-    finished models (``with_finished``) trained beside them again and not saved; every saved
-    model's train_seconds is then the group's time / the models it trained.
+    its ``fit_group`` may still return None, as for a lone convolutional model), or through the
+    defense's own ``fit`` co-trained (:meth:`~defenses.base.Defense.cotrains`, a plugin's: its
+    ``train_classifier`` calls stacked, :mod:`defenses.cotrain`), with the block's finished models
+    (``with_finished``) trained beside them again and not saved; every saved model's train_seconds
+    is then the group's time / the models it trained.
     """
     setup = _JobSetup(group.run_dir, group.level, group.indices[0])
-    if setup.defense.can_group(setup.cfg.train):
+    own, cotrained = setup.defense.can_group(setup.cfg.train), setup.defense.cotrains(setup.cfg.train)
+    if own or cotrained:
         together = sorted((*group.indices, *group.with_finished))
         trains = [training_set(setup.data, setup.ld, i) for i in together]
         ctxs = [setup.context(i) for i in together]
         t0 = time.perf_counter()
-        served = setup.fit(lambda: setup.defense.fit_group(trains, ctxs), together)
+        if own:
+            served = setup.fit(lambda: setup.defense.fit_group(trains, ctxs), together)
+        else:
+            served = setup.fit_together(together, trains, ctxs)
         if served is not None:
             if len(served) != len(trains):
                 raise plugin_errors.PluginFailure(f"{setup.cfg.defense} ({setup.where(together)}): fit_group "
@@ -597,7 +634,8 @@ def train_group(group: TrainGroup) -> list[dict]:
 
 def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
     """Models per training job: ``run.group_size``, or for 0 (auto) the measured choice for the
-    recipe and device (docs/executors.md): where the defense trains stacked models, for the grouped
+    recipe and device (docs/executors.md): where the defense trains stacked models (its own
+    ``fit_group``, or a plugin's ``fit`` co-trained: :meth:`~defenses.base.Defense.trains_in_groups`), for the grouped
     CNNs (``cnn``, ``airbench``) AUTO_GPU_GROUP_SIZE on a GPU and 1 on the CPU (a stacked CNN was
     measured slower there), else AUTO_GROUP_SIZE (the ``mlp`` recipes, DP-SGD's ``cnn-gn``); 1 where
     the defense trains one model at a time."""
@@ -605,7 +643,7 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
         return cfg.run.group_size
     from defenses.stacked import GROUPED_MODELS
 
-    if not defense.can_group(cfg.train):
+    if not defense.trains_in_groups(cfg.train):
         return 1
     if cfg.train.model in GROUPED_MODELS:
         return AUTO_GPU_GROUP_SIZE if resolve_device(cfg.run.device).startswith("cuda") else 1
@@ -671,7 +709,8 @@ def train_all(
     out = []
     defense = make_defense(prep.cfg)
     size = group_size(prep.cfg, defense)
-    groups = make_groups(pending_jobs(prep), size, prep.cfg.audit.models if defense.can_group(prep.cfg.train) else None)
+    groups = make_groups(pending_jobs(prep), size,
+                         prep.cfg.audit.models if defense.trains_in_groups(prep.cfg.train) else None)
     for group, metas in executor.map(train_group, groups):
         for meta in metas:
             out.append(meta)
