@@ -14,6 +14,7 @@ import defenses
 from harness.core.config import ExperimentConfig, apply_defense_preset, load_preset_mapping, validate_config
 from harness.core.overrides import (apply_overrides, route_overrides, run_attack_names, settle_attack_params,
                                     settle_canary_params)
+from harness.plugins import portable_reference
 
 __all__ = ["build_config"]
 
@@ -25,7 +26,9 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
     overrides a defense takes as its own parameters and refuses the ones nothing would read.
     Paths that locate inputs and outputs (``data.path``, ``run.out``, the defense's plumbing
     parameters) are made absolute against the current folder
-    (:meth:`~harness.core.config.ExperimentConfig.with_absolute_paths`: the run fingerprint is unchanged).
+    (:meth:`~harness.core.config.ExperimentConfig.with_absolute_paths`: the run fingerprint is unchanged),
+    and so is a file plugin's path in ``defense`` (:func:`harness.plugins.portable_reference`), so that the
+    run's config.json finds the plugin from any folder.
     Raises :class:`ConfigError` on any mistake.
     """
     overrides = overrides or {}
@@ -40,7 +43,9 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
     routed = route_overrides(raw, overrides, defense_cls)
     merged = settle_canary_params(apply_overrides(raw, routed), routed, defense_cls)
     merged = settle_attack_params(merged, routed, run_attack_names(merged, defense_cls))
-    return validate_config(merged).with_absolute_paths(defense_cls.plumbing_params)
+    cfg = validate_config(merged)
+    cfg = cfg.model_copy(update={"defense": portable_reference(cfg.defense)})  # a plugin file found from any folder
+    return cfg.with_absolute_paths(defense_cls.plumbing_params)
 
 
 def with_absolute_paths(cfg: ExperimentConfig) -> ExperimentConfig:

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING
 import attacks
 import canaries
 import defenses
+from harness.core.config import absolute_path
 from harness.core.errors import ConfigError
-from harness.core.registry import PluginKind
+from harness.core.registry import PluginKind, is_file_reference
 
 if TYPE_CHECKING:
     from defenses.base import Defense
@@ -31,6 +32,17 @@ def resolve(kind_name: str, ref: str) -> type:
     """The plugin class of ``kind_name`` (defenses, attacks, canaries) for a name, an entry point or
     ``path/to/file.py:ClassName``; PluginError (one line) otherwise."""
     return kind(kind_name).resolve(ref)
+
+
+def portable_reference(ref: str) -> str:
+    """``ref`` as a run stores it (config.json's ``defense``): a file plugin's ``path/to/file.py:ClassName``
+    with its path made absolute against the current folder (:func:`harness.core.config.absolute_path`:
+    ``~`` expanded, ``..`` removed), so that ``harness attack``, ``harness report`` and a resume find
+    the file from any folder; a built-in's or an entry point's name as it is."""
+    if not is_file_reference(ref):
+        return ref
+    path, _, name = ref.rpartition(":")
+    return f"{absolute_path(path)}:{name}"
 
 
 def available(kind_name: str) -> list[str]:

@@ -78,3 +78,34 @@ def test_evaluate_runs_a_defense_from_a_file(tmp_path):
     # a lookup table answers members perfectly and non-members never: LiRA finds all of them
     assert results["sample"]["best"]["tpr_at_fpr"]["0.0"] == 1.0
     assert results["defense"].endswith(":MemorizeDefense")
+
+
+def test_a_run_of_a_plugin_named_by_a_relative_path_is_attacked_from_another_folder(tmp_path, monkeypatch):
+    """`harness evaluate my_defense.py:Class` run in one folder stores the plugin's absolute path, so
+    `harness attack` and `harness report` on the run work from any other folder."""
+    made, elsewhere = tmp_path / "made", tmp_path / "elsewhere"
+    made.mkdir()
+    elsewhere.mkdir()
+    (made / "my_defense.py").write_text(PLUGIN)
+    monkeypatch.chdir(made)
+    res = CliRunner().invoke(app, ["evaluate", "my_defense.py:MemorizeDefense", "--models", "6", "--audit-size", "40",
+                                   "--workers", "1", "--level", "population", "--out", "runs",
+                                   "--set", "attack.bootstrap=20"])
+    assert res.exit_code == 0, res.output
+    (run_dir,) = (made / "runs").iterdir()
+    stored = json.loads((run_dir / "config.json").read_text())["defense"]
+    assert stored == f"{made / 'my_defense.py'}:MemorizeDefense"
+    monkeypatch.chdir(elsewhere)
+    relative = f"../made/runs/{run_dir.name}"
+    for command in (["attack", relative, "--set", "attack.bootstrap=20"], ["report", relative]):
+        res = CliRunner().invoke(app, command)
+        assert res.exit_code == 0, (command, res.output)
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["defense"] == stored
+    # the same command in the folder it was made in finds the same run (the same fingerprint): nothing retrains
+    monkeypatch.chdir(made)
+    res = CliRunner().invoke(app, ["evaluate", "my_defense.py:MemorizeDefense", "--models", "6", "--audit-size", "40",
+                                   "--workers", "1", "--level", "population", "--out", "runs",
+                                   "--set", "attack.bootstrap=20"])
+    assert res.exit_code == 0, res.output
+    assert [p.name for p in (made / "runs").iterdir()] == [run_dir.name]
