@@ -17,6 +17,8 @@
   al. 2022): GroupNorm(min(16, C), C), norm after the ReLU (``conv(norm(relu(x)))``), skip
   ``Seq(ReLU, GN, conv1x1)``, head ``norm(relu(x))``, weights trunc_normal(std=1/sqrt(fan_in)),
   biases 0; 2,751,562 parameters.
+- ``scatter-linear``, ``scatter-cnn``: a linear or small CNN head on fixed scattering features of the
+  image (Tramer and Boneh 2021; :mod:`defenses.scatter_models`), the ``cifar10-scatter`` preset's.
 
 :func:`build_model` records what it built on the module (``net.harness_arch``: kind, image shape,
 classes, width), so that a trained network can be saved and rebuilt (:func:`rebuild_model`;
@@ -247,7 +249,7 @@ class AirbenchNet(nn.Module):
         return self.head(self.body(x)) / 9.0
 
 
-MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench")
+MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear", "scatter-cnn")
 #: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
 BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4", "airbench")
 
@@ -287,6 +289,10 @@ def _build(kind: str, image_shape: tuple[int, ...], num_classes: int, width: int
         return WideResNet(c, num_classes, depth=16, widen=4)
     if kind == "wrn16-4-gn":
         return WideResNetGN(c, num_classes, depth=16, widen=4)
+    if kind.startswith("scatter-"):
+        from defenses.scatter_models import build_scatter_model
+
+        return build_scatter_model(kind, image_shape, num_classes, width)
     if kind == "airbench":
         if tuple(image_shape[1:]) != (32, 32):
             raise ValueError(f"the airbench network needs 32x32 images, got {image_shape[1]}x{image_shape[2]}")

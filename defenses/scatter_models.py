@@ -1,0 +1,129 @@
+"""Networks on fixed scattering features (Tramer and Boneh, ICLR 2021): the ``scatter-linear`` and
+``scatter-cnn`` model kinds of :mod:`defenses.models`.
+
+A :class:`FeatureNet` takes normalized images like every other network of the harness, so every
+defense trains it and every attack queries it unchanged: its forward pass is ``head(features(x))``,
+``features`` the J = 2, L = 8 scattering transform (:func:`harness.core.scattering.scatter`; RGB
+32 x 32 -> 243 x 8 x 8) read through a :class:`harness.core.feature_cache.FeatureCache` shared by
+every network of the process, so that each image's features are computed once per machine (the
+cache's disk folder, :func:`feature_cache_root`) and the models train only their heads. The
+transform has no parameters: ``state_dict`` holds the head's only.
+
+Heads (Tramer and Boneh's ``ScatterLinear`` and their CIFAR-10 CNN on scattering features,
+github.com/ftramer/Handcrafted-DP, models.py):
+
+- ``scatter-linear``: GroupNorm(27 groups, 243 channels, no affine) -> flatten -> Linear(15 552, K);
+- ``scatter-cnn``: GroupNorm(27, 243, no affine) -> conv3x3(64) -> tanh -> maxpool 2 -> conv3x3(64)
+  -> tanh -> flatten (64 x 4 x 4) -> Linear(1 024, K).
+
+GroupNorm (not their privately estimated BatchNorm statistics) keeps each sample's forward pass
+independent of the data, so DP-SGD's per-sample gradients and its accounting need nothing extra.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from harness.core.feature_cache import FeatureCache
+from harness.core.scattering import output_shape, scatter
+
+#: the scattering's scales and angles (Tramer and Boneh's CIFAR-10 setting)
+SCATTER_J, SCATTER_L = 2, 8
+#: GroupNorm groups over the 243 scattering channels (Tramer and Boneh's CIFAR-10 choice among 9 / 27 / 81)
+SCATTER_GROUPS = 27
+#: the environment variable naming the features' disk folder
+CACHE_ENV = "HARNESS_FEATURE_CACHE"
+
+_SHARED: dict[tuple, FeatureCache] = {}  # one cache per (parameters, folder) in a process: a memo, no state
+
+
+def feature_cache_root() -> Path:
+    """The disk folder of cached features: ``$HARNESS_FEATURE_CACHE``, else
+    ``$XDG_CACHE_HOME/privacy-harness/features`` (``~/.cache/...``)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "privacy-harness" / "features"
+
+
+def scattering_params(device: torch.device | str) -> dict:
+    """What identifies the features (the cache key): transform, J, L, kymatio and torch versions,
+    the device type (CPU and GPU round differently)."""
+    from harness.core.scattering import kymatio_scattering2d
+
+    kymatio_scattering2d()  # imports kymatio through the SciPy shim
+    import kymatio
+
+    return {"transform": "scattering2d", "J": SCATTER_J, "L": SCATTER_L, "max_order": 2,
+            "kymatio": kymatio.__version__, "torch": torch.__version__, "device": torch.device(device).type}
+
+
+def shared_cache(device: torch.device | str = "cpu") -> FeatureCache:
+    """The process's scattering cache for ``device``'s type and the current cache folder (built on
+    first use)."""
+    root = feature_cache_root()
+    key = (torch.device(device).type, str(root))
+    if key not in _SHARED:
+        _SHARED[key] = FeatureCache(lambda x: scatter(x, SCATTER_J, SCATTER_L), scattering_params(device), root)
+    return _SHARED[key]
+
+
+class FeatureNet(nn.Module):
+    """``head(scatter(x))`` for normalized images x (N, C, H, W); the transform is read through the
+    shared cache (not a submodule: no parameters, not in ``state_dict``, shared by copies)."""
+
+    def __init__(self, head: nn.Module) -> None:
+        super().__init__()
+        self.head = head
+
+    def features(self, x: torch.Tensor) -> torch.Tensor:
+        return shared_cache(x.device)(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.features(x))
+
+
+class ScatterLinear(nn.Module):
+    """GroupNorm (no affine) over the scattering channels, then one linear layer."""
+
+    def __init__(self, channels: int, spatial: int, num_classes: int) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(SCATTER_GROUPS, channels, affine=False)
+        self.fc = nn.Linear(channels * spatial, num_classes)
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.norm(f).flatten(1))
+
+
+class ScatterCNN(nn.Module):
+    """GroupNorm (no affine), conv3x3(64)-tanh-maxpool-conv3x3(64)-tanh, one linear layer."""
+
+    def __init__(self, channels: int, side: int, num_classes: int, width: int = 64) -> None:
+        super().__init__()
+        self.norm = nn.GroupNorm(SCATTER_GROUPS, channels, affine=False)
+        self.features = nn.Sequential(nn.Conv2d(channels, width, 3, padding=1), nn.Tanh(), nn.MaxPool2d(2),
+                                      nn.Conv2d(width, width, 3, padding=1), nn.Tanh())
+        self.fc = nn.Linear(width * (side // 2) ** 2, num_classes)
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.features(self.norm(f)).flatten(1))
+
+
+def build_scatter_model(kind: str, image_shape: tuple[int, ...], num_classes: int, width: int) -> FeatureNet:
+    """``scatter-linear`` or ``scatter-cnn`` for images of ``image_shape`` (``width``: the CNN's
+    channels; the linear head has none)."""
+    c, h, w = output_shape(tuple(image_shape), SCATTER_J, SCATTER_L)  # type: ignore[arg-type]
+    if c % SCATTER_GROUPS:
+        raise ValueError(f"scattering features of {image_shape[0]}-channel images have {c} channels, "
+                         f"not divisible into {SCATTER_GROUPS} groups")
+    if kind == "scatter-linear":
+        return FeatureNet(ScatterLinear(c, h * w, num_classes))
+    if kind == "scatter-cnn":
+        if h != w or h % 2:
+            raise ValueError(f"the scattering CNN head needs square feature maps of even side, not {h} x {w}")
+        return FeatureNet(ScatterCNN(c, h, num_classes, width))
+    raise ValueError(f"unknown scattering model {kind!r}")
