@@ -5,8 +5,8 @@ label is kept, as in the paper's code: the original label of the replaced sample
 respect to the new image's content and class-balanced (``label: random`` draws a uniform label
 instead). Sources (``audit.canary_params.ood.source``):
 
-- unset (the paper's; the ``paper`` preset): ``ood_imagenet_samples.pt`` in the dataset folder
-  (``data.path``), the file the paper's code loads from its data directory: a bare uint8 tensor
+- unset (the paper's; the ``paper`` and ``cifar10-scatter`` presets): ``ood_imagenet_samples.pt`` in
+  the dataset folder (``data.path``) or the folder above it, the file the paper's code loads from its data directory: a bare uint8 tensor
   [500, 3, 32, 32] (one ImageNet train image per class for 500 classes). When the folder lacks it
   and ``data.download`` is set (cifar10), it is fetched from the paper's public repository at a
   pinned commit and kept only if its SHA-256 is the published file's

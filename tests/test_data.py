@@ -155,3 +155,18 @@ def test_npz_with_nan_pixels_is_one_error_line_before_any_run_directory(tmp_path
     assert res.exit_code == 2, res.output
     assert "error:" in res.output and "NaN or infinite" in res.output and "Traceback" not in res.output
     assert not (tmp_path / "runs").exists()
+
+
+def test_the_papers_ood_file_is_found_beside_the_dataset_folder(tmp_path):
+    """issue 55: ../shared/data holds cifar10-subset/ and ood_imagenet_samples.pt side by side; the
+    file in the dataset folder itself comes first; in neither, without download, one clear error."""
+    from harness.core.data import PAPER_OOD_FILE, DataError, paper_ood_file
+
+    folder = tmp_path / "cifar10-subset"
+    folder.mkdir()
+    with pytest.raises(DataError, match="or above it"):
+        paper_ood_file(folder, download=False)
+    (tmp_path / PAPER_OOD_FILE).write_bytes(b"above")
+    assert paper_ood_file(folder, download=False) == tmp_path / PAPER_OOD_FILE
+    (folder / PAPER_OOD_FILE).write_bytes(b"inside")
+    assert paper_ood_file(folder, download=False) == folder / PAPER_OOD_FILE

@@ -354,15 +354,18 @@ def download_verified(url: str, path: Path, sha256: str, what: str) -> None:
 
 
 def paper_ood_file(folder: Path, *, download: bool) -> Path:
-    """The paper's OOD canary file in the data folder ``folder``; fetched from :data:`PAPER_OOD_URL` and
-    checked against :data:`PAPER_OOD_SHA256` when it is absent and ``download`` (``data.download``) is
-    set. Absent without ``download``: a :class:`DataError` naming ``data.download``. A file already
-    there is used as it is (canaries/ood.py records its MD5 and whether it is the paper's)."""
+    """The paper's OOD canary file in the data folder ``folder``, or else in the folder above it (a
+    dataset folder beside the file: ``data/cifar10-subset`` and ``data/ood_imagenet_samples.pt``);
+    fetched into ``folder`` from :data:`PAPER_OOD_URL` and checked against :data:`PAPER_OOD_SHA256`
+    when it is in neither and ``download`` (``data.download``) is set. Absent without ``download``: a
+    :class:`DataError` naming ``data.download``. A file found is used as it is (canaries/ood.py records
+    its path, its MD5 and whether it is the paper's)."""
+    for path in (folder / PAPER_OOD_FILE, folder.parent / PAPER_OOD_FILE):
+        if path.is_file():
+            return path
     path = folder / PAPER_OOD_FILE
-    if path.is_file():
-        return path
     if not download:
-        raise DataError(f"no {PAPER_OOD_FILE} (the paper's OOD canaries) in the data folder {str(folder)!r} and "
+        raise DataError(f"no {PAPER_OOD_FILE} (the paper's OOD canaries) in the data folder {str(folder)!r} or above it, and "
                         f"data.download is false: --set data.download=true (cifar10) fetches it from {PAPER_OOD_URL}")
     download_verified(PAPER_OOD_URL, path, PAPER_OOD_SHA256, f"the paper's OOD canaries ({PAPER_OOD_FILE})")
     return path
