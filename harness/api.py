@@ -463,7 +463,7 @@ def import_outputs(plan: Path | str, outputs: Path | str, *, run_dir: Path | str
     """Audit models trained outside the harness from their outputs (``harness import``): check the
     plan and every output file under ``outputs`` (``<experiment>/model_0007.npz``) before anything
     is written, build a normal run directory of the ``external`` defense (default
-    ``<run.out>/external-<preset>-<fingerprint>``; ``run_dir`` names it), run the attack phase and
+    ``<run.out>/external-<name>-<preset>-<fingerprint>``; ``run_dir`` names it), run the attack phase and
     return its :class:`Results`. ``partial``: audit the models present when some are missing and
     the design stays balanced enough (a ``note`` says how many); ``name``: a label for the models;
     ``overrides``: ``attack.*`` settings and ``run.out``; ``force``: import although the

@@ -78,20 +78,51 @@ def fitted_test_outputs(y_test: np.ndarray, rng: np.random.Generator, k: int = 1
     return z, float((z.argmax(-1) == y_test).mean())
 
 
+def model_like_outputs(plan: Path, name: str, rng: np.random.Generator, right: float = 0.85, noise: float = 0.5
+                       ) -> tuple[np.ndarray, np.ndarray, float]:
+    """(logits (Q, A, K), test_logits (T, K), their test accuracy) of a made-up model of experiment
+    ``name`` that answers like a trained one, for the import's checks: a base shared by every model
+    of the experiment (each test image and query row answered with its label for a fraction
+    ``right`` of them: the easy samples), plus this model's own N(0, ``noise``) noise; the population rows
+    are its test outputs on those test images, and every view is view 0 plus a little noise."""
+    import zlib
+
+    meta = json.loads((plan / "plan.json").read_text())
+    e = meta["experiments"][name]
+    k = meta["num_classes"]
+    q, a, _ = e["logits_shape"]
+    with np.load(plan / "data.npz") as d, np.load(plan / e["files"]["query"]) as qf, \
+            np.load(plan / e["files"]["design"]) as z:
+        y_test, y, pop = d["y_test"], qf["y"], z["population_indices"]
+    shared = np.random.default_rng(zlib.crc32(f"{meta['fingerprint']}/{name}".encode()))
+
+    def base(labels: np.ndarray) -> np.ndarray:
+        z = shared.normal(size=(len(labels), k))
+        hit = np.flatnonzero(shared.random(len(labels)) < right)
+        z[hit, labels[hit]] += 6.0
+        return z
+
+    test_logits = (base(y_test) + noise * rng.normal(size=(len(y_test), k))).astype(np.float32)
+    rows = base(y) + noise * rng.normal(size=(q, k))
+    part = {p["name"]: (p["start"], p["stop"]) for p in e["query_parts"]}
+    if "population" in part:
+        rows[part["population"][0]:part["population"][1]] = test_logits[pop]
+    logits = (rows[:, None, :] + 0.3 * rng.normal(size=(q, a, k))).astype(np.float32)
+    logits[:, 0] = rows
+    return logits, test_logits, float((test_logits.argmax(-1) == y_test).mean())
+
+
 def synthetic_outputs(plan: Path, out: Path, seed: int = 0, models: list[int] | None = None) -> Path:
-    """Output files of the right form for every model (random query logits, test logits of a model
-    above chance, the accuracy they give): for the checks of the import."""
+    """Output files of the right form for every model, of made-up models that answer like trained
+    ones (:func:`model_like_outputs`) and fit no member: for the checks of the import."""
     meta = json.loads((plan / "plan.json").read_text())
     rng = np.random.default_rng(seed)
-    with np.load(plan / "data.npz") as d:
-        y_test = d["y_test"]
-    for name, e in meta["experiments"].items():
+    for name in meta["experiments"]:
         for i in models if models is not None else range(meta["num_models"]):
             f = out / name / f"model_{i:04d}.npz"
             f.parent.mkdir(parents=True, exist_ok=True)
-            test_logits, acc = fitted_test_outputs(y_test, rng)
-            np.savez(f, logits=rng.normal(size=e["logits_shape"]).astype(np.float32),
-                     plan_fingerprint=np.array(meta["fingerprint"]), experiment=np.array(name),
+            logits, test_logits, acc = model_like_outputs(plan, name, rng)
+            np.savez(f, logits=logits, plan_fingerprint=np.array(meta["fingerprint"]), experiment=np.array(name),
                      test_logits=test_logits, test_accuracy=np.array(acc))
     return out
 

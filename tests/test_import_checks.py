@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 from conftest import wait_for
-from test_external_models import (_import, _one_error, _plan, _publish, _rewrite, fitted_test_outputs, runner,
+from test_external_models import (_import, _one_error, _plan, _publish, _rewrite, model_like_outputs, runner,
                                   synthetic_outputs)
 
 from harness.cli import app
@@ -36,22 +36,19 @@ BIG = {"audit.size": 120}
 
 def fitting_outputs(plan: Path, out: Path, seed: int = 0, strength: float = 5.0,
                     membership: dict[str, np.ndarray] | None = None) -> Path:
-    """Output files of models that fit their members: random logits, plus ``strength`` on the label
-    of every audit sample a model holds (per the plan's membership, or ``membership``), at every
-    view; test logits of a model right 80% of the time and the accuracy they give."""
+    """Output files of models that fit their members: a made-up model's outputs (model_like_outputs),
+    plus ``strength`` on the label of every audit sample a model holds (per the plan's membership,
+    or ``membership``), at every view."""
     meta = json.loads((plan / "plan.json").read_text())
     rng = np.random.default_rng(seed)
-    with np.load(plan / "data.npz") as d:
-        y_test = d["y_test"]
     for name, e in meta["experiments"].items():
         with np.load(plan / e["files"]["train"]) as t, np.load(plan / e["files"]["query"]) as q:
             member = t["membership"] if membership is None else membership[name]
             y = q["y"][:member.shape[1]]
         for i in range(meta["num_models"]):
-            logits = rng.normal(size=e["logits_shape"]).astype(np.float32)
+            logits, test_logits, acc = model_like_outputs(plan, name, rng)
             rows = np.flatnonzero(member[i])
             logits[rows, :, y[rows]] += strength
-            test_logits, acc = fitted_test_outputs(y_test, rng)
             f = out / name / f"model_{i:04d}.npz"
             f.parent.mkdir(parents=True, exist_ok=True)
             np.savez(f, logits=logits, plan_fingerprint=np.array(meta["fingerprint"]), experiment=np.array(name),

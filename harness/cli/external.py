@@ -80,14 +80,19 @@ def import_(
     together: degenerate outputs, chance accuracy, membership consistency), build a run directory,
     run the attacks and print the report."""
     with guard(interrupted="nothing was written: the run directory appears only once complete"):
-        from harness.api import import_outputs
-        from harness.audit.report import print_report
+        from harness.run.external import precheck_import
 
         overrides = parse_set_options(set_)
         if run_dir is not None and out is not None:
             raise ConfigError("--out is the parent folder of new run directories; --run-dir names the directory "
                               "itself: give one of them")
         overrides.update(flag_overrides(out=out))
+        # the checks that read no model's outputs, across every file, before the API (scipy, torch) is loaded:
+        # a wrong name, shape, fingerprint or run_id anywhere is told in about a second
+        precheck_import(plan_dir, outputs, partial=partial, name=name, overrides=overrides)
+        from harness.api import import_outputs
+        from harness.audit.report import print_report
+
         with ProgressView() as view:
             results = import_outputs(plan_dir, outputs, run_dir=run_dir, partial=partial, name=name,
                                      overrides=overrides, wait=wait, force=force, probabilities=probabilities,

@@ -20,18 +20,19 @@ copies of every audit sample under every view for R repetitions (the harness's o
 harness.run.signals.ssl_view_pairs).
 
 The trainer writes ``OUTPUTS/<experiment>/model_0007.npz`` per model: ``logits`` (Q, A, K) float16
-or float32 over the query views, ``plan_fingerprint`` (plan.json's), optionally ``test_accuracy``
-and ``train_seconds``, and ``features`` (2, R, A, C, D), the model's features (e.g. its penultimate
-activations) on ``v1`` and ``v2``, where the plan has SSL views: the import turns them into the
-white-box ``contrastive_features`` signal (the Fisher-transformed cosine similarity of each pair).
+or float32 over the query views, ``plan_fingerprint`` (plan.json's), ``experiment``, ``test_logits``
+(T, K), optionally ``test_accuracy``, ``train_seconds`` and ``run_id`` (the training run that wrote
+it), and ``features`` (2, R, A, C, D), the model's features (e.g. its penultimate activations) on
+``v1`` and ``v2``, where the plan has SSL views: the import turns them into the white-box
+``contrastive_features`` signal (the Fisher-transformed cosine similarity of each pair).
 
 ``harness import PLAN --outputs OUTPUTS`` (:func:`check_import`) checks every file before anything
-is written (the plan's hashes and fingerprint, each file's readability, names, dtypes, shapes,
-finite values and fingerprint, the model count, missing models; ``--partial`` audits the models
-present where the design stays balanced enough), then (:func:`write_import`) builds a normal run
-directory of the ``external`` defense (defenses/external.py) in a temp folder beside its
-destination, which the API attacks and then renames into place: a failure at any step leaves
-nothing behind.
+is written, the cheap checks across every file first (harness.run.output_checks: its table says what
+each check catches and what it cannot), then the plan's hashes and fingerprint, then the outputs and
+the models together; ``--partial`` audits the models present where the design stays balanced
+enough. Then (:func:`write_import`) it builds a normal run directory of the ``external`` defense
+(defenses/external.py) in a temp folder beside its destination, which the API attacks and then
+renames into place: a failure at any step leaves nothing behind.
 """
 
 from __future__ import annotations
@@ -44,7 +45,6 @@ import re
 import shutil
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -55,11 +55,13 @@ from harness.core import jsonio
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
-from harness.core.checks import probability_rows
 from harness.core.labels import bidi_controls
 from harness.core.signals import CONTRASTIVE_REPETITIONS
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run.fingerprint import run_fingerprint, sha256_json, trained_config
+from harness.run.output_checks import OUTPUT_ARRAYS, PROBABILITY_FLOOR, ModelOutputs, RowLabels, check_models, \
+    check_output_file, check_run_ids, output_name, read_header
+from harness.run.output_checks import scan_outputs as _scan
 from harness.run.runstore import LevelDesign, RunDir, atomic_write_bytes, sha256_arrays
 
 PLAN_FORMAT = "privacy-harness audit plan"
@@ -68,37 +70,14 @@ PLAN_FORMAT = "privacy-harness audit plan"
 PLAN_VERSION = 2
 PLAN_FILE = "plan.json"
 DEFENSE = "external"
-#: arrays an output file may hold: name -> (required, what it is)
-OUTPUT_ARRAYS = {
-    "logits": (True, "the model's outputs (Q, A, K) over the query views, float16 or float32"),
-    "plan_fingerprint": (True, "plan.json's fingerprint, a string"),
-    "experiment": (True, "the experiment the model was trained for (its folder's name), a string"),
-    "test_logits": (True, "the model's outputs (T, K) on data.npz's x_test as it is (no view), float16 or float32: "
-                          "the import computes the model's test accuracy from them"),
-    "test_accuracy": (False, "the model's accuracy on the test set, a number in [0, 1]: checked against the one its "
-                             "test_logits give"),
-    "train_seconds": (False, "seconds the model took to train, a number >= 0"),
-    "features": (False, "features (2, R, A, C, D) on ssl_views.npz's v1 and v2, float16 or float32: required where "
-                        "the plan has SSL views (a white-box attack), refused elsewhere"),
-}
 #: the white-box signal an outside model's features on the plan's SSL views provide
 FEATURE_SIGNAL = "contrastive_features"
 #: the signals an outside model's outputs provide, by the part of the query set they are read from
 PART_SIGNALS = {"audit": "logits", "population": "population_logits", "neighbours": "neighbour_logits"}
-#: how far a claimed test_accuracy may lie from the one the test_logits give: half a point, or two test
-#: images on a test set of fewer than 400 (a trainer's own evaluation may round or batch differently)
-ACCURACY_TOLERANCE = 0.005
-#: what ``--probabilities`` clips probabilities at before taking their log (a probability of 0 has none)
-PROBABILITY_FLOOR = 1e-30
 #: per audit sample, members and non-members a partial import keeps at least (leave-one-out LiRA needs
 #: 2 IN and 2 OUT shadows per victim once the victim and the balancing drop, attacks/loo.py, are left out)
 MIN_PER_GROUP = 3
-OUTPUT_NAME = re.compile(r"^model_(\d{4,})\.npz$")
 DEVICE = "outside the harness"
-
-
-def output_name(index: int) -> str:
-    return f"model_{index:04d}.npz"
 
 
 def _npz_bytes(**arrays: np.ndarray) -> bytes:
@@ -524,23 +503,6 @@ def read_plan(folder: Path, check_files: bool = True) -> Plan:
 # --- the outputs -----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ModelOutputs:
-    """One output file, checked: its arrays and the file's SHA-256."""
-
-    experiment: str
-    index: int
-    path: Path
-    sha256: str
-    logits: np.ndarray
-    test_accuracy: float  # computed from test_logits
-    train_seconds: float | None
-    features: np.ndarray | None = None
-    test_logits: np.ndarray | None = None
-    claimed_accuracy: float | None = None  # the file's own test_accuracy, where it has one
-    converted: bool = False  # probabilities turned into log-probabilities (--probabilities)
-
-
 @dataclass
 class ImportJob:
     """An import checked and ready to write (:func:`check_import`); nothing written yet."""
@@ -558,191 +520,6 @@ class ImportJob:
     path: Path | None = None
     forced: list[str] = field(default_factory=list)  # checks that failed and were accepted with --force
     probabilities: bool = False  # the outputs were probabilities, converted (--probabilities)
-
-
-def _scalar(z: Any, key: str, f: Path) -> float:
-    a = np.asarray(z[key])
-    if a.size != 1 or not (np.issubdtype(a.dtype, np.number) and not np.issubdtype(a.dtype, np.complexfloating)):
-        raise ConfigError(f"{f}: {key} must be one number, got an array of shape {a.shape} and dtype {a.dtype}")
-    v = float(a.reshape(()))
-    if not np.isfinite(v):
-        raise ConfigError(f"{f}: {key} is {v}, not a finite number")
-    return v
-
-
-def check_output_file(plan: Plan, experiment: str, index: int, f: Path, test_labels: np.ndarray,
-                      probabilities: bool = False) -> ModelOutputs:
-    """Read and check one model's output file; a ConfigError (one line, naming the file) otherwise.
-    ``test_labels``: data.npz's y_test (its test accuracy is computed from its test_logits);
-    ``probabilities``: take the log of outputs that are probabilities (``--probabilities``),
-    which are refused otherwise."""
-    e = plan.meta["experiments"][experiment]
-    q, a, k = e["logits_shape"]
-    try:
-        data = f.read_bytes()
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            names = list(z.files)
-            arrays = {n: z[n] for n in names}
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as e_:
-        why = str(e_).splitlines()[0] if str(e_) else ""
-        raise ConfigError(f"{f} is not a readable .npz file ({type(e_).__name__}{': ' + why if why else ''}; a "
-                          "truncated or unfinished write?): write it again with numpy.savez") from None
-    unknown = sorted(set(names) - set(OUTPUT_ARRAYS))
-    if unknown:
-        raise ConfigError(f"{f} holds array {unknown[0]!r}, which an output file does not have (its arrays: "
-                          f"{', '.join(OUTPUT_ARRAYS)})")
-    absent = [n for n, (req, _) in OUTPUT_ARRAYS.items() if req and n not in names]
-    if absent:
-        raise ConfigError(f"{f} lacks {absent[0]!r} ({OUTPUT_ARRAYS[absent[0]][1]})")
-    theirs = _text(arrays["plan_fingerprint"], "plan_fingerprint", f, plan.fingerprint, 'np.array(plan["fingerprint"])')
-    if theirs != plan.fingerprint:
-        shown = f"fingerprint {theirs[:12]}" if theirs else f"plan_fingerprint {arrays['plan_fingerprint']!r:.40}"
-        raise ConfigError(f"{f} was written for another plan ({shown}; this plan's is {plan.fingerprint[:12]}): "
-                          f"train from the files of {plan.path} and write its fingerprint")
-    written_for = _text(arrays["experiment"], "experiment", f, experiment, "np.array(name)")
-    if written_for != experiment:
-        if written_for in plan.experiments:
-            raise ConfigError(f"{f} was written for experiment {written_for!r} but lies in the folder of {experiment!r}: "
-                              "the experiment folders are swapped or mixed up; move each file to the folder its "
-                              "experiment array names")
-        raise ConfigError(f"{f}: experiment is {written_for!r:.60}, which is not an experiment of this plan "
-                          f"({', '.join(plan.experiments)}); write the name of the experiment the model was trained for")
-    logits = _float_outputs(arrays["logits"], "logits", f)
-    parts = ", ".join(f"{p['stop'] - p['start']} {p['name']}" for p in e["query_parts"])
-    if logits.ndim != 3:
-        raise ConfigError(f"{f}: logits have shape {logits.shape}; the plan expects ({q}, {a}, {k}): {q} query images "
-                          f"({parts}) x {a} views x {k} classes")
-    if logits.shape[0] != q:
-        raise ConfigError(f"{f}: logits have {logits.shape[0]} query rows; the plan's query set of {experiment} has "
-                          f"{q} ({parts}: {e['files']['query']}, in that order)")
-    if logits.shape[1] != a:
-        v = plan.meta["views"]
-        raise ConfigError(f"{f}: logits have {logits.shape[1]} view(s) per query image; the plan has {a} (flip "
-                          f"{v['flip']}, shift {v['shift']}: {e['files']['query']}'s views, or harness.views.views)")
-    if logits.shape[2] != k:
-        raise ConfigError(f"{f}: logits have {logits.shape[2]} classes; the dataset has {k}")
-    bad = ~np.isfinite(logits)
-    if bad.any():
-        first = np.unravel_index(int(np.argmax(bad)), logits.shape)
-        raise ConfigError(f"{f}: logits hold {int(bad.sum())} NaN or infinite value(s) (the first at query image "
-                          f"{first[0]}, view {first[1]}, class {first[2]}); the attacks need finite outputs")
-    features = arrays.get("features")
-    if "features_shape" not in e and features is not None:
-        raise ConfigError(f"{f} holds features, but this plan has no white-box attack to read them (no SSL views): "
-                          "leave them out, or make the plan with one (--set attack.names=[lira,rmia,threshold,"
-                          "contrastive])")
-    if "features_shape" in e:
-        want = e["features_shape"]
-        if features is None:
-            raise ConfigError(f"{f} lacks 'features' {tuple(want)} + (D,): this plan's white-box attack reads the "
-                              f"model's features on {e['files']['ssl_views']}'s v1 and v2")
-        if features.dtype not in (np.float16, np.float32):
-            raise ConfigError(f"{f}: features have dtype {features.dtype}; write them as float16 or float32")
-        if features.ndim != 5 or list(features.shape[:4]) != want or features.shape[4] < 1:
-            raise ConfigError(f"{f}: features have shape {features.shape}; the plan expects {tuple(want)} + (D,): "
-                              f"(v1 and v2, {want[1]} repetitions, {want[2]} views, {want[3]} audit samples, any "
-                              "width D)")
-        bad = int((~np.isfinite(features)).sum())
-        if bad:
-            raise ConfigError(f"{f}: features hold {bad} NaN or infinite value(s); the attacks need finite features")
-    test_logits = _float_outputs(arrays["test_logits"], "test_logits", f)
-    t, k_ = e["test_logits_shape"]
-    if test_logits.shape != (t, k_):
-        raise ConfigError(f"{f}: test_logits have shape {test_logits.shape}; the plan expects ({t}, {k_}): the model's "
-                          f"outputs on the {t} test images of {plan.path / 'data.npz'} (x_test, as they are) x {k_} "
-                          "classes")
-    bad = ~np.isfinite(test_logits)
-    if bad.any():
-        raise ConfigError(f"{f}: test_logits hold {int(bad.sum())} NaN or infinite value(s) (the first at test image "
-                          f"{int(np.argmax(bad.any(-1)))}); the import needs finite outputs")
-    converted = False
-    as_probs = probability_rows(logits), probability_rows(test_logits)
-    if as_probs[0] != as_probs[1]:
-        raise ConfigError(f"{f}: {'logits' if as_probs[0] else 'test_logits'} are probabilities (rows in [0, 1] summing "
-                          f"to 1) but {'test_logits' if as_probs[0] else 'logits'} are not: write both as logits or "
-                          "log-probabilities")
-    if as_probs[0]:
-        if not probabilities:
-            raise ConfigError(f"{f}: its logits are probabilities (every "
-                              "row in [0, 1], summing to 1), which the attacks would read as logits: write "
-                              "log-probabilities (np.log of them, or the log_softmax of the logits) or the logits, or "
-                              "pass --probabilities to have the import take their log")
-        with np.errstate(divide="ignore"):
-            logits, test_logits = (np.log(np.maximum(a.astype(np.float32), np.float32(PROBABILITY_FLOOR)))
-                                   for a in (logits, test_logits))
-        converted = True
-    elif probabilities:
-        raise ConfigError(f"{f}: --probabilities, but its logits are not probabilities (rows in [0, 1] summing to 1): "
-                          "pass --probabilities only for outputs that all are")
-    acc = float((test_logits.argmax(-1) == test_labels).mean())
-    claimed = _scalar(arrays, "test_accuracy", f) if "test_accuracy" in names else None
-    if claimed is not None and not 0.0 <= claimed <= 1.0:
-        raise ConfigError(f"{f}: test_accuracy is {claimed:g}; write a fraction in [0, 1]")
-    tolerance = max(ACCURACY_TOLERANCE, 2 / max(t, 1))
-    if claimed is not None and abs(claimed - acc) > tolerance:
-        raise ConfigError(f"{f}: test_accuracy is {100 * claimed:.1f}%, but its test_logits give {100 * acc:.1f}% on "
-                          f"the {t} test images: write the accuracy of these outputs, or leave test_accuracy out (the "
-                          "import computes it)")
-    secs = _scalar(arrays, "train_seconds", f) if "train_seconds" in names else None
-    if secs is not None and secs < 0:
-        raise ConfigError(f"{f}: train_seconds is {secs:g}; it must be >= 0")
-    return ModelOutputs(experiment=experiment, index=index, path=f, sha256=_sha256(data), logits=logits,
-                        test_accuracy=acc, train_seconds=secs, features=features, test_logits=test_logits,
-                        claimed_accuracy=claimed, converted=converted)
-
-
-def _text(a: np.ndarray, key: str, f: Path, expected: str, how: str) -> str | None:
-    """The one string an array holds (numpy's unicode dtype), None if it holds anything else; the
-    expected string saved as bytes is refused as such (the right value in the wrong type)."""
-    if a.size == 1 and a.dtype.kind == "S":
-        raw = bytes(a.reshape(()))
-        if raw.decode("utf-8", "replace") == expected:
-            raise ConfigError(f"{f}: {key} is the right value saved as bytes (dtype {a.dtype}); save it as a string: "
-                              f"{how} (in Python 3, str, not bytes)")
-        return raw.decode("utf-8", "replace")
-    return str(a.reshape(())) if a.size == 1 and a.dtype.kind == "U" else None
-
-
-def _float_outputs(a: np.ndarray, key: str, f: Path) -> np.ndarray:
-    if a.dtype not in (np.float16, np.float32):
-        raise ConfigError(f"{f}: {key} have dtype {a.dtype}; write them as float16 or float32")
-    return a
-
-
-def _scan(plan: Plan, outputs_dir: Path) -> dict[str, dict[int, Path]]:
-    """The output files present per experiment; anything that cannot be one of the plan's is refused."""
-    if not outputs_dir.is_dir():
-        what = "is a file" if outputs_dir.exists() else "does not exist"
-        raise ConfigError(f"the outputs folder {outputs_dir} {what}; it holds one folder per experiment "
-                          f"({', '.join(plan.experiments)}) with model_0000.npz ...")
-    exps = plan.experiments
-    s = plan.num_models
-    for p in sorted(outputs_dir.iterdir()):
-        if p.name.startswith("."):
-            continue
-        if p.name not in exps:
-            raise ConfigError(f"{p} is not an experiment of this plan: the outputs folder holds one folder per "
-                              f"experiment ({', '.join(exps)})")
-        if not p.is_dir():
-            raise ConfigError(f"{p} is a file; it must be a folder of model_0000.npz ...")
-    found: dict[str, dict[int, Path]] = {e: {} for e in exps}
-    for e in exps:
-        folder = outputs_dir / e
-        if not folder.is_dir():
-            continue
-        for p in sorted(folder.iterdir()):
-            if p.name.startswith("."):
-                continue
-            m = OUTPUT_NAME.match(p.name)
-            if m is None:
-                raise ConfigError(f"{p} is not an output file of this plan: the files are named model_0000.npz to "
-                                  f"{output_name(s - 1)}")
-            i = int(m.group(1))
-            if i >= s or p.name != output_name(i):
-                raise ConfigError(f"{p}: the plan has {s} models per experiment (model_0000.npz to "
-                                  f"{output_name(s - 1)}); this file is not one of them")
-            found[e][i] = p
-    return found
 
 
 def _ranges(indices: list[int]) -> str:
@@ -804,10 +581,7 @@ def _check_balance(plan: Plan, kept: list[int], listing: str) -> None:
 def _import_config(plan: Plan, kept: list[int], digest: str, name: str, overrides: dict[str, Any]) -> ExperimentConfig:
     """The imported run's config: the plan's, with the external defense's record (plan, outputs,
     name), S = the models audited, and the caller's ``attack.*`` / ``run.out`` overrides."""
-    bad = [k for k in overrides if not (k.startswith("attack.") or k == "run.out")]
-    if bad:
-        raise ConfigError(f"{bad[0]}: an import takes attack.* settings and run.out only (--set attack...); the "
-                          "models' settings are the plan's")
+    _check_override_keys(overrides)
     raw = plan.cfg.model_dump(mode="json")
     raw = apply_overrides(raw, {"defense_params.plan": plan.fingerprint, "defense_params.outputs": digest,
                                 "defense_params.name": name, "audit.models": len(kept)})
@@ -822,32 +596,70 @@ def _import_config(plan: Plan, kept: list[int], digest: str, name: str, override
     return with_absolute_paths(validate_config(raw))
 
 
+def _check_override_keys(overrides: dict[str, Any]) -> None:
+    bad = [k for k in overrides if not (k.startswith("attack.") or k == "run.out")]
+    if bad:
+        raise ConfigError(f"{bad[0]}: an import takes attack.* settings and run.out only (--set attack...); the "
+                          "models' settings are the plan's")
+
+
+def run_dir_name(cfg: ExperimentConfig, name: str, fingerprint: str) -> str:
+    """The default run directory's name: ``external-<name>-<preset>-<fingerprint>``, the label
+    (``--name``) reduced to letters, digits, ``.``, ``_`` and ``-`` (at most 40), left out where
+    nothing of it remains."""
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "-", name).strip("-._")[:40].rstrip("-._")
+    return "-".join(p for p in (DEFENSE, slug, cfg.preset, fingerprint[:12]) if p)
+
+
+def precheck_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, name: str | None = None,
+                    overrides: dict[str, Any] | None = None
+                    ) -> tuple[Plan, dict[str, dict[int, Path]], list[int], dict[str, list[int]], list[str], str | None]:
+    """The cheap checks of an import, across every file, none of which loads a model's outputs: the
+    label, the overrides' keys, plan.json, the outputs folder's names, each file's arrays, shapes,
+    fingerprint, experiment and run_id (from the .npy headers), the model count, the files' run
+    identity. Returns (plan, files found, plan model indices to audit, missing ones, notes, the run
+    identity's warning or None); a ConfigError for the first problem. ``harness import`` runs it
+    before it loads the API (scipy, torch), so that these mistakes are told in about a second."""
+    if name is not None and (bidi := bidi_controls(name)):  # they reorder what follows them on every page
+        raise ConfigError(f"--name holds bidirectional control characters ({', '.join(bidi)}), which reverse or "
+                          f"reorder the text after them in terminals, titles and tooltips; give a plain label")
+    if name is not None and (not name.strip() or len(name) > 100 or any(ch in name for ch in "\n\r\t")):
+        raise ConfigError(f"--name must be a short one-line label for the models, got {name!r}")
+    _check_override_keys(dict(overrides or {}))
+    plan = read_plan(Path(plan_dir), check_files=False)
+    outputs_dir = Path(outputs_dir)
+    found = _scan(plan, outputs_dir)
+    headers = [read_header(plan, e, i, f) for e, files in found.items() for i, f in sorted(files.items())]
+    kept, missing, notes = _choose_models(plan, {e: set(v) for e, v in found.items()}, partial, outputs_dir)
+    return plan, found, kept, missing, notes, check_run_ids(headers, outputs_dir)
+
+
 def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, name: str | None = None,
                  overrides: dict[str, Any] | None = None, run_dir: Path | None = None, force: bool = False,
                  probabilities: bool = False) -> ImportJob:
     """Check the plan and every output file and decide the run: nothing is written (module docstring).
+    The cheap checks come first, across every file (names, the model count, each file's arrays,
+    shapes, fingerprint, experiment and run_id, read from the .npy headers), then the plan's files
+    against their hashes, then each file's outputs and the models together
+    (harness.run.output_checks), and only then the run's config and attacks (which import torch).
     ``force``: import although the membership-consistency check fails (recorded as forced);
     ``probabilities``: outputs that are probabilities are turned into log-probabilities."""
-    if name is not None and (bidi := bidi_controls(name)):  # they reorder what follows them on every page
-        raise ConfigError(f"--name holds bidirectional control characters ({', '.join(bidi)}), which reverse or "
-                          f"reorder the text after them in terminals, titles and tooltips; give a plain label")
-    from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
-    from harness.run.runner import default_run_dir, make_defense
-
-    plan = read_plan(Path(plan_dir))
+    plan, found, kept, missing, notes, warning = precheck_import(plan_dir, outputs_dir, partial=partial, name=name,
+                                                                 overrides=overrides)
     outputs_dir = Path(outputs_dir)
-    if name is not None and (not name.strip() or len(name) > 100 or any(ch in name for ch in "\n\r\t")):
-        raise ConfigError(f"--name must be a short one-line label for the models, got {name!r}")
-    found = _scan(plan, outputs_dir)
+    plan = read_plan(plan.path)  # the plan's files against their hashes and its fingerprint
     data = plan.load_data()
     if data.fingerprint() != plan.meta.get("data_fingerprint"):
         raise ConfigError(f"{plan.path / 'data.npz'} does not match the plan's data fingerprint; write the plan again")
+    labels = {e: RowLabels.of(e, plan.meta["experiments"][e], plan.load_level(e), data.x_train, data.y_train,
+                              data.y_test) for e in plan.experiments}
     models: dict[str, dict[int, ModelOutputs]] = {e: {} for e in plan.experiments}
     for e, files in found.items():
         for i, f in sorted(files.items()):
-            models[e][i] = check_output_file(plan, e, i, f, data.y_test, probabilities)
-    kept, missing, notes = _choose_models(plan, {e: set(v) for e, v in found.items()}, partial, outputs_dir)
-    forced = check_models(plan, models, kept, data.y_test, outputs_dir, force)
+            models[e][i] = check_output_file(plan, e, i, f, labels[e], probabilities)
+    forced = check_models(plan, models, kept, labels, outputs_dir, force)
+    if warning:
+        notes.append(warning)
     if force:
         notes.append("--force: the membership-consistency check failed and the outputs are imported anyway; the "
                      "report, results.json and the leaderboard mark the run forced" if forced else
@@ -858,12 +670,13 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
     digest = sha256_json({f"{e}/{output_name(i)}": models[e][i].sha256 for e in plan.experiments for i in kept})
     label = (name or "").strip()
     cfg = _import_config(plan, kept, digest, label, dict(overrides or {}))
+    from harness.run.attack_set import attack_names, check_declared_attacks, load_attacks
+    from harness.run.runner import make_defense, run_signals
+
     defense = make_defense(cfg)
     check_declared_attacks(defense, cfg.defense)
     check_plannable(cfg)
     load_attacks(attack_names(cfg, defense), cfg.attack.params)
-    from harness.run.runner import run_signals
-
     if FEATURE_SIGNAL in run_signals(cfg, defense)[0] and \
             any("features_shape" not in e for e in plan.meta["experiments"].values()):
         raise ConfigError(f"a white-box attack (attack.names) reads {FEATURE_SIGNAL}, features on SSL views this plan "
@@ -874,7 +687,7 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
     out = Path(cfg.run.out)
     if run_dir is None and out.exists() and not out.is_dir():
         raise ConfigError(f"run.out (--out) {out} is a file; it must be the folder that holds run directories")
-    path = run_dir if run_dir is not None else default_run_dir(cfg, fp)
+    path = run_dir if run_dir is not None else out / run_dir_name(cfg, label, fp)
     if path.exists() and (not path.is_dir() or any(path.iterdir())):
         existing = RunDir(path)
         theirs = existing.load_manifest().get("fingerprint") if existing.exists() else None
@@ -891,51 +704,6 @@ def check_import(plan_dir: Path, outputs_dir: Path, *, partial: bool = False, na
     return ImportJob(plan=plan, outputs_dir=outputs_dir, cfg=cfg, kept=kept, missing=missing, models=models,
                      digest=digest, name=label, notes=notes, fingerprint=fp, path=path, forced=forced,
                      probabilities=probabilities)
-
-
-def _first(findings: list[str]) -> str:
-    """The first finding, and how many more there are."""
-    return findings[0] + (f" ({len(findings) - 1} more finding{'s' if len(findings) > 2 else ''} of this check)"
-                          if len(findings) > 1 else "")
-
-
-def check_models(plan: Plan, models: dict[str, dict[int, ModelOutputs]], kept: list[int], test_labels: np.ndarray,
-                 outputs_dir: Path, force: bool) -> list[str]:
-    """The checks of the models together (harness.core.checks; docs/protocol.md, Checks), before
-    anything is written: outputs constant or identical across models, models at chance accuracy,
-    and the membership-consistency check of each model's outputs against the plan's membership.
-    A ConfigError (one line, naming the models' files) for the first that fails; a failed
-    membership check only without ``force``. Returns the checks ``force`` accepted."""
-    from harness.core.checks import LevelOutputs, check_columns, degenerate_outputs, label_scores, membership_check, \
-        membership_stats, utility_check
-
-    names = {e: [output_name(i) for i in kept] for e in plan.experiments}  # the files of OUTPUTS/<experiment>/
-    outputs = degenerate_outputs({e: LevelOutputs.of([np.concatenate([models[e][i].logits.reshape(-1, models[e][i].logits.shape[-1]),
-                                                                      models[e][i].test_logits])
-                                                      for i in kept]) for e in plan.experiments}, names)
-    if not outputs.passed:
-        raise ConfigError(f"degenerate outputs in {outputs_dir}: {_first(outputs.findings)}")
-    utility = utility_check({e: [models[e][i].test_accuracy for i in kept] for e in plan.experiments}, test_labels,
-                            names)
-    if not utility.passed:
-        raise ConfigError(f"{outputs_dir}: {_first(utility.findings)}: a model at chance has learnt nothing to audit; "
-                          "train it again")
-    stats = []
-    for e in plan.experiments:
-        ld = plan.load_level(e)
-        c = ld.design.audit_size
-        cols = check_columns(c)  # as the attack phase: at most MAX_CHECK_SAMPLES audit samples, evenly spaced
-        logits = np.stack([models[e][i].logits[cols, 0] for i in kept])
-        stats.append(membership_stats(e, label_scores(logits, ld.canaries.y[cols]), ld.design.membership[kept][:, cols]))
-    member = membership_check(stats, names)
-    if member.passed:
-        return []
-    if not force:
-        raise ConfigError(f"membership check failed in {outputs_dir}: {_first(member.findings)}; train model i on "
-                          "train.npz's "
-                          f"train_indices[train_offsets[i]:train_offsets[i+1]] and write its outputs as model_i.npz of "
-                          "its experiment (docs/external-models.md), or pass --force to import anyway (marked forced)")
-    return ["membership"]
 
 
 def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: ModelOutputs,
