@@ -12,12 +12,14 @@ each step's gradient, so ``alpha`` = weight decay x batch size; biases are not d
 plan.json's ``models[i].seed``, on ``train.npz``'s ``x[train_indices[train_offsets[i]:train_offsets[i + 1]]]``
 normalized with the plan's mean and std. Its initialization (Glorot) and batches are scikit-learn's
 own: another trainer, the same audit. Its outputs are the network's logits (the last layer before
-the softmax) on every query view (``query.npz``'s ``views``) and on the test set (``test_logits``).
+the softmax) on every query view (``query.npz``'s ``views``) and on the test set (``test_logits``);
+every file carries the run's ``run_id`` (this script, the plan and the settings, hashed).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import sys
@@ -46,6 +48,16 @@ def logits(clf: MLPClassifier, x: np.ndarray) -> np.ndarray:
         if i < len(clf.coefs_) - 1:
             a = np.maximum(a, 0.0)
     return a
+
+
+def run_id(plan: dict, **settings: object) -> str:
+    """This training run's identifier, written into every output file: the same whenever this script
+    trains this plan with these settings (a run resumed after an interruption included), another for
+    another script, another version of this one, or other settings. The import refuses a folder whose
+    files name different runs (two runs mixed)."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(json.dumps({"plan": plan["fingerprint"], **settings}, sort_keys=True).encode())
+    return f"{Path(__file__).stem}-{h.hexdigest()[:16]}"
 
 
 def save_npz(path: Path, **arrays: np.ndarray) -> None:
@@ -84,6 +96,7 @@ def train(args: argparse.Namespace) -> int:
         x_test, y_test = features(d["x_test"], mean, std), d["y_test"]
     classes = np.arange(plan["num_classes"])
     wanted = [int(i) for i in args.models.split(",")] if args.models else range(plan["num_models"])
+    rid = run_id(plan, epochs=epochs)
     for name, exp in plan["experiments"].items():
         with np.load(args.plan / exp["files"]["train"]) as t:
             x, y, idx, off = t["x"], t["y"], t["train_indices"], t["train_offsets"]
@@ -114,7 +127,7 @@ def train(args: argparse.Namespace) -> int:
             z = logits(clf, queries).reshape(views.shape[0], views.shape[1], -1)
             save_npz(out, logits=z.astype(np.float32), plan_fingerprint=np.array(plan["fingerprint"]),
                      experiment=np.array(name), test_logits=test_logits.astype(np.float32),
-                     test_accuracy=np.array(acc), train_seconds=np.array(secs))
+                     test_accuracy=np.array(acc), train_seconds=np.array(secs), run_id=np.array(rid))
             print(f"{name} model {i}: test accuracy {100 * acc:.1f}%, {secs:.1f} s", flush=True)
     return 0
 

@@ -12,13 +12,15 @@ plan.json's ``models[i].seed`` (initialization, then the order of the batches), 
 query set under every view (``query.npz``'s ``views``, the images the harness itself queries). Its
 outputs go to ``OUTPUTS/<experiment>/model_0007.npz``: ``logits`` (Q, A, K), ``plan_fingerprint``,
 ``experiment`` (the folder's name), ``test_logits`` (T, K) on ``data.npz``'s ``x_test``,
-``test_accuracy`` and ``train_seconds``. Finished files are kept, so a re-run trains only the
-missing models.
+``test_accuracy``, ``train_seconds`` and ``run_id`` (this script, the plan and the settings, hashed:
+the same in every file of this run). Finished files are kept, so a re-run with the same settings
+trains only the missing models.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -104,6 +106,16 @@ def outputs_of(net: nn.Module, images: np.ndarray, mean: torch.Tensor, std: torc
     return torch.cat(out).numpy().reshape(*lead, -1)
 
 
+def run_id(plan: dict, **settings: object) -> str:
+    """This training run's identifier, written into every output file: the same whenever this script
+    trains this plan with these settings (a run resumed after an interruption included), another for
+    another script, another version of this one, or other settings. The import refuses a folder whose
+    files name different runs (two runs mixed)."""
+    h = hashlib.sha256(Path(__file__).read_bytes())
+    h.update(json.dumps({"plan": plan["fingerprint"], **settings}, sort_keys=True).encode())
+    return f"{Path(__file__).stem}-{h.hexdigest()[:16]}"
+
+
 def save_npz(path: Path, **arrays: np.ndarray) -> None:
     """Write atomically (temp file, then rename): an interrupted write leaves no half file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -143,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     with np.load(args.plan / "data.npz") as d:
         x_test, y_test = d["x_test"], d["y_test"]
     wanted = [int(i) for i in args.models.split(",")] if args.models else range(plan["num_models"])
+    rid = run_id(plan, epochs=epochs, dtype=args.dtype)
     for name, exp in plan["experiments"].items():
         with np.load(args.plan / exp["files"]["train"]) as t:
             x, y, idx, off = t["x"], t["y"], t["train_indices"], t["train_offsets"]
@@ -161,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
             save_npz(out, logits=outputs_of(net, views, mean, std).astype(args.dtype),
                      plan_fingerprint=np.array(plan["fingerprint"]), experiment=np.array(name),
                      test_logits=test_logits.astype(args.dtype), test_accuracy=np.array(acc),
-                     train_seconds=np.array(secs))
+                     train_seconds=np.array(secs), run_id=np.array(rid))
             print(f"{name} model {i}: test accuracy {100 * acc:.1f}%, {secs:.1f} s", flush=True)
     return 0
 

@@ -354,6 +354,15 @@ def _story(results: dict) -> tuple[float, float]:
     return auc(results["population"]), auc(results["sample"])
 
 
+def _run_ids(outputs: Path) -> dict[str, str]:
+    """Each output file's run_id, by its path in the folder."""
+    out = {}
+    for f in sorted(outputs.rglob("model_*.npz")):
+        with np.load(f) as z:
+            out[str(f.relative_to(outputs))] = str(z["run_id"])
+    return out
+
+
 def _overlap(a: dict, b: dict, fpr: str = "0.01") -> bool:
     (lo1, hi1), (lo2, hi2) = a["best"]["tpr_ci"][fpr], b["best"]["tpr_ci"][fpr]
     return lo1 <= hi2 and lo2 <= hi1
@@ -364,12 +373,19 @@ def test_pytorch_example_end_to_end(plan_dir, builtin_run, tmp_path):
     """examples/external_torch.py with the harness unimportable, then import, report, compare, submit,
     and the leaderboard marks the entry trained outside the harness (its verification refused)."""
     outputs = tmp_path / "outputs"
-    done = run_example("external_torch.py", plan_dir, outputs, ("harness", "defenses", "attacks", "canaries"))
+    blocked = ("harness", "defenses", "attacks", "canaries")
+    done = run_example("external_torch.py", plan_dir, outputs, blocked)
     assert done.returncode == 0, done.stderr
     assert len(list(outputs.rglob("model_*.npz"))) == 12
+    ids = _run_ids(outputs)
+    assert len(set(ids.values())) == 1 and next(iter(ids.values())).startswith("external_torch-")
+    (outputs / "sample-mislabeled" / "model_0003.npz").unlink()  # an interrupted run, resumed: the same run_id
+    assert run_example("external_torch.py", plan_dir, outputs, blocked).returncode == 0
+    assert _run_ids(outputs) == ids
     runs = tmp_path / "runs"
     res = _import(plan_dir, outputs, runs, "--name", "torch-mlp")
     assert res.exit_code == 0, res.output
+    assert "run_id" not in res.output  # no warning: every file names the run
     (run,) = runs.iterdir()
     results = json.loads((run / "results.json").read_text())
     pop, sample = _story(results)
@@ -398,6 +414,8 @@ def test_sklearn_example_end_to_end(plan_dir, tmp_path):
     outputs = tmp_path / "outputs"
     done = run_example("external_sklearn.py", plan_dir, outputs, ("harness", "defenses", "torch"))
     assert done.returncode == 0, done.stderr
+    ids = set(_run_ids(outputs).values())
+    assert len(ids) == 1 and ids.pop().startswith("external_sklearn-")
     res = _import(plan_dir, outputs, tmp_path / "runs", "--name", "sklearn-mlp")
     assert res.exit_code == 0, res.output
     (run,) = (tmp_path / "runs").iterdir()
