@@ -9,7 +9,7 @@ from typing import Optional
 import typer
 
 from harness.cli.app import app
-from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard
+from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard, table_console
 from harness.cli.evaluate import preset_help
 from harness.core.config import parse_set_options
 from harness.core.errors import ConfigError
@@ -97,5 +97,5 @@ def import_(
             results = import_outputs(plan_dir, outputs, run_dir=run_dir, partial=partial, name=name,
                                      overrides=overrides, wait=wait, force=force, probabilities=probabilities,
                                      progress=view)
-        print_report(results.data, console, details=details)
+        print_report(results.data, table_console(), details=details)
         console.print(f"Results: {results.path / 'results.json'}")
