@@ -15,6 +15,8 @@ something else) trains as it always did, by ``train_classifier`` alone, in its m
 
 What each model's code sees is what it sees alone:
 
+- its own shallow copy of the defense object: an attribute one model's ``fit`` sets
+  (``self.net = net``) is not another's;
 - its global RNGs (torch's on the CPU and the training device, numpy's legacy ``np.random``,
   Python's ``random``) are its own, seeded as for a ``fit`` alone (``seed_rngs``) and swapped in
   whenever its ``fit`` or its epoch hook runs; during a stacked loop its loss draws from its own
@@ -22,6 +24,11 @@ What each model's code sees is what it sees alone:
   (seeded from the first model's seed): swapping numpy's state per step costs more than the step;
 - its network is the stacked loop's current weights (its parameters are views of them), in its
   loss and its epoch hook;
+- its loss is called on its own logits, targets and epoch, one model at a time, or, where every
+  model's loss is one function (the same code and captured values: a loss that reads only the
+  defense's parameters), once for all of them through ``torch.func.vmap``, which computes each
+  model's value as its own call would (:class:`defenses.stacked._ModelLosses`): a loss should then
+  be a function of its arguments and of what it captured, and keep no count of its calls;
 - the models run in a fixed order, so a group trains the same models on every run.
 
 The models of a group run in one process (one after another outside the stacked loops); the
@@ -32,6 +39,7 @@ runner's executor still trains the groups in parallel processes, one per core
 from __future__ import annotations
 
 import contextlib
+import copy
 import random
 import threading
 from typing import Any, Callable, Iterator
@@ -39,7 +47,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
-from defenses.base import FitContext, LabeledImages, ServedModel
+from defenses.base import Defense, FitContext, LabeledImages, ServedModel
 from defenses.stacked import ModelCall, ModelCode, call_key, train_calls
 
 _local = threading.local()
@@ -99,10 +107,13 @@ class GlobalRngs:
 
 
 class _Model:
-    """One model of the group: its thread, its RNG state, and its pending ``train_classifier`` call."""
+    """One model of the group: its copy of the defense, its thread, its RNG state, and its pending
+    ``train_classifier`` call."""
 
-    def __init__(self, session: _Session, index: int, train: LabeledImages, ctx: FitContext) -> None:
+    def __init__(self, session: _Session, index: int, defense: Defense, train: LabeledImages,
+                 ctx: FitContext) -> None:
         self.session, self.index, self.train, self.ctx = session, index, train, ctx
+        self.defense = copy.copy(defense)
         self.go = threading.Event()
         self.state = _READY
         self.rngs: dict[str, Any] = {}
@@ -138,10 +149,11 @@ def _plain_thread_state(device: torch.device) -> bool:
 class _Session:
     """The G models of one group and the baton that lets one of them run at a time."""
 
-    def __init__(self, fit: Callable[[LabeledImages, FitContext], ServedModel], trains: list[LabeledImages],
-                 ctxs: list[FitContext], seed_rngs: Callable[[int], None]) -> None:
-        self.fit, self.seed_rngs = fit, seed_rngs
-        self.models = [_Model(self, i, t, c) for i, (t, c) in enumerate(zip(trains, ctxs))]
+    def __init__(self, defense: Defense, trains: list[LabeledImages], ctxs: list[FitContext],
+                 seed_rngs: Callable[[int], None]) -> None:
+        self.seed_rngs = seed_rngs
+        self.models = [_Model(self, i, defense, t, c) for i, (t, c) in enumerate(zip(trains, ctxs))]
+        self.copies = {id(m.defense) for m in self.models}
         self.rngs = GlobalRngs(ctxs[0].device)
         self.yielded = threading.Event()
         self.abandoned = False
@@ -154,7 +166,7 @@ class _Session:
         model.go.clear()
         try:
             if not self.abandoned:
-                model.result = self.fit(model.train, model.ctx)
+                model.result = model.defense.fit(model.train, model.ctx)
         except _Abandoned:
             pass
         except BaseException as e:  # noqa: BLE001 (handed to the caller's thread, which raises it)
@@ -248,7 +260,20 @@ class _Code(ModelCode):
     swapped per call; its epoch hook: all of them), and its failure named as model g's."""
 
     def __init__(self, session: _Session, members: list[_Model]) -> None:
-        self.rngs, self.members = session.rngs, members
+        self.rngs, self.members, self.copies = session.rngs, members, session.copies
+
+    def equivalent(self, a: Any, b: Any) -> bool:
+        """Two models' copies of the defense whose attributes are the same objects (or equal scalars):
+        a loss that reads ``self.params`` is one function for every model, unless a ``fit`` set an
+        attribute of its own (``self.net = net``), which its copy keeps to itself."""
+        if a is b:
+            return True
+        if id(a) not in self.copies or id(b) not in self.copies:
+            return False
+        va, vb = vars(a), vars(b)
+        return va.keys() == vb.keys() and all(
+            va[k] is vb[k] or (type(va[k]) is type(vb[k]) and isinstance(va[k], (int, float, str, bool, type(None)))
+                               and repr(va[k]) == repr(vb[k])) for k in va)
 
     @contextlib.contextmanager
     def loss(self, g: int) -> Iterator[None]:
@@ -275,12 +300,13 @@ class _Code(ModelCode):
             self.rngs.restore(outer)
 
 
-def fit_together(fit: Callable[[LabeledImages, FitContext], ServedModel], trains: list[LabeledImages],
-                 ctxs: list[FitContext], seed_rngs: Callable[[int], None]) -> list[ServedModel]:
-    """``[fit(trains[i], ctxs[i]) for i ...]``, the calls co-trained (module docstring): their
-    ``train_classifier`` calls trained stacked where they can. ``seed_rngs(i)`` seeds the global RNGs
-    as for model i's ``fit`` alone. Raises :class:`FitFailed` naming the first model whose own code
-    raised; the group's other ``fit`` calls are then abandoned."""
+def fit_together(defense: Defense, trains: list[LabeledImages], ctxs: list[FitContext],
+                 seed_rngs: Callable[[int], None]) -> list[ServedModel]:
+    """``[defense.fit(trains[i], ctxs[i]) for i ...]``, the calls co-trained (module docstring): their
+    ``train_classifier`` calls trained stacked where they can, each ``fit`` on a shallow copy of
+    ``defense`` of its own (an attribute one model's ``fit`` sets is not the next one's). ``seed_rngs(i)``
+    seeds the global RNGs as for model i's ``fit`` alone. Raises :class:`FitFailed` naming the first
+    model whose own code raised; the group's other ``fit`` calls are then abandoned."""
     if not (len(trains) == len(ctxs) >= 1):
         raise ValueError("fit_together needs one context per training set, at least one")
-    return _Session(fit, trains, ctxs, seed_rngs).run()
+    return _Session(defense, trains, ctxs, seed_rngs).run()

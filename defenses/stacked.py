@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import math
 from dataclasses import dataclass
 from typing import Any, Callable, ContextManager, Iterator, Sequence
@@ -475,13 +476,19 @@ class ModelCall:
 class ModelCode:
     """How a stacked loop runs a model's own code: ``loss(g)`` and ``hook(g)`` are context managers
     entered around every call of model g's loss and epoch hook (:mod:`defenses.cotrain` gives each
-    model its own global RNGs there and names the model whose code raised). Default: nothing."""
+    model its own global RNGs there and names the model whose code raised). Default: nothing.
+    ``equivalent(a, b)``: whether two values the models' losses capture behave as one (default:
+    the same object; :mod:`defenses.cotrain` also counts the models' copies of one defense object
+    whose attributes are the same objects)."""
 
     def loss(self, g: int) -> ContextManager[None]:
         return contextlib.nullcontext()
 
     def hook(self, g: int) -> ContextManager[None]:
         return contextlib.nullcontext()
+
+    def equivalent(self, a: Any, b: Any) -> bool:
+        return a is b
 
 
 #: (kind, image shape, classes, width) -> what build_model builds for it: class, repr, parameter shapes
@@ -586,21 +593,98 @@ def _run_hooks(calls: list[ModelCall], nets: list[nn.Module], targets: list[torc
             targets[g] = torch.from_numpy(new).to(device)
 
 
-def _model_losses(calls: list[ModelCall], logits: torch.Tensor, st: _Step, targets: list[torch.Tensor],
-                  code: ModelCode) -> list[torch.Tensor]:
-    """Each model's own loss on the step, as alone: its ``loss_fn`` (cross-entropy without one) on a
-    fresh (k_g, K) tensor of its logits on its k_g real rows, their targets and the epoch; models
-    without a real row take no step and compute nothing."""
-    out = []
-    for g, c in enumerate(calls):
-        k = int(st.counts[g])
-        if not k:
+class _ModelLosses:
+    """Each model's own loss on a step, as alone: its ``loss_fn`` (cross-entropy without one) of its
+    logits on its k_g real rows (a fresh (k_g, K) tensor), their targets and the epoch; a model without
+    a real row takes no step and computes nothing.
+
+    Where every model's loss is one function (:func:`_one_function`: the same code and the same
+    captured values, as when a plugin's ``fit`` defines it from its parameters alone) and every model
+    has a full batch, the G losses are one call through ``torch.func.vmap``: the same function of
+    each model's logits and targets, batched, which costs about what one model's call costs (a
+    loss's few small operations are bound by their per-operation overhead, not their arithmetic).
+    vmap refuses what it cannot batch exactly (random numbers, a value read into Python, a loss
+    that is not one number per model); then, and for ragged steps, each model's loss is called on
+    its own (:class:`ModelCode`: with its own torch RNG), as for losses that differ per model (one
+    that reads the model's own network, say)."""
+
+    def __init__(self, calls: list[ModelCall], code: ModelCode) -> None:
+        self.calls, self.code = calls, code
+        fns = [c.loss_fn or _cross_entropy for c in calls]
+        self.batched = torch.func.vmap(fns[0], in_dims=(0, 0, None), randomness="error") \
+            if _one_function(fns, code.equivalent) else None
+
+    def __call__(self, logits: torch.Tensor, st: _Step, targets: list[torch.Tensor]) -> list[torch.Tensor]:
+        if self.batched is not None and st.full:
+            out = self._together(logits, st, targets)
+            if out is not None:
+                return [out.sum()]
+        out = []
+        for g, (c, k) in enumerate(zip(self.calls, st.counts.tolist())):
+            if not k:
+                continue
+            z = logits[g, :k].clone()
+            t = targets[g][st.idx[g, :k]]
+            with self.code.loss(g):
+                out.append((c.loss_fn or _cross_entropy)(z, t, st.epoch))
+        return out
+
+    def _together(self, logits: torch.Tensor, st: _Step, targets: list[torch.Tensor]) -> torch.Tensor | None:
+        """The G losses (G,) of one vmapped call, or None (then never again) where vmap cannot give them."""
+        if len({(t.dtype, t.shape[1:]) for t in targets}) != 1:
+            return None
+        t = torch.stack([targets[g][st.idx[g]] for g in range(len(targets))])
+        try:
+            out = self.batched(logits, t, st.epoch)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 (not batchable: each model's own call says what is wrong, if anything)
+            out = None
+        if not (isinstance(out, torch.Tensor) and out.dim() >= 1 and out.shape[0] == len(targets)
+                and out[0].numel() == 1 and out.requires_grad and out.is_floating_point()):
+            self.batched = None
+            return None
+        return out
+
+
+def _one_function(fns: list[Callable[..., Any]], equivalent: Callable[[Any, Any], bool]) -> bool:
+    """Whether the callables compute one function: the same object, or plain functions with the same
+    code, globals and defaults whose captured variables hold equivalent values (:func:`_same_values`);
+    bound methods of equivalent objects."""
+    first = fns[0]
+    for f in fns[1:]:
+        if f is first:
             continue
-        z = logits[g, :k].clone()
-        t = targets[g][st.idx[g, :k]]
-        with code.loss(g):
-            out.append((c.loss_fn or _cross_entropy)(z, t, st.epoch))
-    return out
+        if inspect.ismethod(first) and inspect.ismethod(f):
+            if f.__func__ is not first.__func__ or not _same_values([f.__self__], [first.__self__], equivalent):
+                return False
+            continue
+        if not (inspect.isfunction(first) and inspect.isfunction(f)):
+            return False
+        kw_f, kw_0 = f.__kwdefaults__ or {}, first.__kwdefaults__ or {}
+        if (f.__code__ is not first.__code__ or f.__globals__ is not first.__globals__
+                or not _same_values(f.__defaults__ or (), first.__defaults__ or (), equivalent)
+                or sorted(kw_f) != sorted(kw_0)
+                or not _same_values([kw_f[k] for k in sorted(kw_f)], [kw_0[k] for k in sorted(kw_0)], equivalent)):
+            return False
+        try:
+            cells_f = [c.cell_contents for c in f.__closure__ or ()]
+            cells_0 = [c.cell_contents for c in first.__closure__ or ()]
+        except ValueError:  # an empty cell
+            return False
+        if not _same_values(cells_f, cells_0, equivalent):
+            return False
+    return True
+
+
+_IMMUTABLE = (int, float, complex, str, bytes, bool, type(None))
+
+
+def _same_values(a: Any, b: Any, equivalent: Callable[[Any, Any], bool]) -> bool:
+    """Pairwise the same object, values of one immutable scalar type with the same ``repr``, or
+    ``equivalent``."""
+    if len(a) != len(b):
+        return False
+    return all(x is y or (type(x) is type(y) and type(x) in _IMMUTABLE and repr(x) == repr(y)) or equivalent(x, y)
+               for x, y in zip(a, b))
 
 
 def _backward(losses: list[torch.Tensor]) -> None:
@@ -637,7 +721,7 @@ def _unalias(owned: list[list[torch.Tensor]]) -> None:
 def _train_mlp_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch.device, code: ModelCode) -> None:
     """The written-out MLP engine (:class:`_StackedMLP`) with each model's own loss: the forward pass
     and the backward pass through the layers written out as for cross-entropy, the gradient of each
-    model's loss with respect to its logits from autograd (:func:`_model_losses`), plus any gradient
+    model's loss with respect to its logits from autograd (:class:`_ModelLosses`), plus any gradient
     the loss has with respect to the model's weights directly (:func:`_direct_gradients`)."""
     g_models = len(calls)
     nets = [c.net for c in calls]
@@ -661,13 +745,14 @@ def _train_mlp_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch.dev
     targets = _own_targets(calls, device)
     data = _StackedBatches([c.train for c in calls], [c.ctx for c in calls], cfg, device)
     stack = _StackedMLP(tensors, g_models, cfg.batch_size, cfg.momentum, cfg.weight_decay)
+    losses = _ModelLosses(calls, code)
     try:
         for epoch, epoch_steps in enumerate(data.epochs()):
             _run_hooks(calls, nets, targets, epoch, code, device)
             for st in epoch_steps:
                 x = st.x.reshape(g_models, cfg.batch_size, -1)
                 z = stack.forward(x).clone().requires_grad_()
-                _backward(_model_losses(calls, z, st, targets, code))
+                _backward(losses(z, st, targets))
                 dz = z.grad if z.grad is not None else torch.zeros_like(z)
                 stack.step_from_logit_gradient(x, dz, st.lrs, None if st.active is None else st.active.to(device),
                                                _direct_gradients(owned))
@@ -707,7 +792,7 @@ def _alias_grouped(grouped: nn.Module, nets: list[nn.Module]) -> tuple[list[list
 
 
 def _train_grouped_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch.device, code: ModelCode) -> None:
-    """The grouped engine (:func:`_train_grouped`) with each model's own loss (:func:`_model_losses`)
+    """The grouped engine (:func:`_train_grouped`) with each model's own loss (:class:`_ModelLosses`)
     and epoch hook, the models' own networks views of the grouped one (:func:`_alias_grouped`)."""
     g_models = len(calls)
     nets = [c.net.to(device) for c in calls]
@@ -729,6 +814,7 @@ def _train_grouped_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch
     steps_taken = np.zeros(g_models, dtype=np.int64)
     data = _StackedBatches([c.train for c in calls], [c.ctx for c in calls], cfg, device)
     targets = _own_targets(calls, device)
+    losses = _ModelLosses(calls, code)
     try:
         for epoch, epoch_steps in enumerate(data.epochs()):
             _run_hooks(calls, nets, targets, epoch, code, device)
@@ -740,7 +826,7 @@ def _train_grouped_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch
                 logits = from_grouped(net(xg), g_models)
                 for p in params:
                     p.grad = None
-                _backward(_model_losses(calls, logits, st, targets, code))
+                _backward(losses(logits, st, targets))
                 for stacked, mine in shares:
                     if stacked.grad is None:
                         stacked.grad = torch.zeros_like(stacked)

@@ -20,7 +20,7 @@ from defenses.base import Defense, FitContext, LabeledImages, Normalizer, TorchC
 from defenses.training import init_network, train_classifier
 from harness.core.config import TrainConfig, validate_config
 from harness.core.data import DataConfig, load_dataset
-from harness.run.runner import AUTO_GROUP_SIZE, group_size, make_defense, seed_global_rngs
+from harness.run.runner import AUTO_COTRAIN_GROUP_SIZE, group_size, make_defense, seed_global_rngs
 
 
 @pytest.fixture(scope="module")
@@ -82,7 +82,7 @@ def _alone(defense, trains, ctxs):
 
 
 def _together(defense, trains, ctxs):
-    return cotrain.fit_together(defense.fit, trains, ctxs, lambda i: seed_global_rngs(ctxs[i].seed))
+    return cotrain.fit_together(defense, trains, ctxs, lambda i: seed_global_rngs(ctxs[i].seed))
 
 
 def _gap(a: TorchClassifier, b: TorchClassifier, x: np.ndarray) -> float:
@@ -122,6 +122,74 @@ def test_an_own_loss_hook_and_weight_penalty_train_stacked_as_alone(digits, stac
     assert len({tuple(s.info()["draws"]) for s in together}) == 3
     swapped = _together(d, trains, [ctxs[1], ctxs[0], ctxs[2]])
     assert _gap(swapped[0], alone[0], x) > 1e-2
+
+
+class LabelSmoothing(Defense):
+    """The README's example."""
+
+    name, description = "label-smoothing", "cross-entropy with smoothed targets"
+    param_defaults = {"smoothing": 0.1}
+
+    def fit(self, train, ctx):
+        def loss(logits, targets, epoch):
+            return F.cross_entropy(logits, targets, label_smoothing=self.params["smoothing"])
+        net = train_classifier(init_network(train, ctx), train, ctx, loss_fn=loss)
+        return TorchClassifier(net, train.mean, train.std, ctx.device)
+
+
+class OwnNet(LabelSmoothing):
+    """Keeps its network on the defense object and reads it back in its loss (a penalty on it)."""
+
+    def fit(self, train, ctx):
+        self.net = init_network(train, ctx)
+
+        def loss(logits, targets, epoch):
+            return F.cross_entropy(logits, targets) + 0.5 * self.net.head.weight.square().sum()
+        train_classifier(self.net, train, ctx, loss_fn=loss)
+        return TorchClassifier(self.net, train.mean, train.std, ctx.device)
+
+
+@pytest.fixture
+def batched_steps(monkeypatch):
+    """How many steps computed every model's loss in one vmapped call, and how many tried."""
+    import defenses.stacked as stacked
+
+    seen = {"batched": 0, "tried": 0}
+    real = stacked._ModelLosses._together
+
+    def spy(self, *args):
+        out = real(self, *args)
+        seen["tried"] += 1
+        seen["batched"] += out is not None
+        return out
+
+    monkeypatch.setattr(stacked._ModelLosses, "_together", spy)
+    return seen
+
+
+def test_the_readme_plugin_computes_its_losses_in_one_call_as_alone(digits, batched_steps):
+    """The README's loss reads only the defense's parameters: on every step where each model has a
+    full batch the three losses are one vmapped call (on ragged steps, one call each), and each model
+    is what it is alone."""
+    trains, ctxs = _setup(digits, MLP)
+    x = digits.x_test
+    together, alone = _together(LabelSmoothing(), trains, ctxs), _alone(LabelSmoothing(), trains, ctxs)
+    assert batched_steps["batched"] == batched_steps["tried"] > 0
+    for s, a in zip(together, alone):
+        assert _gap(s, a, x) < 1e-4
+    other = _together(LabelSmoothing(smoothing=0.3), trains, ctxs)  # the parameter reaches the batched loss
+    assert _gap(other[0], alone[0], x) > 1e-2
+
+
+def test_a_fit_that_keeps_its_network_on_self_gets_its_own(digits, batched_steps):
+    """Each model's fit runs on a copy of the defense object of its own: `self.net = ...` in one fit
+    is not the next one's, and its loss (which reads it) is called per model, never batched."""
+    trains, ctxs = _setup(digits, MLP)
+    x = digits.x_test
+    together, alone = _together(OwnNet(), trains, ctxs), _alone(OwnNet(), trains, ctxs)
+    assert batched_steps["batched"] == 0
+    for s, a in zip(together, alone):
+        assert _gap(s, a, x) < 1e-4
 
 
 def test_without_dropout_the_penalty_gradient_is_what_matters(digits):
@@ -313,7 +381,7 @@ def test_plugins_train_in_groups_builtins_as_before():
     c = cfg("undefended")
     assert Plugin().cotrains(c.train) and Plugin().trains_in_groups(c.train)
     assert not Alone().cotrains(c.train)
-    assert group_size(c, Plugin()) == AUTO_GROUP_SIZE and group_size(c, Alone()) == 1
+    assert group_size(c, Plugin()) == AUTO_COTRAIN_GROUP_SIZE and group_size(c, Alone()) == 1
     assert not Plugin().cotrains(c.train.model_copy(update={"model": "wrn16-4"}))  # not a stackable network
     for name in ("selena", "undefended", "hamp"):  # built-ins: their own fit_group or one at a time
         assert not make_defense(cfg(name)).cotrains(c.train)

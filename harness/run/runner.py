@@ -514,7 +514,7 @@ class _JobSetup:
         if len(indices) == 1:
             return self.fit(lambda: [self.defense.fit(trains[0], ctxs[0])], indices)
         try:
-            return fit_together(self.defense.fit, trains, ctxs, lambda i: seed_global_rngs(self.seed(indices[i])))
+            return fit_together(self.defense, trains, ctxs, lambda i: seed_global_rngs(self.seed(indices[i])))
         except FitFailed as f:
             failed = f
         except (ConfigError, KeyboardInterrupt):
@@ -647,7 +647,7 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
         return 1
     if cfg.train.model in GROUPED_MODELS:
         return AUTO_GPU_GROUP_SIZE if resolve_device(cfg.run.device).startswith("cuda") else 1
-    return AUTO_GROUP_SIZE
+    return AUTO_COTRAIN_GROUP_SIZE if defense.cotrains(cfg.train) else AUTO_GROUP_SIZE
 
 
 
@@ -655,6 +655,11 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
 #: (benchmarks/bench_stacked.py and bench_speed.py --vs-set, docs/executors.md): 4 and 8 are the fastest
 #: per model on one core, 4 the faster end to end with both cores training
 AUTO_GROUP_SIZE = 4
+#: a co-trained plugin's models per job on the ``mlp`` recipes when run.group_size is 0: a loss of the
+#: plugin's own costs per step about what one call of it costs, whatever the group (one vmapped call,
+#: defenses.stacked._ModelLosses), so larger groups share it among more models
+#: (benchmarks/bench_plugin_speed.py, docs/executors.md)
+AUTO_COTRAIN_GROUP_SIZE = 8
 #: stacked CNNs (cnn, airbench) per job on a GPU when run.group_size is 0: not yet measured (the
 #: G = 1..64 sweep of benchmarks/bench_stacked_cnn.py is pending on a lent GPU, docs/gpu.md)
 AUTO_GPU_GROUP_SIZE = 16
