@@ -290,26 +290,17 @@ class Defense(ABC):
         return self.stacks(train) and owner is next(k for k in mro if "fit_group" in k.__dict__)
 
     def cotrains(self, train: Any) -> bool:
-        """Whether the runner trains this defense's models in groups through their own ``fit`` (co-trained,
-        :mod:`defenses.cotrain`) for the recipe ``train`` (``TrainConfig``): not where :meth:`can_group`
-        (the defense stacks its own models); else :attr:`cotrain` (None: where ``fit`` is defined outside
-        this package), for a recipe whose network trains stacked (:func:`defenses.stacked.stackable`)."""
+        """Whether the runner may train this defense's models in groups through their own ``fit``
+        (co-trained, :mod:`defenses.cotrain`) for the recipe ``train`` (``TrainConfig``): not where
+        :meth:`can_group` (the defense stacks its own models); else :attr:`cotrain` (None: where ``fit``
+        is defined outside this package). The runner does so where the recipe's network trains
+        stacked (:func:`harness.run.runner.trains_in_groups`)."""
         if self.can_group(train):
             return False
-        flag = self.cotrain
-        if flag is None:
-            owner = next(k for k in type(self).__mro__ if "fit" in k.__dict__)
-            flag = not (owner.__module__ == "defenses" or owner.__module__.startswith("defenses."))
-        if not flag:
-            return False
-        from defenses.stacked import stackable
-
-        return stackable(train)
-
-    def trains_in_groups(self, train: Any) -> bool:
-        """Whether the runner puts several models in one job (``run.group_size``): :meth:`can_group` or
-        :meth:`cotrains`."""
-        return self.can_group(train) or self.cotrains(train)
+        if self.cotrain is not None:
+            return bool(self.cotrain)
+        owner = next(k for k in type(self).__mro__ if "fit" in k.__dict__)
+        return not (owner.__module__ == "defenses" or owner.__module__.startswith("defenses."))
 
     def fit_group(self, trains: list[LabeledImages], ctxs: list[FitContext]) -> list[ServedModel] | None:
         """Train one model per (training set, context) in one go, each exactly as :meth:`fit` would

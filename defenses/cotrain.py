@@ -47,10 +47,9 @@ from typing import Any, Callable, Iterator
 import numpy as np
 import torch
 
+from defenses import training
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
 from defenses.stacked import ModelCall, ModelCode, call_key, train_calls
-
-_local = threading.local()
 
 #: a model's state in its group: its code may run, runs, waits in train_classifier, or has returned / raised
 _READY, _RUNNING, _WAITING, _DONE = "ready", "running", "waiting", "done"
@@ -125,16 +124,6 @@ class _Model:
         self.thread = threading.Thread(target=session.body, args=(self,), name=f"harness-fit-{index}", daemon=True)
 
 
-def in_group_call(call: ModelCall) -> bool:
-    """For :func:`defenses.training.train_classifier`: train ``call`` with the calls of the other
-    models of the group, stacked, when it runs in a co-trained ``fit`` and can (True: ``call.net``
-    is trained, in eval mode); False where train_classifier trains it alone."""
-    model: _Model | None = getattr(_local, "model", None)
-    if model is None:
-        return False
-    return model.session.request(model, call)
-
-
 def _plain_thread_state(device: torch.device) -> bool:
     """The thread-local torch state a stacked loop runs with: gradients on, no autocast (a call
     made under another, e.g. inside ``torch.autocast``, trains alone, in its own thread)."""
@@ -161,7 +150,10 @@ class _Session:
 
     # --- in a model's thread ------------------------------------------------------------------
     def body(self, model: _Model) -> None:
-        _local.model = model
+        def together(*args: Any) -> bool:  # train_classifier's arguments (defenses.training.GROUP)
+            return self.request(model, ModelCall(*args))
+
+        training.GROUP.train = together
         model.go.wait()
         model.go.clear()
         try:
@@ -172,7 +164,7 @@ class _Session:
         except BaseException as e:  # noqa: BLE001 (handed to the caller's thread, which raises it)
             model.error = e
         finally:
-            _local.model = None
+            training.GROUP.train = None
             model.state = _DONE
             self.yielded.set()
 

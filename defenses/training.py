@@ -10,6 +10,7 @@ generator and augmented per sample when ``augment`` is set.
 from __future__ import annotations
 
 import math
+import threading
 from typing import TYPE_CHECKING, Callable
 
 import numpy as np
@@ -23,6 +24,11 @@ if TYPE_CHECKING:  # torch is imported where a network is built or trained: a de
     from torch import nn
 
 LossFn = Callable[["torch.Tensor", "torch.Tensor", int], "torch.Tensor"]
+
+#: per thread: ``GROUP.train``, set by :mod:`defenses.cotrain` in the thread of a co-trained ``fit``,
+#: takes a :func:`train_classifier` call's arguments and returns True once the group has trained the
+#: network stacked (False: train it here)
+GROUP = threading.local()
 
 
 def lr_factor(step: int, total_steps: int, steps_per_epoch: int, cfg: TrainConfig) -> float:
@@ -77,7 +83,8 @@ def train_classifier(
     Called from a ``fit`` the runner co-trains (a plugin's, :mod:`defenses.cotrain`), the call waits
     for the other models of its group and trains stacked with their calls, each model as here
     (:func:`defenses.stacked.train_calls`), where the network is the preset's own
-    (:func:`init_network`); any other call trains here.
+    (:func:`init_network`); any other call trains here. (The co-training sets :data:`GROUP`'s ``train``
+    in that ``fit``'s thread: this module imports neither it nor the stacked engine.)
     """
     import torch
     from torch import nn
@@ -85,10 +92,8 @@ def train_classifier(
     from harness.core.augment import random_augment
 
     cfg = cfg or ctx.train
-    from defenses.cotrain import in_group_call
-    from defenses.stacked import ModelCall
-
-    if in_group_call(ModelCall(net, train, ctx, cfg, targets, loss_fn, epoch_hook, channels_last)):
+    together = getattr(GROUP, "train", None)
+    if together is not None and together(net, train, ctx, cfg, targets, loss_fn, epoch_hook, channels_last):
         return net
     device = torch.device(ctx.device)
     net.to(device).train()

@@ -20,7 +20,8 @@ from defenses.base import Defense, FitContext, LabeledImages, Normalizer, TorchC
 from defenses.training import init_network, train_classifier
 from harness.core.config import TrainConfig, validate_config
 from harness.core.data import DataConfig, load_dataset
-from harness.run.runner import AUTO_COTRAIN_GROUP_SIZE, group_size, make_defense, seed_global_rngs
+from harness.run.runner import (AUTO_COTRAIN_GROUP_SIZE, group_size, make_defense, seed_global_rngs,
+                               trains_in_groups)
 
 
 @pytest.fixture(scope="module")
@@ -379,10 +380,10 @@ def test_plugins_train_in_groups_builtins_as_before():
         cotrain = False
 
     c = cfg("undefended")
-    assert Plugin().cotrains(c.train) and Plugin().trains_in_groups(c.train)
+    assert Plugin().cotrains(c.train) and trains_in_groups(Plugin(), c.train)
     assert not Alone().cotrains(c.train)
     assert group_size(c, Plugin()) == AUTO_COTRAIN_GROUP_SIZE and group_size(c, Alone()) == 1
-    assert not Plugin().cotrains(c.train.model_copy(update={"model": "wrn16-4"}))  # not a stackable network
+    assert not trains_in_groups(Plugin(), c.train.model_copy(update={"model": "wrn16-4"}))  # not stackable
     for name in ("selena", "undefended", "hamp"):  # built-ins: their own fit_group or one at a time
         assert not make_defense(cfg(name)).cotrains(c.train)
     assert group_size(cfg("selena"), make_defense(cfg("selena"))) == 1

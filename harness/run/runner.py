@@ -612,8 +612,8 @@ def train_group(group: TrainGroup) -> list[dict]:
     is then the group's time / the models it trained.
     """
     setup = _JobSetup(group.run_dir, group.level, group.indices[0])
-    own, cotrained = setup.defense.can_group(setup.cfg.train), setup.defense.cotrains(setup.cfg.train)
-    if own or cotrained:
+    own = setup.defense.can_group(setup.cfg.train)
+    if own or trains_in_groups(setup.defense, setup.cfg.train):
         together = sorted((*group.indices, *group.with_finished))
         trains = [training_set(setup.data, setup.ld, i) for i in together]
         ctxs = [setup.context(i) for i in together]
@@ -635,7 +635,7 @@ def train_group(group: TrainGroup) -> list[dict]:
 def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
     """Models per training job: ``run.group_size``, or for 0 (auto) the measured choice for the
     recipe and device (docs/executors.md): where the defense trains stacked models (its own
-    ``fit_group``, or a plugin's ``fit`` co-trained: :meth:`~defenses.base.Defense.trains_in_groups`), for the grouped
+    ``fit_group``, or a plugin's ``fit`` co-trained: :func:`trains_in_groups`), for the grouped
     CNNs (``cnn``, ``airbench``) AUTO_GPU_GROUP_SIZE on a GPU and 1 on the CPU (a stacked CNN was
     measured slower there), else AUTO_GROUP_SIZE (the ``mlp`` recipes, DP-SGD's ``cnn-gn``); 1 where
     the defense trains one model at a time."""
@@ -643,11 +643,21 @@ def group_size(cfg: ExperimentConfig, defense: Defense) -> int:
         return cfg.run.group_size
     from defenses.stacked import GROUPED_MODELS
 
-    if not defense.trains_in_groups(cfg.train):
+    if not trains_in_groups(defense, cfg.train):
         return 1
     if cfg.train.model in GROUPED_MODELS:
         return AUTO_GPU_GROUP_SIZE if resolve_device(cfg.run.device).startswith("cuda") else 1
-    return AUTO_COTRAIN_GROUP_SIZE if defense.cotrains(cfg.train) else AUTO_GROUP_SIZE
+    return AUTO_GROUP_SIZE if defense.can_group(cfg.train) else AUTO_COTRAIN_GROUP_SIZE
+
+
+def trains_in_groups(defense: Defense, train: Any) -> bool:
+    """Whether the runner puts several of ``defense``'s models in one job for the recipe ``train``: the
+    defense stacks them itself (:meth:`~defenses.base.Defense.can_group`), or its own ``fit`` is
+    co-trained (:meth:`~defenses.base.Defense.cotrains`, a plugin's) on a network that trains stacked
+    (:func:`defenses.stacked.stackable`)."""
+    from defenses.stacked import stackable
+
+    return defense.can_group(train) or (defense.cotrains(train) and stackable(train))
 
 
 
@@ -715,7 +725,7 @@ def train_all(
     defense = make_defense(prep.cfg)
     size = group_size(prep.cfg, defense)
     groups = make_groups(pending_jobs(prep), size,
-                         prep.cfg.audit.models if defense.trains_in_groups(prep.cfg.train) else None)
+                         prep.cfg.audit.models if trains_in_groups(defense, prep.cfg.train) else None)
     for group, metas in executor.map(train_group, groups):
         for meta in metas:
             out.append(meta)
