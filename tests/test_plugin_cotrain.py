@@ -387,3 +387,51 @@ def test_plugins_train_in_groups_builtins_as_before():
     for name in ("selena", "undefended", "hamp"):  # built-ins: their own fit_group or one at a time
         assert not make_defense(cfg(name)).cotrains(c.train)
     assert group_size(cfg("selena"), make_defense(cfg("selena"))) == 1
+
+
+README = textwrap.dedent(
+    '''
+    import torch.nn.functional as F
+    from defenses.base import Defense, TorchClassifier
+    from defenses.training import init_network, train_classifier
+
+    class LabelSmoothing(Defense):
+        name, description = "label-smoothing", "cross-entropy with smoothed targets"
+        param_defaults = {"smoothing": 0.1}
+
+        def fit(self, train, ctx):
+            def loss(logits, targets, epoch):
+                return F.cross_entropy(logits, targets, label_smoothing=self.params["smoothing"])
+            net = train_classifier(init_network(train, ctx), train, ctx, loss_fn=loss)
+            return TorchClassifier(net, train.mean, train.std, ctx.device)
+    '''
+)
+
+
+def test_a_resumed_plugin_run_retrains_its_block_for_identical_models(tmp_path):
+    """The README's plugin co-trained in one block of 6: a model retrained after an interruption
+    trains beside its block's finished models again, so its signals equal the uninterrupted run's
+    bit for bit, and the finished models are not saved again."""
+    from harness.defense_config import build_config
+    from harness.run.executors import LocalExecutor
+    from harness.run.runner import prepare_run, train_all
+    from tests.conftest import tiny_overrides
+
+    f = tmp_path / "my_defense.py"
+    f.write_text(README)
+    cfg = build_config("quick", tiny_overrides(**{"defense": f"{f}:LabelSmoothing", "run.out": str(tmp_path / "runs"),
+                                                  "run.level": "population"}))
+    prep = prepare_run(cfg)
+    assert [m["model_index"] for m in sorted(train_all(prep, LocalExecutor(1)), key=lambda m: m["model_index"])] \
+        == list(range(6))
+    run = prep.run
+    before = run.read_signals("population", 1)
+    files = {i: run.signals_path("population", i).read_bytes() for i in range(6)}
+    run.signals_path("population", 1).unlink()
+    metas = train_all(prep, LocalExecutor(1))
+    assert [m["model_index"] for m in metas] == [1]
+    after = run.read_signals("population", 1)
+    for name, arr in before.arrays.items():
+        assert np.array_equal(arr, after.arrays[name]), name
+    for i in (0, 2, 3, 4, 5):
+        assert run.signals_path("population", i).read_bytes() == files[i]
