@@ -391,6 +391,29 @@ def test_noise_keyed_to_a_coarsely_rounded_image_is_found_at_the_scale_where_the
     assert found[3.0, 0] >= 4 * found[3.0, 1] > 1
 
 
+def test_a_key_coarser_than_the_models_own_change_is_found_further_out():
+    """A sharper network (8 x the logits) changes its answers by KEYED_THRESHOLD on its own at 16 grey
+    levels, in proportion (not flagged; the walk goes on to the last scale); noise keyed to its image
+    rounded to 0 decimals (64 grey levels per cell) jumps at 32, past that change, and is flagged there."""
+    serving_plugins, _ = _plugins()
+    net = _mlp_served()
+
+    class Sharp:
+        mean, std = net.mean, net.std
+
+        def query(self, x):
+            return 8 * net.query(x)
+
+    x = np.random.default_rng(0).integers(0, 256, (20, 1, 8, 8), dtype=np.uint8)
+    own = check_serving(Sharp(), x, seed=3)
+    assert own["keyed"] is False and own["perturbed_scales"] == list(KEYED_SCALES)
+    changed = [s for s, m in zip(own["perturbed_scales"], own["perturbed_medians"]) if m > KEYED_THRESHOLD]
+    assert changed[0] == 16 and own["keyed_jump"] < 1.2  # changed on its own, in proportion
+    rec = check_serving(serving_plugins.CoarseKeyedAnswers(Sharp(), 3.0, 5, 0), x, seed=3)
+    assert rec["keyed"] is True and rec["perturbed_scales"][-1] == 32 and rec["keyed_jump"] > 2 * KEYED_JUMP
+    assert rec["perturbed_medians"][-2] > KEYED_THRESHOLD  # at 16 the answers had changed already
+
+
 def test_coarsely_keyed_serving_saves_answers_averaged_over_copies_at_the_scale_found():
     """collect_signals on the coarse key (sigma 3, 1 decimal): flagged at a scale above 1, R answers per
     audit image and view averaged, each on a fresh copy at that scale, which the record's seed and

@@ -150,7 +150,7 @@ KEYED_SCALES = (1, 2, 4, 8, 16, 32, 64)
 #: between the answers' log-probabilities exceeds this, the answers have changed (measured:
 #: docs/protocol.md, Input-keyed noise; ``benchmarks/bench_keyed_serving.py``)
 KEYED_THRESHOLD = 0.5
-#: at the scale where the answers change (above the first), serving is keyed where that median
+#: at a scale above the first where the answers have changed, serving is keyed where that median
 #: exceeds this many times its proportional extrapolation from the scale below (a model smooth in
 #: its input moves in proportion to the step: a ratio near 1; measured as above)
 KEYED_JUMP = 2.0
@@ -158,9 +158,9 @@ KEYED_JUMP = 2.0
 #: are discrete (labels, rounded confidences, rank masking) answers most copies one grey level off
 #: identically, has no smoothness to extrapolate, and is read at the first scale only
 KEYED_MOVES = 1e-6
-#: the averaged answers of an input-keyed model are asked on copies at the scale where the answers
-#: changed if at least this fraction of the probe's pairs changed there (fresh noise in nearly every
-#: copy), else at the next scale (:func:`check_serving`)
+#: the averaged answers of an input-keyed model are asked on copies at the scale it was flagged at
+#: if at least this fraction of the probe's pairs changed there (fresh noise in nearly every copy),
+#: else at the next scale (:func:`check_serving`)
 KEYED_COVERAGE = 0.875
 
 
@@ -248,14 +248,15 @@ def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str
     survive small steps (a hash of the image rounded coarsely). So the check walks away from each
     probe image, scale after scale (:data:`KEYED_SCALES` grey levels in :data:`KEYED_PIXELS`
     entries, :data:`KEYED_COPIES` copies per image: :func:`keyed_copies`, from
-    :func:`perturbation_seed` of ``seed``), until the answers change: per (image, copy) pair d = the
-    largest absolute difference of the two answers' log-probabilities, and the answers have changed
-    at the first scale where the median d exceeds :data:`KEYED_THRESHOLD`. The reference is the
-    model's own smoothness: a smooth model's d grows in proportion to the step, a keyed one jumps
-    where the key changes. ``keyed``: the answers changed at the first scale (the unperturbed
-    answer, identical when asked twice, is the reference there), or at a larger one with a median
-    more than :data:`KEYED_JUMP` times the proportional extrapolation of the median at the scale
-    below. A model whose answers do not move at the first scale (median d at most
+    :func:`perturbation_seed` of ``seed``): per (image, copy) pair d = the largest absolute
+    difference of the two answers' log-probabilities, and the answers have changed at a scale where
+    the median d exceeds :data:`KEYED_THRESHOLD`. The reference is the model's own smoothness: a
+    smooth model's d grows in proportion to the step, a keyed one jumps where the key changes.
+    ``keyed``: the answers changed at the first scale (the unperturbed answer, identical when asked
+    twice, is the reference there), or at a larger one with a median more than :data:`KEYED_JUMP`
+    times the proportional extrapolation of the median at the scale below; the walk stops there,
+    else at the last scale (past the scale where the model's own answers change, a key coarser than
+    that still jumps). A model whose answers do not move at the first scale (median d at most
     :data:`KEYED_MOVES`: labels, rounded confidences, rank masking; discrete answers jump at their
     own boundaries, and have no smoothness to extrapolate) is read at the first scale only. The
     median keeps a model whose answer jumps for a few copies (at a decision boundary) unflagged.
@@ -264,11 +265,12 @@ def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str
     median and the largest d at the first scale); ``perturbed_scales`` and ``perturbed_medians``
     (every scale asked, its median d); ``perturbed_growth`` (the largest ratio, over the scales
     asked above the first, of a median to its proportional extrapolation from the scale below: near
-    1 for a smooth model; None with one scale asked); ``keyed_jump`` (that ratio at the scale where
-    the answers changed above the first; None where they did not change or changed at the first);
-    and ``keyed_scale``, for a keyed model the scale of the copies its
-    averaged answers are asked on (the scale where the answers changed, or the next one where fewer
-    than :data:`KEYED_COVERAGE` of the pairs changed there), else None."""
+    1 for a smooth model; None with one scale asked); ``keyed_jump`` (what the rule compared with
+    :data:`KEYED_JUMP`: that ratio at the scale a keyed model was flagged at, else its largest value
+    over the scales above the first where the answers had changed; None where none had, or for a
+    model flagged at the first scale); and ``keyed_scale``, for a keyed model the scale of the copies its
+    averaged answers are asked on (the scale it was flagged at, or the next one where fewer than
+    :data:`KEYED_COVERAGE` of the pairs changed there), else None."""
     probe = x[:SERVING_PROBE]
     if isinstance(served, CheckedServed):
         served.during = f"the random-serving check (the first {len(probe)} audit images, asked twice)"
@@ -292,23 +294,23 @@ def check_serving(served: ServedModel, x: np.ndarray, seed: int = 0) -> dict[str
         medians.append(median)
         if k == 0:
             record.update(perturbed_median_difference=median, perturbed_max_difference=float(d.max()))
-        if median > KEYED_THRESHOLD:  # the answers changed here: a jump, or the model's own smooth change?
-            if k == 0:
-                keyed = True
-            else:
-                predicted = medians[k - 1] * scale / KEYED_SCALES[k - 1]
-                jump = median / predicted if predicted > 0 else None
-                keyed = jump is None or jump > KEYED_JUMP
-            if keyed:
-                covered = float(np.mean(d > KEYED_THRESHOLD)) >= KEYED_COVERAGE
-                keyed_scale = scale if covered or k + 1 == len(KEYED_SCALES) else KEYED_SCALES[k + 1]
+            keyed = median > KEYED_THRESHOLD  # against the unperturbed answer: any change is a jump
+        elif median > KEYED_THRESHOLD:  # changed here: a jump, or the model's own proportional change?
+            predicted = medians[k - 1] * scale / KEYED_SCALES[k - 1]
+            ratio = median / predicted if predicted > 0 else float("inf")
+            keyed = ratio > KEYED_JUMP
+            jump = ratio if keyed or jump is None else max(jump, ratio)
+        if keyed:
+            covered = float(np.mean(d > KEYED_THRESHOLD)) >= KEYED_COVERAGE
+            keyed_scale = scale if covered or k + 1 == len(KEYED_SCALES) else KEYED_SCALES[k + 1]
             break
         if k == 0 and median <= KEYED_MOVES:  # discrete answers: nothing to extrapolate
             break
     growth = [m / (p * s / r) for m, p, s, r in zip(medians[1:], medians, scales[1:], scales) if p > 0]
     return {**record, "keyed": bool(keyed), "keyed_copies": KEYED_COPIES, "keyed_pixels": KEYED_PIXELS,
             "perturbed_scales": scales, "perturbed_medians": medians,
-            "perturbed_growth": max(growth) if growth else None, "keyed_jump": jump, "keyed_scale": keyed_scale}
+            "perturbed_growth": max(growth) if growth else None,
+            "keyed_jump": jump if jump is None or np.isfinite(jump) else None, "keyed_scale": keyed_scale}
 
 
 def averaged_answers(answer: Callable[[], np.ndarray], repeats: int) -> np.ndarray:
