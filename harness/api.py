@@ -166,7 +166,7 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
 def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
     """Train the run's pending models (progress as ``train`` events), then record the timings."""
     from harness.run.executors import make_executor
-    from harness.run.runner import group_size, heal_signals, pending_jobs, resolve_device, train_all
+    from harness.run.runner import group_size, heal_signals, pending_jobs, resolve_device, train_all, trains_in_groups
 
     run, cfg, defense = prep.run, prep.cfg, prep.defense
     emit("info", f"Run directory: {run.path} (fingerprint {prep.fingerprint[:12]})")
@@ -193,7 +193,7 @@ def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
     if not jobs:
         return
     g = group_size(cfg, defense)
-    stacked = " (stacked: one batched loop per group)" if defense.can_group(cfg.train) else ""
+    stacked = " (stacked: one batched loop per group)" if trains_in_groups(defense, cfg.train) else ""
     emit("info", f"Training {len(jobs)} models{f' in groups of {g}{stacked}' if g > 1 else ''} with "
                  f"{executor.description}.")
     done = {lv: cfg.audit.models - sum(j.level == lv for j in jobs) for lv in prep.levels}

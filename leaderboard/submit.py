@@ -343,19 +343,16 @@ def run_fingerprint_of(cfg: Any, data: Any, plugin_copy: str | None = None) -> s
     """:func:`harness.run.runner.run_fingerprint` of ``cfg``; for a file plugin, with its code read from
     ``plugin_copy`` (``path.py:ClassName`` of the bundled source) while the config keeps the path
     the run was started with, which the fingerprint also hashes. Tested equal to the runner's."""
-    from harness.core.version import MODELS_VERSION
     from harness.core.registry import source_fingerprint
     from harness.plugins import resolve
-    from harness.run.runner import run_fingerprint
-    from harness.run.runstore import sha256_json
+    from harness.run.fingerprint import hash_trained, run_fingerprint
 
     if plugin_copy is None:
         return run_fingerprint(cfg, data)
     config = cfg.model_determining()
     for name in getattr(resolve("defenses", plugin_copy), "plumbing_params", ()):
         config["defense_params"].pop(name, None)
-    return sha256_json({"config": config, "data": data.fingerprint(), "harness_version": MODELS_VERSION,
-                        "defense_source": source_fingerprint(plugin_copy)})
+    return hash_trained(config, data.fingerprint(), source_fingerprint(plugin_copy))
 
 
 def _check_fingerprints(root: Path, results: dict[str, Any], plugin_copy: str | None) -> None:

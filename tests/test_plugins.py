@@ -109,3 +109,21 @@ def test_a_run_of_a_plugin_named_by_a_relative_path_is_attacked_from_another_fol
                                    "--set", "attack.bootstrap=20"])
     assert res.exit_code == 0, res.output
     assert [p.name for p in (made / "runs").iterdir()] == [run_dir.name]
+
+
+def test_a_file_plugins_fingerprint_hashes_how_plugins_train_and_a_builtins_does_not(tmp_path, monkeypatch):
+    """Co-trained plugin models round differently from one-at-a-time ones: a plugin run from before
+    starts afresh (PLUGIN_TRAINING is in its fingerprint) instead of resuming with mixed models; a
+    built-in's fingerprint does not move."""
+    from harness.core import version
+    from harness.defense_config import build_config
+    from harness.run import fingerprint
+
+    plugin = tmp_path / "memo.py"
+    plugin.write_text(PLUGIN)
+    cfg_plugin = build_config("quick", {"defense": f"{plugin}:MemorizeDefense"})
+    cfg_builtin = build_config("quick", {"defense": "undefended"})
+    before = fingerprint.fingerprint_of(cfg_plugin, "d"), fingerprint.fingerprint_of(cfg_builtin, "d")
+    monkeypatch.setattr(fingerprint, "PLUGIN_TRAINING", version.PLUGIN_TRAINING + "-next")
+    after = fingerprint.fingerprint_of(cfg_plugin, "d"), fingerprint.fingerprint_of(cfg_builtin, "d")
+    assert before[0] != after[0] and before[1] == after[1]

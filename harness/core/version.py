@@ -16,6 +16,11 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 #: re-attacked instead of retrained (0.3.0 trains exactly as 0.2.1 did; 0.4.0 trains HAMP, RelaxLoss and DP-SGD
 #: stacked, convolutional networks channels-last on the CPU and stacked CNNs on GPUs: docs/executors.md).
 MODELS_VERSION = "0.4.0"
+#: how a file plugin's models train, hashed into a file plugin's run fingerprint only (built-ins keep
+#: theirs): "cotrain-1" since a plugin's ``fit`` calls are co-trained, their ``train_classifier``
+#: calls stacked (defenses/cotrain.py; issue 54), which rounds differently from the one-at-a-time
+#: training before, so a plugin run from before starts afresh instead of resuming with mixed models
+PLUGIN_TRAINING = "cotrain-1"
 
 
 def models_version_of(manifest: dict) -> str | None:

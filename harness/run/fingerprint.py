@@ -11,7 +11,7 @@ from typing import Any
 from harness.core.config import ExperimentConfig
 from harness.core.data import ImageDataset
 from harness.core.registry import source_fingerprint
-from harness.core.version import MODELS_VERSION
+from harness.core.version import MODELS_VERSION, PLUGIN_TRAINING
 from harness.plugins import resolve
 
 
@@ -38,14 +38,22 @@ def trained_config(cfg: ExperimentConfig, plumbing: list[str] | None = None) -> 
 
 def fingerprint_of(cfg: ExperimentConfig, data_fingerprint: str) -> str:
     """:func:`run_fingerprint` from the dataset's fingerprint (a manifest's ``data_fingerprint``)."""
-    return sha256_json(
-        {
-            "config": trained_config(cfg),
-            "data": data_fingerprint,
-            "harness_version": MODELS_VERSION,  # the key runs have always hashed; the models version
-            "defense_source": source_fingerprint(cfg.defense),
-        }
-    )
+    return hash_trained(trained_config(cfg), data_fingerprint, source_fingerprint(cfg.defense))
+
+
+def hash_trained(config: dict[str, Any], data_fingerprint: str, source: str) -> str:
+    """The fingerprint's hash of a :func:`trained_config`, the data's fingerprint and a file plugin's
+    source digest ('' for a built-in); for a file plugin also how plugins train (PLUGIN_TRAINING;
+    built-ins' fingerprints are unchanged by it)."""
+    record = {
+        "config": config,
+        "data": data_fingerprint,
+        "harness_version": MODELS_VERSION,  # the key runs have always hashed; the models version
+        "defense_source": source,
+    }
+    if source:
+        record["plugin_training"] = PLUGIN_TRAINING
+    return sha256_json(record)
 
 
 def run_fingerprint(cfg: ExperimentConfig, data: ImageDataset) -> str:
