@@ -209,3 +209,19 @@ def pytest_runtest_logreport(report):  # noqa: D103 - the headless-browser test'
 def pytest_terminal_summary(terminalreporter):  # noqa: D103 - one line CI output can be read for
     if _browser_outcome:
         terminalreporter.write_line(f"headless-browser leaderboard test: {_browser_outcome[-1]}")
+
+
+#: tests measured to take more than about 3 s (setup + call + teardown) on 2 CPU cores, one per line as
+#: ``file::function`` (every parametrization): ``benchmarks/slow_tests.py`` writes it from a full run's
+#: JUnit XML. They get the ``slow`` marker here, beside those marked in their files, so that
+#: ``pytest -m "not slow"`` is a fast first check (README); CI runs everything.
+SLOW_LIST = Path(__file__).with_name("slow_tests.txt")
+
+
+def pytest_collection_modifyitems(config, items):  # noqa: D103 - the measured slow tests get the marker
+    if not SLOW_LIST.is_file():
+        return
+    slow = {ln.strip() for ln in SLOW_LIST.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    for item in items:
+        if item.nodeid.split("[", 1)[0] in slow:
+            item.add_marker(pytest.mark.slow)
