@@ -286,13 +286,7 @@ def _train_grouped(nets: list[nn.Module], trains: list[LabeledImages], ctxs: lis
             per_model.sum().backward()
             # models without a real row this step keep their weights and momentum (the masked
             # BatchNorm already left their running statistics as they were)
-            off = [] if st.active is None else (~st.active).nonzero().view(-1).tolist()
-            keep = [[model_axis(t, g_models)[i].clone() for t in params + bufs] for i in off]
-            _sgd_step(params, bufs, st.lrs, st.lr, g_models, cfg)
-            with torch.no_grad():
-                for i, saved in zip(off, keep):
-                    for t, t0 in zip(params + bufs, saved):
-                        model_axis(t, g_models)[i] = t0
+            _sgd_step_active(params, bufs, st, g_models, cfg)
             steps_taken += (st.mask.sum(1) > 0).numpy()
     for bn in norms:
         bn.row_mask = None
@@ -302,6 +296,19 @@ def _train_grouped(nets: list[nn.Module], trains: list[LabeledImages], ctxs: lis
 
 
 @torch.no_grad()
+def _sgd_step_active(params: list[torch.Tensor], bufs: list[torch.Tensor], st: Any, g_models: int,
+                     cfg: TrainConfig) -> None:
+    """:func:`_sgd_step` on the stacked parameters, the models without a real row in step ``st``
+    (``st.active`` False) left with their weights and momentum as they were."""
+    off = [] if st.active is None else (~st.active).nonzero().view(-1).tolist()
+    keep = [[model_axis(t, g_models)[i].clone() for t in params + bufs] for i in off]
+    _sgd_step(params, bufs, st.lrs, st.lr, g_models, cfg)
+    with torch.no_grad():
+        for i, saved in zip(off, keep):
+            for t, t0 in zip(params + bufs, saved):
+                model_axis(t, g_models)[i] = t0
+
+
 def _sgd_step(params: list[torch.Tensor], bufs: list[torch.Tensor], lrs: torch.Tensor, lr: float | None,
               g_models: int, cfg: TrainConfig) -> None:
     """``torch.optim.SGD``'s update (dampening 0, no Nesterov) on stacked parameters:
@@ -834,13 +841,7 @@ def _train_grouped_calls(calls: list[ModelCall], cfg: TrainConfig, device: torch
                         if t.grad is not None:  # the loss read model g's own parameter directly
                             model_axis(stacked.grad, g_models)[g].add_(t.grad.view_as(model_axis(stacked, g_models)[g]))
                             t.grad = None
-                off = [] if st.active is None else (~st.active).nonzero().view(-1).tolist()
-                keep = [[model_axis(t, g_models)[i].clone() for t in params + bufs] for i in off]
-                _sgd_step(params, bufs, st.lrs, st.lr, g_models, cfg)
-                with torch.no_grad():
-                    for i, saved in zip(off, keep):
-                        for t, t0 in zip(params + bufs, saved):
-                            model_axis(t, g_models)[i] = t0
+                _sgd_step_active(params, bufs, st, g_models, cfg)
                 steps_taken += (st.mask.sum(1) > 0).numpy()
     finally:
         for bn in norms:
