@@ -48,7 +48,7 @@ def train_dpsgd_stacked(trainers: list[DPSGDTrainer], ctxs: list | None = None) 
     out = []
     for t in trainers:
         t.net.eval()
-        out.append(t.ema.eval())
+        out.append(t.served())
     return out
 
 

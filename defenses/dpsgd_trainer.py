@@ -142,6 +142,27 @@ def per_sample_grad_fn(net: nn.Module) -> Callable[[Grads, Grads, torch.Tensor, 
     return torch.func.vmap(torch.func.grad(loss_one), in_dims=(None, None, 0, 0))
 
 
+def _is_linear_head(net: nn.Module) -> bool:
+    """Whether ``net`` is one linear layer on flattened fixed features (``scatter-linear``'s head)."""
+    from defenses.scatter_models import ScatterLinear
+
+    return isinstance(net, ScatterLinear)
+
+
+def linear_clipped_sum(fc: nn.Linear, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float) -> Grads:
+    """``sum_i min(1, C / ||g_i||) g_i`` for a linear layer ``z = W x + b`` under cross-entropy,
+    without forming the per-sample gradients: sample i's gradient is ``(d_i x_i^T, d_i)`` with
+    ``d_i = softmax(z_i) - onehot(y_i)``, so ``||g_i||^2 = ||d_i||^2 (||x_i||^2 + 1)`` and the clipped
+    sum is ``(F D)^T X`` and ``sum_i f_i d_i`` (F the clip factors). The same sum as the per-sample
+    gradients of :func:`per_sample_grad_fn` (K = 1), in two matrix products (tests/test_dpsgd_scatter.py)."""
+    with torch.no_grad():
+        d = torch.softmax(nn.functional.linear(x, fc.weight, fc.bias), dim=1)
+        d[torch.arange(len(y), device=d.device), y] -= 1.0
+        norms = torch.sqrt((d * d).sum(1) * ((x * x).sum(1) + 1.0))
+        fd = d * clip_factors(norms, max_grad_norm)[:, None]
+        return {"fc.weight": fd.t() @ x, "fc.bias": fd.sum(0)}
+
+
 def per_sample_norms(grads: Grads) -> torch.Tensor:
     """L2 norm of each sample's gradient over all parameters: (n,)."""
     per_param = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()]
@@ -214,6 +235,13 @@ class DPSGDTrainer:
 
     def __init__(self, net: nn.Module, train: LabeledImages, settings: DPSGDSettings, *, seed: int,
                  device: str, augment: bool) -> None:
+        from defenses.scatter_models import fixed_features
+
+        # a network on a fixed feature map trained without augmentation: its head is what DP-SGD
+        # trains, on the training set's features computed once (the map has no parameters)
+        self._fixed = None if augment else fixed_features(net)
+        if self._fixed is not None:
+            net = self._fixed.head
         for m in net.modules():
             if isinstance(m, nn.modules.batchnorm._BatchNorm):
                 raise ValueError(
@@ -238,7 +266,12 @@ class DPSGDTrainer:
         self.empty_batches = 0
         self._x = torch.from_numpy(train.x).to(self.device)
         self._y = torch.from_numpy(train.y).to(self.device)
-        self._normalize = Normalizer(train.mean, train.std, self.device)
+        self._normalize: Callable[[torch.Tensor], torch.Tensor] = Normalizer(train.mean, train.std, self.device)
+        if self._fixed is not None:
+            with torch.no_grad():
+                self._x = self._fixed.features(self._normalize(self._x))
+            self._normalize = lambda f: f
+        self._linear_head = _is_linear_head(self.net)
         s_sample, s_noise = np.random.SeedSequence([seed, 0xD95]).generate_state(2)
         self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations
         self.noise_gen = torch.Generator(device=self.device).manual_seed(int(s_noise))
@@ -255,7 +288,11 @@ class DPSGDTrainer:
         return x.view(len(idx), self.k, *x.shape[1:])
 
     def clipped_sum(self, idx: torch.Tensor) -> Grads:
-        """Sum over the samples ``idx`` of their clipped per-sample gradients, in physical batches."""
+        """Sum over the samples ``idx`` of their clipped per-sample gradients, in physical batches
+        (a linear head on fixed features: :func:`linear_clipped_sum`, the same sum in closed form)."""
+        if self._linear_head:
+            return linear_clipped_sum(self.net.fc, self._inputs(idx).flatten(1), self._y[idx],
+                                      self.settings.max_grad_norm)
         params = {k: p.detach() for k, p in self.net.named_parameters()}
         buffers = {k: b.detach() for k, b in self.net.named_buffers()}
         total = {k: torch.zeros_like(p) for k, p in params.items()}
@@ -321,7 +358,13 @@ class DPSGDTrainer:
             if ctx is not None:
                 ctx.report("train", (epoch + 1) / self.settings.epochs)
         self.net.eval()
-        return self.ema.eval()
+        return self.served()
+
+    def served(self) -> nn.Module:
+        """The EMA model in eval mode, on images: the head wrapped back on its fixed feature map."""
+        from defenses.scatter_models import FeatureNet
+
+        return self.ema.eval() if self._fixed is None else FeatureNet(self.ema.eval())
 
     def info(self) -> dict[str, Any]:
         """The privacy record of the training so far (JSON-serializable)."""

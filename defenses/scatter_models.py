@@ -3,21 +3,26 @@
 
 A :class:`FeatureNet` takes normalized images like every other network of the harness, so every
 defense trains it and every attack queries it unchanged: its forward pass is ``head(features(x))``,
-``features`` the J = 2, L = 8 scattering transform (:func:`harness.core.scattering.scatter`; RGB
-32 x 32 -> 243 x 8 x 8) read through a :class:`harness.core.feature_cache.FeatureCache` shared by
-every network of the process, so that each image's features are computed once per machine (the
-cache's disk folder, :func:`feature_cache_root`) and the models train only their heads. The
-transform has no parameters: ``state_dict`` holds the head's only.
+``features`` the fixed map ``GroupNorm(27 groups, no affine)(scatter(x))``: the J = 2, L = 8
+scattering transform (:func:`harness.core.scattering.scatter`; RGB 32 x 32 -> 243 x 8 x 8), then each
+image's channels normalized per group of 9 (a per-sample function with no parameters), read through
+a :class:`harness.core.feature_cache.FeatureCache` shared by every network of the process, so that
+each image's features are computed once per machine (the cache's disk folder,
+:func:`feature_cache_root`) and the models train only their heads. The map has no parameters:
+``state_dict`` holds the head's only. A training loop that sees a FeatureNet
+(:func:`fixed_features`) computes its training set's features once and trains the head on them
+(:func:`defenses.training.train_classifier`, DP-SGD), the same arithmetic as through the network.
 
 Heads (Tramer and Boneh's ``ScatterLinear`` and their CIFAR-10 CNN on scattering features,
-github.com/ftramer/Handcrafted-DP, models.py):
+github.com/ftramer/Handcrafted-DP, models.py), on the normalized features:
 
-- ``scatter-linear``: GroupNorm(27 groups, 243 channels, no affine) -> flatten -> Linear(15 552, K);
-- ``scatter-cnn``: GroupNorm(27, 243, no affine) -> conv3x3(64) -> tanh -> maxpool 2 -> conv3x3(64)
-  -> tanh -> flatten (64 x 4 x 4) -> Linear(1 024, K).
+- ``scatter-linear``: flatten -> Linear(15 552, K);
+- ``scatter-cnn``: conv3x3(64) -> tanh -> maxpool 2 -> conv3x3(64) -> tanh -> flatten (64 x 4 x 4)
+  -> Linear(1 024, K).
 
-GroupNorm (not their privately estimated BatchNorm statistics) keeps each sample's forward pass
-independent of the data, so DP-SGD's per-sample gradients and its accounting need nothing extra.
+GroupNorm without affine parameters (not their privately estimated BatchNorm statistics) keeps each
+sample's forward pass independent of the data, so DP-SGD's per-sample gradients and its accounting
+need nothing extra, and it can be part of the fixed map.
 """
 
 from __future__ import annotations
@@ -58,7 +63,8 @@ def scattering_params(device: torch.device | str) -> dict:
     kymatio_scattering2d()  # imports kymatio through the SciPy shim
     import kymatio
 
-    return {"transform": "scattering2d", "J": SCATTER_J, "L": SCATTER_L, "max_order": 2,
+    return {"transform": "scattering2d+groupnorm", "J": SCATTER_J, "L": SCATTER_L, "max_order": 2,
+            "groups": SCATTER_GROUPS,
             "kymatio": kymatio.__version__, "torch": torch.__version__, "device": torch.device(device).type}
 
 
@@ -68,13 +74,25 @@ def shared_cache(device: torch.device | str = "cpu") -> FeatureCache:
     root = feature_cache_root()
     key = (torch.device(device).type, str(root))
     if key not in _SHARED:
-        _SHARED[key] = FeatureCache(lambda x: scatter(x, SCATTER_J, SCATTER_L), scattering_params(device), root)
+        _SHARED[key] = FeatureCache(normalized_scatter, scattering_params(device), root)
     return _SHARED[key]
 
 
+def normalized_scatter(x: torch.Tensor) -> torch.Tensor:
+    """The fixed map: ``GroupNorm(27, no affine)(scatter(x, J=2, L=8))`` (N, 243, 8, 8) for RGB 32 x 32."""
+    f = scatter(x, SCATTER_J, SCATTER_L)
+    return nn.functional.group_norm(f, SCATTER_GROUPS, eps=1e-5)
+
+
+def fixed_features(net: nn.Module) -> "FeatureNet | None":
+    """``net`` if its inputs go through a fixed feature map (a :class:`FeatureNet`), else None."""
+    return net if isinstance(net, FeatureNet) else None
+
+
 class FeatureNet(nn.Module):
-    """``head(scatter(x))`` for normalized images x (N, C, H, W); the transform is read through the
-    shared cache (not a submodule: no parameters, not in ``state_dict``, shared by copies)."""
+    """``head(features(x))`` for normalized images x (N, C, H, W); the fixed map
+    (:func:`normalized_scatter`) is read through the shared cache (not a submodule: no parameters,
+    not in ``state_dict``, shared by copies)."""
 
     def __init__(self, head: nn.Module) -> None:
         super().__init__()
@@ -88,29 +106,27 @@ class FeatureNet(nn.Module):
 
 
 class ScatterLinear(nn.Module):
-    """GroupNorm (no affine) over the scattering channels, then one linear layer."""
+    """One linear layer on the flattened (normalized) scattering features."""
 
     def __init__(self, channels: int, spatial: int, num_classes: int) -> None:
         super().__init__()
-        self.norm = nn.GroupNorm(SCATTER_GROUPS, channels, affine=False)
         self.fc = nn.Linear(channels * spatial, num_classes)
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.norm(f).flatten(1))
+        return self.fc(f.flatten(1))
 
 
 class ScatterCNN(nn.Module):
-    """GroupNorm (no affine), conv3x3(64)-tanh-maxpool-conv3x3(64)-tanh, one linear layer."""
+    """conv3x3(64)-tanh-maxpool-conv3x3(64)-tanh, one linear layer, on the (normalized) scattering maps."""
 
     def __init__(self, channels: int, side: int, num_classes: int, width: int = 64) -> None:
         super().__init__()
-        self.norm = nn.GroupNorm(SCATTER_GROUPS, channels, affine=False)
         self.features = nn.Sequential(nn.Conv2d(channels, width, 3, padding=1), nn.Tanh(), nn.MaxPool2d(2),
                                       nn.Conv2d(width, width, 3, padding=1), nn.Tanh())
         self.fc = nn.Linear(width * (side // 2) ** 2, num_classes)
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.features(self.norm(f)).flatten(1))
+        return self.fc(self.features(f).flatten(1))
 
 
 def build_scatter_model(kind: str, image_shape: tuple[int, ...], num_classes: int, width: int) -> FeatureNet:

@@ -102,6 +102,7 @@ def train_classifier(
     x_all = torch.from_numpy(train.x).to(device)
     t_all = torch.from_numpy(train.y if targets is None else targets).to(device)
     normalize = Normalizer(train.mean, train.std, device)
+    model, x_all, normalize = _on_fixed_features(net, x_all, normalize, cfg.augment)
     loss_fn = loss_fn or (lambda z, t, epoch: nn.functional.cross_entropy(z, t))
     opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     gen = torch.Generator().manual_seed(ctx.seed)
@@ -124,13 +125,31 @@ def train_classifier(
             xb = normalize(xb).contiguous(memory_format=layout)
             for g in opt.param_groups:
                 g["lr"] = cfg.lr * lr_factor(step, total, steps_per_epoch, cfg)
-            loss = loss_fn(net(xb), t_all[idx], epoch)
+            loss = loss_fn(model(xb), t_all[idx], epoch)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             step += 1
         ctx.report("train", (epoch + 1) / cfg.epochs)
     return net.eval()
+
+
+def _on_fixed_features(net: nn.Module, x: torch.Tensor, normalize: Callable[[torch.Tensor], torch.Tensor],
+                       augment: bool) -> tuple[nn.Module, torch.Tensor, Callable[[torch.Tensor], torch.Tensor]]:
+    """``(module trained, its inputs, their preparation)``: for a network on a fixed feature map
+    (:func:`defenses.scatter_models.fixed_features`) trained without augmentation, its head, the
+    training set's features (computed once: ``head(features(normalize(x)))`` is what ``net`` computes
+    per batch) and no preparation; otherwise ``net``, the images and ``normalize``."""
+    from defenses.scatter_models import fixed_features
+
+    fixed = fixed_features(net)
+    if fixed is None or augment:
+        return net, x, normalize
+    import torch
+
+    with torch.no_grad():
+        feats = fixed.features(normalize(x))
+    return fixed.head, feats, lambda f: f
 
 
 def seeded_init(build: Callable[[], nn.Module], seed: int) -> nn.Module:

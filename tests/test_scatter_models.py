@@ -32,7 +32,11 @@ def test_a_scatter_model_takes_images_and_holds_only_its_head(kind, params):
     with torch.no_grad():
         out = net(x)
         assert out.shape == (5, 10)
-        assert torch.allclose(out, net.head(scatter(x)), atol=1e-5)  # the cache returns the transform's values
+        # the cache returns the fixed map's values: the transform, then each image's GroupNorm
+        expected = torch.nn.functional.group_norm(scatter(x), 27, eps=1e-5)
+        assert torch.allclose(out, net.head(expected), atol=1e-5)
+        per_group = expected.view(5, 27, -1)
+        assert torch.allclose(per_group.mean(-1), torch.zeros(5, 27), atol=1e-4)
         again = rebuild_model(net.harness_arch, net.state_dict())
         assert torch.equal(again(x), out)
 
