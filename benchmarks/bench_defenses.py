@@ -42,7 +42,16 @@ REPO = Path(__file__).resolve().parents[1]
 SUBSAMPLE = ("--inner", "dpsgd-medium", "--rate", "0.5")
 DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh", "ssl-simclr",
             "ssl-moco", "dfkd", "alibi", "agibi", "pate-fm", "subsample"]
+#: the cifar10-scatter preset's rows: the three paper-style DP-SGD levels and ``dpsgd-eps3`` (Tramer and
+#: Boneh's epsilon = 3 setting); the defenses it names under ``not_applicable`` get a one-line row
+SCATTER_DEFENSES = ["undefended", "hamp", "relaxloss", "selena", "dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh",
+                    "dpsgd-eps3", "ssl-simclr", "ssl-moco", "dfkd", "alibi", "agibi", "pate-fm", "subsample"]
+PRESET_DEFENSES = {"cifar10-scatter": SCATTER_DEFENSES}
+#: the preset whose compact table the README shows (real images); the others' pages are docs/results-<preset>.md,
+#: the quick preset's docs/results.md
+README_PRESET = "cifar10-scatter"
 README_START, README_END = "<!-- results-table:start -->", "<!-- results-table:end -->"
+ROW_NAMES: dict[str, str] = {}
 
 
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
@@ -144,7 +153,7 @@ def notes_for(d: str, extra: tuple[str, ...], r: dict, args: argparse.Namespace)
         out.append(f"HAMP, sample level (primary variants): label-only {primary_tpr(smp, 'label-only')}, "
                    f"LiRA on the defended outputs {primary_tpr(smp, 'lira')}, LiRA on the raw outputs (ablation, not "
                    f"in the leak) {primary_tpr(smp, 'lira-raw')} (each variant's own TPR at the figure FPR).")
-    if d == "selena":
+    if d == "selena" and not args.no_comparisons:
         m, wall_m = run(d, args, "--level", "sample", "--canary", "mislabeled")
         out.append(f"SELENA, sample level, leak: duplicates canaries {leak(smp)} against plain mislabeled "
                    f"canaries {leak(m['sample'])} (`--level sample --canary mislabeled`, {wall_m:.0f} s).")
@@ -157,7 +166,7 @@ def notes_for(d: str, extra: tuple[str, ...], r: dict, args: argparse.Namespace)
     if extra:
         out.append(f"{' '.join((d, *extra))}, sample level, leak by canary: "
                    + ", ".join(f"{c} {leak(v)}" for c, v in r["sample_by_canary"].items()) + ".")
-    if d.startswith("dpsgd"):
+    if d.startswith("dpsgd") and not args.no_comparisons:
         u, wall_u = run(d, args, "--level", "sample", "--canary", "uniform")
         out.append(f"{d}, sample level, leak by canary: "
                    + ", ".join(f"{c} {leak(v)}" for c, v in r["sample_by_canary"].items())
@@ -179,17 +188,31 @@ def main() -> None:
     ap.add_argument("--data-dir", default=None)
     ap.add_argument("--out", default="runs/bench")
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--defenses", default=",".join(DEFENSES))
+    ap.add_argument("--defenses", default=None, help="comma-separated (default: the preset's list)")
+    ap.add_argument("--no-comparisons", action="store_true",
+                    help="skip the comparison runs of the notes (SELENA with plain mislabeled canaries, each DP-SGD "
+                         "level with uniform-noise canaries)")
     ap.add_argument("--markdown", action="store_true",
-                    help="write docs/results.md and the README's results table from these runs")
+                    help="write the preset's results page (docs/results.md for quick, docs/results-PRESET.md "
+                         f"otherwise) and, for {README_PRESET}, the README's results table, from these runs")
     args = ap.parse_args()
+    if args.defenses is None:
+        args.defenses = ",".join(PRESET_DEFENSES.get(args.preset, DEFENSES))
+    from harness.core.config import load_preset_mapping, not_applicable
+
+    preset_raw = load_preset_mapping(args.preset)
     full, compact, notes, warnings, versions = [], [], [], [], set()
     for d in args.defenses.split(","):
+        why = not_applicable(preset_raw, d)
+        if why is not None:
+            full.append(f"| {d} | does not apply: {why} |" + " |" * 10)
+            compact.append(f"| {d} | does not apply: {why} |" + " |" * 5)
+            continue
         extra = SUBSAMPLE if d == "subsample" else ()
         r, wall = run(d, args, *extra)
         versions.add(r["harness_version"])
         pop, smp = r["population"], r["sample"]
-        name = " ".join((d, *extra))
+        name = ROW_NAMES.get(d, " ".join((d, *extra)))
         decl = (smp.get("figure") or {}).get("declared") or {}
         full.append(
             f"| {name} | {leak(smp, with_attack=True)} | {headline(smp)} "
@@ -216,7 +239,8 @@ def write_markdown(args: argparse.Namespace, full: list[str], compact: list[str]
     command = "python benchmarks/bench_defenses.py --markdown" + "".join(
         f" --{k.replace('_', '-')} {v}" for k, v in (("preset", args.preset), ("data_dir", args.data_dir),
                                                      ("defenses", args.defenses), ("workers", args.workers))
-        if v is not None and v != {"preset": "quick", "defenses": ",".join(DEFENSES), "workers": 2}.get(k))
+        if v is not None and v != {"preset": "quick", "defenses": ",".join(PRESET_DEFENSES.get(args.preset, DEFENSES)),
+                                   "workers": 2}.get(k)) + (" --no-comparisons" if args.no_comparisons else "")
     made = (f"Made by `{command}` on {dt.date.today().isoformat()}: harness {', '.join(sorted(versions))}, torch "
             f"{torch.__version__}, {os.cpu_count()} CPU cores ({platform.machine()}), {args.workers} workers, seed 0. "
             "Every number on this page comes from that command's runs; re-running it resumes them (or trains them "
@@ -243,15 +267,16 @@ def write_markdown(args: argparse.Namespace, full: list[str], compact: list[str]
         "## Declared headlines the headline test finds beaten", "",
         *([f"- {w}" for w in warnings] or ["- none"]), "",
     ]
-    (REPO / "docs" / "results.md").write_text("\n".join(body))
+    page = REPO / "docs" / ("results.md" if args.preset == "quick" else f"results-{args.preset}.md")
+    page.write_text("\n".join(body))
     readme = (REPO / "README.md").read_text()
-    if README_START in readme and README_END in readme:
+    if args.preset == README_PRESET and README_START in readme and README_END in readme:
         table = (f"{README_START}\n{README_HEAD}\n" + "\n".join(compact) + f"\n\nRows are in the order the command "
                  "runs the defenses; the leaderboard ranks them by the sample-level leak, which no choice of declared "
-                 f"attacks can lower. `{command}`; every column and more in [docs/results.md](docs/results.md).\n{README_END}")
+                 f"attacks can lower. `{command}`; every column and more in [docs/{page.name}](docs/{page.name}).\n{README_END}")
         readme = re.sub(re.escape(README_START) + ".*?" + re.escape(README_END), lambda _: table, readme, flags=re.S)
         (REPO / "README.md").write_text(readme)
-    print(f"wrote {REPO / 'docs' / 'results.md'} and the README's results table")
+    print(f"wrote {page}" + (" and the README's results table" if args.preset == README_PRESET else ""))
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ KIND = PluginKind("defenses", "defense", {
     "dpsgd-medium": "defenses.dpsgd:DPSGDMedium",
     "dpsgd-high": "defenses.dpsgd:DPSGDHigh",
     "dpsgd-veryhigh": "defenses.dpsgd:DPSGDVeryHigh",
+    "dpsgd-eps3": "defenses.dpsgd:DPSGDEpsilon3",
     "subsample": "defenses.subsample:Subsample",
     "ssl-simclr": "defenses.ssl:SimCLR",
     "ssl-moco": "defenses.ssl:MoCo",

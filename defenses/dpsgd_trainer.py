@@ -149,16 +149,19 @@ def _is_linear_head(net: nn.Module) -> bool:
     return isinstance(net, ScatterLinear)
 
 
-def linear_clipped_sum(fc: nn.Linear, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float) -> Grads:
+def linear_clipped_sum(fc: nn.Linear, x: torch.Tensor, y: torch.Tensor, max_grad_norm: float,
+                       sq_norms: torch.Tensor | None = None) -> Grads:
     """``sum_i min(1, C / ||g_i||) g_i`` for a linear layer ``z = W x + b`` under cross-entropy,
     without forming the per-sample gradients: sample i's gradient is ``(d_i x_i^T, d_i)`` with
     ``d_i = softmax(z_i) - onehot(y_i)``, so ``||g_i||^2 = ||d_i||^2 (||x_i||^2 + 1)`` and the clipped
     sum is ``(F D)^T X`` and ``sum_i f_i d_i`` (F the clip factors). The same sum as the per-sample
-    gradients of :func:`per_sample_grad_fn` (K = 1), in two matrix products (tests/test_dpsgd_scatter.py)."""
+    gradients of :func:`per_sample_grad_fn` (K = 1), in two matrix products (tests/test_dpsgd_scatter.py).
+    ``sq_norms``: the rows' ``||x_i||^2`` where already known."""
     with torch.no_grad():
         d = torch.softmax(nn.functional.linear(x, fc.weight, fc.bias), dim=1)
         d[torch.arange(len(y), device=d.device), y] -= 1.0
-        norms = torch.sqrt((d * d).sum(1) * ((x * x).sum(1) + 1.0))
+        xx = (x * x).sum(1) if sq_norms is None else sq_norms
+        norms = torch.sqrt((d * d).sum(1) * (xx + 1.0))
         fd = d * clip_factors(norms, max_grad_norm)[:, None]
         return {"fc.weight": fd.t() @ x, "fc.bias": fd.sum(0)}
 
@@ -271,7 +274,9 @@ class DPSGDTrainer:
             with torch.no_grad():
                 self._x = self._fixed.features(self._normalize(self._x))
             self._normalize = lambda f: f
-        self._linear_head = _is_linear_head(self.net)
+        self._linear_head = _is_linear_head(self.net) and self.k == 1
+        if self._linear_head:  # each sample's ||x_i||^2, fixed: computed once
+            self._sq_norms = self._x.flatten(1).pow(2).sum(1)
         s_sample, s_noise = np.random.SeedSequence([seed, 0xD95]).generate_state(2)
         self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations
         self.noise_gen = torch.Generator(device=self.device).manual_seed(int(s_noise))
@@ -279,7 +284,7 @@ class DPSGDTrainer:
 
     def _inputs(self, idx: torch.Tensor) -> torch.Tensor:
         """Normalized inputs (n, K, C, H, W): K independently augmented copies of each sample."""
-        x = self._x[idx].repeat_interleave(self.k, dim=0)
+        x = self._x[idx] if self.k == 1 else self._x[idx].repeat_interleave(self.k, dim=0)
         if self.augment:
             from harness.core.augment import random_augment
 
@@ -292,7 +297,7 @@ class DPSGDTrainer:
         (a linear head on fixed features: :func:`linear_clipped_sum`, the same sum in closed form)."""
         if self._linear_head:
             return linear_clipped_sum(self.net.fc, self._inputs(idx).flatten(1), self._y[idx],
-                                      self.settings.max_grad_norm)
+                                      self.settings.max_grad_norm, self._sq_norms[idx])
         params = {k: p.detach() for k, p in self.net.named_parameters()}
         buffers = {k: b.detach() for k, b in self.net.named_buffers()}
         total = {k: torch.zeros_like(p) for k, p in params.items()}

@@ -13,6 +13,14 @@ query) the k-th smallest random logit. The ranking, hence the predicted label, i
 carry no information about the query beyond its ranking. Ties in the real logits are broken by
 class index (the lower index ranks higher, as ``argmax`` picks it), never by float rounding.
 
+``random_images`` (default None, the paper's): a fresh uniform random image per query. An integer M
+instead draws each query's random image from a bank of M uniform random images, the same bank for
+every model (seeded by :data:`BANK_SEED`), whose logits each model computes once: for networks on
+a fixed feature map (the ``cifar10-scatter`` preset) a fresh image per query would pass 18 000
+images a model through the transform, none of them ever seen again. The served scores are then
+the sorted logits of one of M random images rather than of a fresh one; they still carry nothing
+about the query beyond its ranking (docs/protocol.md, HAMP).
+
 The served model answers with the defended output (``query``); the training-time-only model stays
 queryable through ``raw_query`` for the ablation attack ``lira-raw``.
 """
@@ -88,21 +96,37 @@ def rank_remap(real: np.ndarray, random_logits: np.ndarray) -> np.ndarray:
     return out
 
 
-class HAMPServed(ServedModel):
-    """HAMP's served model: rank-preserving replacement of the scores (test-time defense)."""
+#: the seed of the shared bank of random images (``random_images``): one bank for every model
+BANK_SEED = 0x4A4D50
 
-    def __init__(self, model: TorchClassifier, image_shape: tuple[int, ...], seed: int) -> None:
+
+def random_bank(m: int, image_shape: tuple[int, ...]) -> np.ndarray:
+    """``m`` uniform random uint8 images, the same for every model (:data:`BANK_SEED`)."""
+    return np.random.default_rng(BANK_SEED).integers(0, 256, size=(m, *image_shape), dtype=np.uint8)
+
+
+class HAMPServed(ServedModel):
+    """HAMP's served model: rank-preserving replacement of the scores (test-time defense).
+    ``bank``: None (a fresh random image per query) or the shared random images to draw from."""
+
+    def __init__(self, model: TorchClassifier, image_shape: tuple[int, ...], seed: int,
+                 bank: np.ndarray | None = None) -> None:
         self.model = model
         self.image_shape = image_shape
         self.rng = np.random.default_rng(seed)
+        self.bank_logits = None if bank is None else model.query(bank)
 
     def raw_query(self, x: np.ndarray) -> np.ndarray:
         return self.model.query(x)
 
     def query(self, x: np.ndarray) -> np.ndarray:
         real = self.model.query(x)
-        noise = self.rng.integers(0, 256, size=(len(x), *self.image_shape), dtype=np.uint8)
-        return rank_remap(real, self.model.query(noise)).astype(np.float32)
+        if self.bank_logits is not None:
+            random_logits = self.bank_logits[self.rng.integers(0, len(self.bank_logits), size=len(x))]
+        else:
+            noise = self.rng.integers(0, 256, size=(len(x), *self.image_shape), dtype=np.uint8)
+            random_logits = self.model.query(noise)
+        return rank_remap(real, random_logits).astype(np.float32)
 
 
 class HAMP(Defense):
@@ -113,7 +137,7 @@ class HAMP(Defense):
     adaptive_attacks = ("label-only", "lira")
     ablation_attacks = ("lira-raw",)
     provides = frozenset({"raw_query"})
-    param_defaults = {"entropy_threshold": 0.9996837722339832, "regularization": 0.005}
+    param_defaults = {"entropy_threshold": 0.9996837722339832, "regularization": 0.005, "random_images": None}
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -122,6 +146,10 @@ class HAMP(Defense):
             raise ValueError(f"entropy_threshold must be in (0, 1] (a fraction of the maximum entropy ln K), got {gamma!r}")
         if alpha < 0:
             raise ValueError(f"regularization must be >= 0, got {alpha!r}")
+        m = self.params["random_images"]
+        if m is not None and (isinstance(m, bool) or not isinstance(m, int) or m < 1):
+            raise ValueError(f"random_images must be a positive integer (the bank's size) or null (a fresh image "
+                             f"per query), got {m!r}")
 
     def soft_labels(self, train: LabeledImages) -> np.ndarray:
         """The high-entropy soft labels (N, K): p on the true class, (1 - p) / (K - 1) elsewhere."""
@@ -133,7 +161,9 @@ class HAMP(Defense):
 
     def served(self, net: Any, train: LabeledImages, ctx: FitContext) -> ServedModel:
         model = TorchClassifier(net, train.mean, train.std, ctx.device)
-        return HAMPServed(model, tuple(train.x.shape[1:]), seed=ctx.seed + 1)
+        shape = tuple(train.x.shape[1:])
+        m = self.params["random_images"]
+        return HAMPServed(model, shape, seed=ctx.seed + 1, bank=None if m is None else random_bank(int(m), shape))
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
         alpha = float(self.params["regularization"])

@@ -40,6 +40,9 @@ from harness.core.scattering import output_shape, scatter
 SCATTER_J, SCATTER_L = 2, 8
 #: GroupNorm groups over the 243 scattering channels (Tramer and Boneh's CIFAR-10 choice among 9 / 27 / 81)
 SCATTER_GROUPS = 27
+#: rows kept in memory per process (62 KB each: 2.5 GB): a run's training pool, its 18 query views of
+#: 1 000 audit and population images and the serving checks' copies fit
+MEMORY_ROWS = 40_000
 #: the environment variable naming the features' disk folder
 CACHE_ENV = "HARNESS_FEATURE_CACHE"
 
@@ -74,7 +77,7 @@ def shared_cache(device: torch.device | str = "cpu") -> FeatureCache:
     root = feature_cache_root()
     key = (torch.device(device).type, str(root))
     if key not in _SHARED:
-        _SHARED[key] = FeatureCache(normalized_scatter, scattering_params(device), root)
+        _SHARED[key] = FeatureCache(normalized_scatter, scattering_params(device), root, memory_rows=MEMORY_ROWS)
     return _SHARED[key]
 
 

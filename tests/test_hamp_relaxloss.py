@@ -53,6 +53,25 @@ def test_hamp_served_output_keeps_the_raw_ranking_and_has_high_entropy():
     assert (raw.argmax(1) == d.y_test).mean() > 0.5  # it still classifies
 
 
+def test_hamp_with_a_random_image_bank_draws_each_querys_scores_from_the_banks_logits():
+    from defenses.hamp import HAMPServed, random_bank
+    from defenses.base import TorchClassifier
+
+    d, _ = _digits_train(n=200)
+    torch.manual_seed(0)
+    model = TorchClassifier(build_model("mlp", (1, 8, 8), 10, 32).eval(), d.mean, d.std, "cpu")
+    bank = random_bank(5, (1, 8, 8))
+    assert np.array_equal(bank, random_bank(5, (1, 8, 8)))  # one bank for every model
+    served = HAMPServed(model, (1, 8, 8), seed=1, bank=bank)
+    out = served.query(d.x_test[:300])
+    sorted_bank = {tuple(np.sort(row).round(5)) for row in model.query(bank)}
+    used = {tuple(np.sort(row).round(5)) for row in out}
+    assert used <= sorted_bank and len(used) == 5  # every answer's scores are one bank image's logits
+    assert (out.argmax(1) == served.raw_query(d.x_test[:300]).argmax(1)).all()
+    with pytest.raises(ValueError, match="random_images"):
+        HAMP(random_images=0)
+
+
 def _ce_after_one_step(alpha: float, epoch: int) -> tuple[float, float]:
     torch.manual_seed(0)
     d, _ = _digits_train()

@@ -12,7 +12,7 @@ def list_plugins() -> None:
     """Show every defense, canary and attack with a one-line description."""
     from rich.table import Table
 
-    from harness.core.config import preset_names
+    from harness.core.config import load_preset_mapping, preset_names
     from harness.plugins import available, resolve
 
     table = Table(title="privacy-harness plugins", title_justify="left")
@@ -32,3 +32,8 @@ def list_plugins() -> None:
             table.add_row(kind[:-1] if kind != "canaries" else "canary", name, desc)
     console.print(table)
     console.print(f"Presets: {', '.join(preset_names())}")
+    for preset in preset_names():
+        section = load_preset_mapping(preset).get("not_applicable") or {}
+        if section:
+            console.print(f"Not in {preset}: " + "; ".join(f"{name} ({why})" for name, why in section.items()),
+                          soft_wrap=True)

@@ -129,6 +129,13 @@ class TrainConfig(_Strict):
     warmup_epochs: int = Field(default=0, ge=0)
     augment: bool = True
 
+    @model_validator(mode="after")
+    def _fixed_features_without_augmentation(self) -> "TrainConfig":
+        if self.model.startswith("scatter-") and self.augment:
+            raise ValueError(f"{self.model} trains without augmentation (its features are computed once per image "
+                             "and cached): set train.augment=false")
+        return self
+
     @field_validator("milestones")
     @classmethod
     def _fractions(cls, v: list[float]) -> list[float]:
@@ -333,6 +340,18 @@ def _format_error(e: ValidationError) -> str:
     return "invalid config: " + "; ".join(parts)
 
 
+def not_applicable(raw: dict[str, Any], defense: str) -> str | None:
+    """Why ``defense`` does not apply to a preset (its ``not_applicable: {NAME: reason}`` section, a
+    name covering its ``NAME-level`` variants), or None."""
+    section = raw.get("not_applicable") or {}
+    if not isinstance(section, dict) or not all(isinstance(v, str) for v in section.values()):
+        raise ConfigError("not_applicable must map defense names to a one-line reason")
+    for name, why in section.items():
+        if defense == name or defense.startswith(name + "-"):
+            return why
+    return None
+
+
 def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[str, ...] = ()) -> dict[str, Any]:
     """Fold the preset's per-defense section into the base config.
 
@@ -345,6 +364,10 @@ def apply_defense_preset(raw: dict[str, Any], defense: str, params_key: tuple[st
     ``params_key`` (e.g. ``("inner_params",)``) inside ``defense_params``.
     """
     out = copy.deepcopy(raw)
+    reason = not_applicable(out, defense)
+    if reason is not None:
+        raise ConfigError(f"{defense} does not apply to the {out.get('preset', 'chosen')} preset: {reason}")
+    out.pop("not_applicable", None)
     sections = out.pop("defense_presets", None) or {}
     if not isinstance(sections, dict):
         raise ConfigError("defense_presets must map defense names to {train: ..., params: ...}")
