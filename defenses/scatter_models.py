@@ -109,11 +109,17 @@ class FeatureNet(nn.Module):
 
 
 class ScatterLinear(nn.Module):
-    """One linear layer on the flattened (normalized) scattering features."""
+    """One linear layer on the flattened (normalized) scattering features, started at zero (as
+    logistic regression is): a random start would keep its random logits along every feature
+    direction the training images do not span (15 552 features, a few thousand images), noise on
+    test images that no training step removes (HAMP's near-uniform targets, whose margins are
+    smaller than that noise, then test at chance)."""
 
     def __init__(self, channels: int, spatial: int, num_classes: int) -> None:
         super().__init__()
         self.fc = nn.Linear(channels * spatial, num_classes)
+        nn.init.zeros_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
         return self.fc(f.flatten(1))
