@@ -453,7 +453,7 @@ def test_coarsely_keyed_serving_saves_answers_averaged_over_copies_at_the_scale_
 RECIPE = {"train.epochs": 2, "train.width": 32}
 BUILTIN_TINY = {
     "undefended": RECIPE, "hamp": RECIPE, "relaxloss": RECIPE, "alibi": RECIPE, "agibi": RECIPE,
-    "dpsgd-medium": RECIPE, "dpsgd-veryhigh": RECIPE,
+    "dpsgd-medium": RECIPE, "dpsgd-veryhigh": RECIPE, "dpsgd-eps3": {**RECIPE, "defense_params.epochs": 2},
     "subsample": {**RECIPE, "defense_params.inner": "dpsgd-medium"},
     "selena": {**RECIPE, "defense_params.num_teachers": 4, "defense_params.num_query": 2},
     "ssl-simclr": {"defense_params.encoder": "mlp", "defense_params.width": 16, "defense_params.epochs": 2,
