@@ -192,6 +192,7 @@ def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
     t1 = time.perf_counter()
     if not jobs:
         return
+    _fixed_features(prep, emit)
     g = group_size(cfg, defense)
     stacked = " (stacked: one batched loop per group)" if trains_in_groups(defense, cfg.train) else ""
     emit("info", f"Training {len(jobs)} models{f' in groups of {g}{stacked}' if g > 1 else ''} with "
@@ -219,6 +220,28 @@ def _train(prep: Any, t_prep: float, emit: Callable[..., None]) -> None:
         "executor": executor.description,
     }
     run.save_manifest(manifest)
+
+
+def _fixed_features(prep: Any, emit: Callable[..., None]) -> None:
+    """Networks on a fixed feature map: compute the features the cache lacks before training
+    (:mod:`harness.run.feature_prep`), with a status line at most every 10 s."""
+    from harness.run.feature_prep import precompute_features, uses_fixed_features
+    from harness.run.runner import resolve_device
+
+    if not uses_fixed_features(prep.cfg):
+        return
+    last = [0.0]
+
+    def report(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= 10 or done == total:
+            last[0] = time.monotonic()
+            emit("status", f"computing the fixed features (once per machine): {done} of {total} new images")
+
+    emit("status", "checking the fixed-feature cache")
+    n, seconds = precompute_features(prep, resolve_device(prep.cfg.run.device), report)
+    if n:
+        emit("info", f"Fixed features of {n} new images computed in {seconds:.0f} s ({n / max(seconds, 1e-9):.0f} "
+                     "images/s) and cached for every later run on this machine.")
 
 
 @contextmanager

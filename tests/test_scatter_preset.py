@@ -65,6 +65,7 @@ def test_a_toy_run_of_the_preset_fits_and_finds_its_mislabeled_canaries(cifar_su
                               "--level", "sample", "--set", "attack.bootstrap=20", "--workers", "1",
                               "--out", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
+    assert "Fixed features of" in res.output  # computed before training, once, in the run's process
     (run_dir,) = (tmp_path / "runs").iterdir()
     results = json.loads((run_dir / "results.json").read_text())
     level = results["sample"]

@@ -93,6 +93,17 @@ class FeatureCache:
         out = np.stack([found[i] for i in range(len(keys))]) if keys else np.zeros((0,), np.float32)
         return torch.from_numpy(out).to(x.device)
 
+    def missing(self, x: Any) -> list[int]:
+        """The rows of ``x`` (a tensor or array) this cache holds neither in memory nor on disk."""
+        arr = x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
+        keys = row_digests(arr)
+        out = [i for i, k in enumerate(keys) if k not in self._memory]
+        if out and self.folder is not None:
+            if any(keys[i] not in self._disk for i in out):
+                self._scan()
+            out = [i for i in out if keys[i] not in self._disk]
+        return out
+
     # -- memory ----------------------------------------------------------------------------------
 
     def _remember(self, key: bytes, value: np.ndarray) -> None:
