@@ -1,8 +1,15 @@
 """Evaluate every built-in defense at one preset; print the results table, and with --markdown
-write docs/results.md and the README's results table from the same runs.
+write the preset's results page (docs/results.md for quick, docs/results-PRESET.md otherwise) and,
+for cifar10-scatter, the README's results table, from the same runs.
 
     python benchmarks/bench_defenses.py [--preset quick] [--data-dir PATH] [--out runs/bench]
-                                        [--defenses undefended,hamp,...] [--workers 2] [--markdown]
+                                        [--defenses undefended,hamp,...] [--workers 2] [--no-comparisons]
+                                        [--markdown]
+
+The README's table: ``--preset cifar10-scatter --data-dir ../shared/data/cifar10-subset --out
+runs/bench-scatter --no-comparisons --markdown`` (real CIFAR-10 images; the defenses the preset's
+``not_applicable`` names get a one-line row saying why, and ``dpsgd-eps3`` is Tramer and Boneh's
+epsilon = 3 setting beside the paper's three DP-SGD levels).
 
 Runs ``harness evaluate DEFENSE`` (resuming finished runs) for each defense, plus the comparison
 runs the notes need (SELENA with plain mislabeled canaries beside its duplicates, each DP-SGD level
@@ -52,6 +59,14 @@ PRESET_DEFENSES = {"cifar10-scatter": SCATTER_DEFENSES}
 README_PRESET = "cifar10-scatter"
 README_START, README_END = "<!-- results-table:start -->", "<!-- results-table:end -->"
 ROW_NAMES: dict[str, str] = {}
+#: Aerni et al.'s Table 1 (CIFAR-10, WRN16-4 or ResNet-18, 64 models): population-level LiRA and sample-level
+#: adaptive TPR at 0.1% FPR, test accuracy (../shared/reference/misleading_evals_table1.csv)
+PAPER_TABLE1 = {
+    "undefended": (0.134, 1.000, 0.9452), "hamp": (0.021, 0.285, 0.8829), "relaxloss": (0.022, 0.741, 0.8886),
+    "selena": (0.068, 0.527, 0.9305), "ssl-simclr": (0.058, 0.406, 0.8818), "ssl-moco": (0.020, 0.650, 0.8844),
+    "dfkd": (0.013, 0.722, 0.9239), "dpsgd-medium": (0.007, 0.027, 0.8829), "dpsgd-high": (0.022, 0.095, 0.9113),
+    "dpsgd-veryhigh": (0.048, 0.632, 0.9189),
+}
 
 
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
@@ -175,6 +190,22 @@ def notes_for(d: str, extra: tuple[str, ...], r: dict, args: argparse.Namespace)
     return out
 
 
+PAPER_HEAD = ("\n| defense | paper: population / sample TPR | paper: test acc | here: population / sample leak | "
+              "here: test acc | canaries leak more than the population? |\n|---|---|---|---|---|---|")
+
+
+def _tpr(level: dict) -> float | None:
+    return ((level.get("figure") or {}).get("leak") or {}).get("tpr")
+
+
+def _direction(paper_more: bool, sample: float | None, population: float | None) -> str:
+    """Whether the sample level leaks more than the population here, as in the paper."""
+    if sample is None or population is None:
+        return "unresolved"
+    here = sample > population
+    return ("yes, as in the paper" if here else "no (the paper: yes)") if paper_more else ("yes (the paper: no)" if here else "no, as in the paper")
+
+
 FULL_HEAD = ("| defense | leak, sample (ranked) | declared headline, sample (canaries) | leak, population | "
              "declared headline, population | sample / population leak [95% CI] | RMIA pop. / sample | "
              "test acc (pop.) | test acc (sample) | epsilon | one-run ε ≥ (95%) | wall |\n" + "|---" * 12 + "|")
@@ -201,7 +232,7 @@ def main() -> None:
     from harness.core.config import load_preset_mapping, not_applicable
 
     preset_raw = load_preset_mapping(args.preset)
-    full, compact, notes, warnings, versions = [], [], [], [], set()
+    full, compact, notes, warnings, versions, paper = [], [], [], [], set(), []
     for d in args.defenses.split(","):
         why = not_applicable(preset_raw, d)
         if why is not None:
@@ -224,16 +255,23 @@ def main() -> None:
         compact.append(f"| {name} | {leak(smp)} | {headline(smp)} | {leak(pop)} | {ratio(r)} | "
                        f"{pct(smp['test_accuracy']['mean'])} | {epsilon(r)} |")
         notes += notes_for(d, extra, r, args)
+        if args.preset != "quick" and d in PAPER_TABLE1:
+            pp, ps, pa = PAPER_TABLE1[d]
+            lp, ls = _tpr(pop), _tpr(smp)
+            paper.append(f"| {name} | {pct(pp)} / {pct(ps)} | {pct(pa)} | {pct(lp)} / {pct(ls)} | "
+                         f"{pct(smp['test_accuracy']['mean'])} | {_direction(ps > pp, ls, lp)} |")
         warnings += [f"{name}: {w}" for w in r.get("warnings", [])]
     print(f"preset: {args.preset}\n{FULL_HEAD}\n" + "\n".join(full))
     for n in notes:
         print(f"- {n}")
+    if paper:
+        print(PAPER_HEAD + "\n" + "\n".join(paper))
     if args.markdown:
-        write_markdown(args, full, compact, notes, warnings, versions)
+        write_markdown(args, full, compact, notes, warnings, versions, paper)
 
 
 def write_markdown(args: argparse.Namespace, full: list[str], compact: list[str], notes: list[str],
-                   warnings: list[str], versions: set[str]) -> None:
+                   warnings: list[str], versions: set[str], paper: list[str] | None = None) -> None:
     import torch
 
     command = "python benchmarks/bench_defenses.py --markdown" + "".join(
@@ -264,6 +302,10 @@ def write_markdown(args: argparse.Namespace, full: list[str], compact: list[str]
         "docs/bounds.md). Wall: each run's own recorded time (preparing, training and attacks; "
         "interpreter start-up excluded).", "",
         FULL_HEAD, *full, "", "## Notes", "", *[f"- {n}" for n in notes], "",
+        *(["## Against the paper's Table 1", "",
+           "The paper's CIFAR-10 figures (WRN16-4 or ResNet-18 trained end to end on 50 000 images, 64 models, "
+           "TPR at 0.1% FPR: LiRA at the population level, its adaptive attack on its canaries) beside this "
+           "preset's leaks; docs/defenses.md discusses each row.", PAPER_HEAD, *paper, ""] if paper else []),
         "## Declared headlines the headline test finds beaten", "",
         *([f"- {w}" for w in warnings] or ["- none"]), "",
     ]
