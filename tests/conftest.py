@@ -23,6 +23,18 @@ def cifar_subset() -> Path:
     return CIFAR_SUBSET
 
 
+@pytest.fixture
+def scatter_cache(tmp_path, monkeypatch):
+    """A fresh feature-cache folder for the scattering networks (defenses/scatter_models.py), and no
+    cache left in the process from another test."""
+    from defenses import scatter_models
+
+    monkeypatch.setenv(scatter_models.CACHE_ENV, str(tmp_path / "features"))
+    scatter_models._SHARED.clear()
+    yield tmp_path / "features"
+    scatter_models._SHARED.clear()
+
+
 #: `harness evaluate` options of a few-second population-level run (6 models, 20 audit samples, 2 epochs)
 TINY_ARGS = ["--models", "6", "--audit-size", "20", "--epochs", "2", "--set", "train.width=32", "--set",
              "attack.bootstrap=20", "--workers", "1", "--level", "population"]

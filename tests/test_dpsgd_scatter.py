@@ -17,14 +17,7 @@ from harness.core.augment import AugmentSpec
 from harness.core.config import TrainConfig
 
 
-@pytest.fixture(autouse=True)
-def _cache_folder(tmp_path, monkeypatch):
-    from defenses import scatter_models
-
-    monkeypatch.setenv(scatter_models.CACHE_ENV, str(tmp_path / "features"))
-    scatter_models._SHARED.clear()
-    yield
-    scatter_models._SHARED.clear()
+pytestmark = pytest.mark.usefixtures("scatter_cache")
 
 
 def _images(n: int, seed: int = 0) -> LabeledImages:

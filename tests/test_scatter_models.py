@@ -11,14 +11,7 @@ from defenses.models import build_model, rebuild_model
 from harness.core.scattering import scatter
 
 
-@pytest.fixture(autouse=True)
-def _cache_folder(tmp_path, monkeypatch):
-    from defenses import scatter_models
-
-    monkeypatch.setenv(scatter_models.CACHE_ENV, str(tmp_path / "features"))
-    scatter_models._SHARED.clear()
-    yield
-    scatter_models._SHARED.clear()
+pytestmark = pytest.mark.usefixtures("scatter_cache")
 
 
 @pytest.mark.parametrize("kind, params", [("scatter-linear", 243 * 64 * 10 + 10),
