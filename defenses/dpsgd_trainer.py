@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.training import RowGather
 from harness.core.lazy import LazyModule
 
 if TYPE_CHECKING:
@@ -275,8 +276,9 @@ class DPSGDTrainer:
                 self._x = self._fixed.features(self._normalize(self._x))
             self._normalize = lambda f: f
         self._linear_head = _is_linear_head(self.net) and self.k == 1
-        if self._linear_head:  # each sample's ||x_i||^2, fixed: computed once
+        if self._linear_head:  # each sample's ||x_i||^2, fixed: computed once; batches gathered into one buffer
             self._sq_norms = self._x.flatten(1).pow(2).sum(1)
+            self._rows = RowGather(self._x.flatten(1))
         s_sample, s_noise = np.random.SeedSequence([seed, 0xD95]).generate_state(2)
         self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations
         self.noise_gen = torch.Generator(device=self.device).manual_seed(int(s_noise))
@@ -296,7 +298,7 @@ class DPSGDTrainer:
         """Sum over the samples ``idx`` of their clipped per-sample gradients, in physical batches
         (a linear head on fixed features: :func:`linear_clipped_sum`, the same sum in closed form)."""
         if self._linear_head:
-            return linear_clipped_sum(self.net.fc, self._inputs(idx).flatten(1), self._y[idx],
+            return linear_clipped_sum(self.net.fc, self._rows(idx), self._y[idx],
                                       self.settings.max_grad_norm, self._sq_norms[idx])
         params = {k: p.detach() for k, p in self.net.named_parameters()}
         buffers = {k: b.detach() for k, b in self.net.named_buffers()}

@@ -100,3 +100,20 @@ def test_dpsgd_trains_the_head_and_serves_a_network_on_images(kind):
         out = served(torch.rand(3, 3, 32, 32))
     assert out.shape == (3, 10) and torch.isfinite(out).all()
     assert trainer.info()["steps"] == 2 * 3 and np.isfinite(trainer.info()["epsilon"])
+
+
+def test_row_gather_returns_the_rows_asked_for_through_one_reused_buffer():
+    """RowGather(x)(idx) equals x[idx] for batches of varying size (Poisson batches), growing its
+    buffer when a batch is larger and writing every batch into the same storage."""
+    from defenses.training import RowGather
+
+    x = torch.randn(50, 3, 4)
+    rows = RowGather(x)
+    gen = torch.Generator().manual_seed(0)
+    ptrs = set()
+    for n in (10, 7, 12, 3, 30, 30, 1):
+        idx = torch.randperm(50, generator=gen)[:n]
+        got = rows(idx)
+        assert got.shape == (n, 3, 4) and torch.equal(got, x[idx])
+        ptrs.add(got.data_ptr())
+    assert len(ptrs) == 2  # one buffer of 13 rows (10 x 1.25 + 1), grown once for 30 (to 38)

@@ -102,3 +102,35 @@ def test_memory_is_bounded(tmp_path):
     cache = FeatureCache(Counting(), {"map": "counting"}, memory_rows=4)
     cache(_images(10))
     assert len(cache._memory) == 4
+
+
+def test_a_repeated_batch_is_answered_whole_and_a_fingerprint_twin_is_not():
+    """A batch seen before (every model's queries) is answered from the batch memo, values equal to
+    the rows'; a batch whose fingerprint matches but whose content differs (a value the fingerprint's
+    stride skips) gets its own features, never the memoized ones."""
+    import harness.core.feature_cache as fc
+
+    fn = Counting()
+    cache = FeatureCache(fn, {"map": "counting"})
+    x = _images(6)
+    first = cache(x)
+    assert fc.batch_fingerprint(x.numpy()) in cache._batches
+    again = cache(x.clone())
+    assert fn.rows == 6 and torch.equal(again, first) and cache.counts["memory"] == 6
+    twin = x.clone()
+    twin[2, 0, 0, 1] += 1.0  # flat index 1: not among the fingerprint's values (0, 61, ...)
+    assert fc.batch_fingerprint(twin.numpy()) == fc.batch_fingerprint(x.numpy())
+    out = cache(twin)
+    assert fn.rows == 7 and torch.equal(out, Counting()(twin))
+    assert not torch.equal(out[2], first[2]) and torch.equal(out[[0, 1, 3, 4, 5]], first[[0, 1, 3, 4, 5]])
+
+
+def test_batches_are_kept_within_the_memory_budget():
+    """The batch memo holds at most ``memory_rows`` rows; past it, batches go through the rows."""
+    fn = Counting()
+    cache = FeatureCache(fn, {"map": "counting"}, memory_rows=8)
+    a, b = _images(5, seed=1), _images(5, seed=2)
+    cache(a)
+    cache(b)  # 10 rows > 8: not memoized as a batch
+    assert len(cache._batches) == 1 and cache._batch_rows == 5
+    assert torch.equal(cache(b), Counting()(b))
