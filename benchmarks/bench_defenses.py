@@ -139,7 +139,7 @@ def primary(level: dict, attack: str) -> dict | None:
 
 
 def primary_tpr(level: dict, attack: str, fpr: str | None = None) -> str:
-    """An attack's primary variant's own TPR (plotting position, not selection-adjusted) at the
+    """An attack's primary variant's own TPR (plotting position; its own read, not the leak) at the
     level's figure FPR, or at ``fpr`` where given (one of the figure FPRs the run read)."""
     e = primary(level, attack)
     f = fpr if fpr is not None else repr(float((level.get("figure") or {}).get("fpr") or 0.001))

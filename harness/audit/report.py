@@ -384,7 +384,7 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                        title_justify="left", box=box.SIMPLE_HEAD, caption_justify="left",
                        caption="declared headline attacks: " + ", ".join(results[levels[-1]]["headline_attacks"])
                        + "; * primary variant; (headline): the experiment's declared headline variant; TPR: the "
-                       "variant's own at its experiment's figure FPR (not selection-adjusted); ε: this variant's "
+                       "variant's own at its experiment's figure FPR (its own read, not the leak); ε: this variant's "
                        "one-run lower bound (95% for it alone)")
     for col in ("experiment", "attack", "access", "variant", "TPR at figure FPR", "AUC", "ε ≥"):
         per_attack.add_column(col)

@@ -170,8 +170,8 @@ class AttackConfig(_Strict):
             folds, splits = data.pop("crossfit_folds", 2), data.pop("crossfit_splits", 8)
             if (folds, splits) != (2, 8):
                 raise ValueError("attack.crossfit_folds and attack.crossfit_splits were removed in 0.4: best-of "
-                                 "figures are no longer cross-fitted but selection-adjusted on all victims "
-                                 "(docs/protocol.md, Headlines); drop the setting")
+                                 "figures are no longer cross-fitted: the leak is the plain maximum of a fixed set "
+                                 "of primary reads on all victims (docs/protocol.md, Headlines); drop the setting")
         return data
 
     @field_validator("fprs")
