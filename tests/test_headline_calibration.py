@@ -2,9 +2,11 @@
 leave-one-out LiRA toy with victims that differ, through the harness's own figure and test code),
 issue 53's done-when:
 
-(a) the leak, the plain maximum of its candidates, reads near the largest many-victim truth (within
-    2 points at 32 models; the issue's 1 point is not met everywhere, see the test), and its lower
-    bound holds it in at least 95% less Monte Carlo error,
+(a) the leak, the plain maximum of its candidates, never reads below its estimand (the largest
+    expected read: harness.core.figure) beyond Monte Carlo error, overstates it by its selection
+    bias only (at most 2 points at 32 models, 3 at 8 x 20: the issue's 1 point or 5% is not met
+    where candidates are equal or weak ones are noisy, see the test), and its lower bound holds it
+    in at least 95% less Monte Carlo error,
     on pools of one dominant variant with near-copies, all equal, one dominant with weak ones, and
     victims that differ in offset, noise scale and memorization with heavy-tailed noise, at S from 8
     and C from 20;
@@ -75,35 +77,45 @@ POOLS = {
     "victims differ, t3 noise": (Variants((0.5, 0.7, 0.7), victim_scale=(0.0, 0.6, 0.3), victim_offset=(0.0, 0.3, 0.0),
                                           df=3.0), {"u_sd": 0.6, "scale_sd": 0.4, "mem_sd_victim": 0.5, "df": 3.0}),
 }
-COVER_CELLS = [(8, 20), (32, 100)]
+#: (S, C) -> (simulations, runs for the expected reads): a read at 8 x 20 (15 true positives) has an
+#: SD near 10 points, so its cell needs more of both to resolve a point of bias
+COVER_CELLS = {(8, 20): (400, 600), (32, 100): (120, 150)}
 
 
 @pytest.fixture(scope="module")
 def covers():
     cfg = _cfg(**{"attack.fprs": [0.001, 0.002, 0.005, 0.01]})
-    return {(name, s, c): coverage(cfg, 120, models=s, samples=c, variants=v, seed=s + c, worlds=150,
+    return {(name, s, c): coverage(cfg, sims, models=s, samples=c, variants=v, seed=s + c, worlds=worlds,
                                    world=ToyWorld.draw(c, s + c, **kw))
-            for name, (v, kw) in POOLS.items() for s, c in COVER_CELLS}
+            for name, (v, kw) in POOLS.items() for (s, c), (sims, worlds) in COVER_CELLS.items()}
+
+
+def _bias_se(cov, sims: int) -> float:
+    """The Monte Carlo SE of a measured bias: the leak's mean over ``sims`` runs and the truth's."""
+    return float(np.hypot(cov.rows["leak_sd"] / np.sqrt(sims), cov.rows["truth_se"]))
 
 
 @pytest.mark.slow
-def test_the_leak_reads_near_the_truth_at_32_models(covers):
-    """The plain maximum's bias against the largest many-victim truth at 32 x 100: within 2 points in
-    every pool (measured -1.6 to +0.1 points, 120 runs). Issue 53 asks for 1 point or 5%: met by three
-    pools, not by "dominant + weak" (-1.6 points), and not at 8 x 20 (-2.7 to +2.7 points): the
-    single variant's own S-victim read is biased against the many-victim truth there, the maximum's
-    selection is not what moves it (docs/protocol.md, Coverage)."""
+def test_the_leak_overstates_by_its_selection_only(covers):
+    """Against the largest expected read (the estimand), the plain maximum's bias is its selection:
+    never below -2 Monte Carlo SEs in any pool or cell (a rule that reads low, as 0.4's median
+    adjustment did by 8-12%, fails), and at most 2 points at 32 x 100 and 3 points at 8 x 20
+    (measured +0.1 to +1.4 points at 32 x 100 with 120 runs; +0.6 to +2.3 at 8 x 20 with 400).
+    Issue 53 asks for 1 point or 5%: met where one candidate dominates at 32 x 100, not with three
+    equal candidates (+1.4 points, 8.5%) nor at 8 x 20 where weak candidates' reads are noisy enough
+    to be the maximum (docs/protocol.md, Coverage)."""
     for (name, s, c), cov in covers.items():
-        if s == 32:
-            assert abs(cov.leak_bias) <= 0.02, (name, cov.leak_mean, cov.truth)
+        se = _bias_se(cov, COVER_CELLS[(s, c)][0])
+        assert cov.leak_bias >= -2 * se, (name, s, c, cov.leak_mean, cov.truth, se)
+        assert cov.leak_bias <= (0.02 if s == 32 else 0.03), (name, s, c, cov.leak_mean, cov.truth)
 
 
 @pytest.mark.slow
 def test_the_leaks_lower_bound_and_the_declared_ci_cover(covers):
-    """The leak's one-sided 95% lower bound holds the largest truth in at least 95% less 2 SEs (91%)
-    in every pool and cell (measured 97.5-100%), and at least 95% pooled; the declared headline's
-    two-sided CI (one variant) covers its truth in at least 91% at 32 x 100 (measured 94.2-95.8%; at
-    8 x 20 with heavy tails it measured 90.8%)."""
+    """The leak's one-sided 95% lower bound holds the largest expected read in at least 95% less 2 SEs
+    (91%) in every pool and cell (measured 96.7-100%), and at least 95% pooled; the declared
+    headline's two-sided CI (one variant) covers its expected read in at least 91% at 32 x 100
+    (measured 94.2-95.8%; at 8 x 20 94.0-95.8%)."""
     lows = [cov.leak_lower_covers for cov in covers.values()]
     assert min(lows) >= 0.95 - 2 * _se(0.05, 120), {k: c.leak_lower_covers for k, c in covers.items()}
     assert np.mean(lows) >= 0.95

@@ -18,13 +18,15 @@ guess, ``tau_j exp(g_s) e[s, c] + o_s`` with a per-victim scale g_s ~ N(0, victi
 offset o_s ~ N(0, victim_offset_j^2) (victims that differ more for one variant than another),
 e normal or Student t; ``ties`` rounds every score to a grid of 0.5.
 
-**The truths.** The figures' estimand (harness.core.figure) is conditional on the audit samples:
-the world (d, m) is drawn once per configuration and kept, and a variant's truth is the TPR at the
-FPR of its guesses pooled over ``worlds`` independent runs of the S models on it (:func:`truths`).
-The headline test's estimand (harness.audit.headline.TEST_ESTIMAND) is a variant's *expected read*
-at the design: the mean over independent runs of its S-victim read (:func:`expected_reads`); a
-null with victims that differ for one variant only is built by tuning that variant's noise until
-the two expected reads are equal (:func:`tune_noise`).
+**The truth.** One estimand for every figure and the headline test (harness.core.figure): a
+variant's **expected read** at the run's design, conditional on the audit samples: the world (d, m)
+is drawn once per configuration and kept, and the truth is the mean over independent runs of the S
+models on it of the variant's S-victim read at the figure FPR (:func:`expected_reads`); a figure
+over candidates estimates the largest of them. A null with victims that differ for one variant only
+is built by tuning that variant's noise until the two expected reads are equal (:func:`tune_noise`).
+Beside it, for the record, the **many-victim ROC**: the TPR of the variant's guesses pooled over
+many runs (:func:`truths`); the expected read differs from it by the S-victim read's own finite-S
+gap, which the simulations report and no figure corrects.
 
 tests/test_headline_calibration.py runs this at small sizes; ``python benchmarks/bench_headline_test.py``
 at the sizes docs/protocol.md quotes, into one JSON.
@@ -151,24 +153,24 @@ def truths(world: ToyWorld, models: int, variants: Variants, fprs: list[float], 
     return out
 
 
-def truth(world: ToyWorld, models: int, variants: Variants, fprs: list[float], worlds: int = 300,
-          seed: int = 12345) -> dict[float, float]:
-    """The best variant's true TPR at each FPR (:func:`truths`)."""
-    per = truths(world, models, variants, fprs, worlds, seed)
-    return {t: max(p[t] for p in per) for t in fprs}
+def read_draws(world: ToyWorld, models: int, variants: Variants, fpr: float, runs: int = 300,
+               seed: int = 777) -> np.ndarray:
+    """Each variant's S-victim read at ``fpr`` in ``runs`` independent runs of the design, (runs, K)
+    (common random numbers: the same seed for every call)."""
+    rng = np.random.default_rng([seed, models, world.samples])
+    reads = np.zeros((runs, len(variants)))
+    for r in range(runs):
+        x, mem = world.outputs(models, rng)
+        for j, sc in enumerate(variants.scores(x, mem, rng)):
+            reads[r, j] = weighted_tpr_plotting(sc, mem, [fpr], np.ones((1, models)))[fpr][0]
+    return reads
 
 
 def expected_reads(world: ToyWorld, models: int, variants: Variants, fpr: float, runs: int = 300,
                    seed: int = 777) -> np.ndarray:
-    """Each variant's expected S-victim read at ``fpr`` (the headline test's estimand): the mean
-    over ``runs`` independent runs (common random numbers: the same seed for every call)."""
-    rng = np.random.default_rng([seed, models, world.samples])
-    reads = np.zeros(len(variants))
-    for _ in range(runs):
-        x, mem = world.outputs(models, rng)
-        for j, sc in enumerate(variants.scores(x, mem, rng)):
-            reads[j] += weighted_tpr_plotting(sc, mem, [fpr], np.ones((1, models)))[fpr][0]
-    return reads / runs
+    """Each variant's expected S-victim read at ``fpr`` (the estimand): the mean of
+    :func:`read_draws`."""
+    return read_draws(world, models, variants, fpr, runs, seed).mean(0)
 
 
 def tune_noise(world: ToyWorld, models: int, variants: Variants, j: int, fpr: float, runs: int = 300,
@@ -247,7 +249,8 @@ class Coverage:
     """The printed figures over ``simulations`` runs at the figure FPR ``fpr``: the declared headline
     (variant 0 alone: its two-sided CI's coverage, how often the truth is below it) and the leak
     (the plain maximum over every variant, all of them the harness's own: its mean, bias against the
-    largest truth, and its one-sided lower bound's coverage)."""
+    largest expected read, which is the maximum's selection bias, and its one-sided lower bound's
+    coverage)."""
 
     fpr: float
     truth: float
@@ -268,15 +271,19 @@ class Coverage:
 def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: int, variants: Variants,
              seed: int = 0, worlds: int = 300, world: ToyWorld | None = None) -> Coverage:
     """The declared headline's CI (variant 0 alone) and the leak (every variant) at the level's
-    figure FPR, against :func:`truths`."""
+    figure FPR, against the expected reads (:func:`expected_reads` over ``worlds`` runs: the
+    estimand); ``rows`` keeps them, each variant's many-victim ROC TPR (:func:`truths`), the
+    leak's SD over the simulations and the largest expected read's Monte Carlo SE."""
     from harness.audit.headline import level_figure, level_fpr
 
     world = world if world is not None else ToyWorld.draw(samples, seed)
     fpr = level_fpr(cfg, models * samples // 2)
     if fpr is None:
         raise ValueError("the design resolves no figure FPR")
+    draws = read_draws(world, models, variants, fpr, runs=worlds)
+    reads = draws.mean(0)
+    tr_all, tr_head = float(reads.max()), float(reads[0])
     per = truths(world, models, variants, [fpr], worlds=worlds)
-    tr_all, tr_head = max(p[fpr] for p in per), per[0][fpr]
     d_in, d_below, d_v, l_in, l_v = [], [], [], [], []
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed * 100_003 + i})
@@ -290,7 +297,9 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: i
         l_v.append(fig["leak"]["tpr"])
     return Coverage(fpr, tr_all, simulations, tr_head, float(np.mean(d_v)), float(np.mean(d_in)),
                     float(np.mean(d_below)), float(np.mean(l_v)), float(np.mean(l_in)),
-                    {"truths": [p[fpr] for p in per]})
+                    {"truths": [float(r) for r in reads], "roc_truths": [p[fpr] for p in per],
+                     "leak_sd": float(np.std(l_v, ddof=1)),
+                     "truth_se": float(np.std(draws[:, int(reads.argmax())], ddof=1) / np.sqrt(worlds))})
 
 
 @dataclass
@@ -318,7 +327,8 @@ def ratio_coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samp
     smp = ToyWorld.draw(samples, seed, mem_mean=2.5, mem_sd=1.0)
     pop = ToyWorld.draw(samples, seed + 1, mem_mean=pop_mem, mem_sd=0.8)
     fpr = level_fpr(cfg, models * samples // 2)
-    true = truth(smp, models, variants, [fpr], worlds)[fpr] / truth(pop, models, variants, [fpr], worlds)[fpr]
+    true = expected_reads(smp, models, variants, fpr, worlds).max() / expected_reads(pop, models, variants, fpr,
+                                                                                    worlds).max()
     hits, vals, fb, fb_ok = [], [], [], []
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed * 100_003 + i})

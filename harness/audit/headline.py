@@ -40,9 +40,10 @@ HEADLINE_FPR = 0.001
 #: handful of guesses and its upper end runs off; the two TPRs are reported instead)
 RATIO_MIN_TRUE_POSITIVES = 10
 
-ESTIMAND = ("the largest, over the figure's candidates, of the TPR at the figure FPR of the ROC of a candidate's "
-            "guesses pooled over victim models, in the limit of many victims trained as the run trains them (each "
-            "attacked with the other models as shadows), conditional on the run's audit samples")
+ESTIMAND = ("the largest, over the figure's candidates, of a candidate's expected read at the figure FPR: its "
+            "S-victim read (plotting position) averaged over runs of the design (S victim models trained as the run "
+            "trains them, each attacked with the others as shadows), conditional on the run's audit samples; the "
+            "headline test's estimand too")
 READING = ("plotting position (expected FPR equal to the figure FPR: k* = t (N + 1) - 1 false positives, "
            "interpolated between order statistics, ties at random)")
 CI_METHOD = ("the plain maximum of the candidates' reads; Bonferroni over the candidates: each candidate's read "

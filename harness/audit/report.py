@@ -300,7 +300,8 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
                           "one-sided 95% lower bound (≥, Bonferroni over the set); it ranks, and a declaration can "
                           "only raise it. declared headline: the same over the defense's served declared attacks "
                           "[95% CI]. Both at the level's figure FPR (at least 3 expected false positives), read at "
-                          "the plotting position; estimand: the many-victim TPR conditional on the audit samples; "
+                          "the plotting position; estimand: the largest expected read at this design (S victims, these audit "
+                          "samples); "
                           "victim bootstrap and jackknife (docs/protocol.md, Headlines). ! : the headline test "
                           "(Bonferroni over the leak's candidates and both levels) finds a candidate that beats "
                           "the declared headline")

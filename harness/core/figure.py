@@ -1,13 +1,16 @@
 """A level's figures: one quantity, read at one FPR, with intervals whose coverage is simulated.
 
-**Estimand.** For one attack variant at one level, TPR(t): the true-positive rate at false-positive
-rate t of the ROC of its guesses pooled over victim models, in the limit of many victims trained as
-the run trains them (the same defense, recipe and audit design, each attacked with the other S - 1
-models as shadows), **conditional on the run's audit samples** (its canaries, or its population
-targets): the inference resamples victim models, not audit samples. A figure over a set of
-candidates (:func:`best_of`) estimates the largest TPR(t) of the set.
+**Estimand.** For one attack variant at one level, its **expected read** at FPR t: the read below
+(the S-victim pooled ROC at the plotting position) averaged over runs of the design, S victim
+models trained as the run trains them (the same defense, recipe and audit design, each attacked
+with the other S - 1 models as shadows), **conditional on the run's audit samples**: the inference
+resamples victim models, not audit samples. One read is unbiased for it by definition; it differs
+from the TPR of the ROC pooled over many victims by the S-victim read's own finite-S gap, which
+``python benchmarks/bench_headline_test.py`` reports. A figure over a set of candidates
+(:func:`best_of`) estimates the largest expected read of the set; the headline test
+(:mod:`harness.audit.headline`) has the same estimand.
 
-**Reading.** TPR(t) is read at the plotting position with ties broken at random
+**Reading.** A TPR at FPR t is read at the plotting position with ties broken at random
 (:func:`harness.core.metrics.weighted_tpr_plotting`), at an expected FPR of t, not the paper's
 ``tpr[fpr <= t][-1]`` (expected FPR (floor(tN) + 1)/(N + 1)); only where the level holds at least
 :data:`MIN_FALSE_POSITIVES` expected false positives (t N >= 3).
@@ -23,11 +26,11 @@ bootstrap is skewed and narrow; the jackknife's SD, and the symmetric interval, 
 **A best of K candidates** (:func:`best_of`) is the **plain maximum** of their reads: no adjustment
 for the selection. Its bias is upward (the expected maximum of K noisy reads is at least the
 largest expected read): it can overstate a leak, never hide one, and adding a candidate can only
-raise it (the selection bias; a single read at S victims has its own finite-S bias beside it). Its
+raise it (the selection bias: the figure's only bias against its estimand). Its
 interval is the one-variant interval of every candidate at Bonferroni's share of the error,
 ``alpha / (2K)`` per side: ``[max_j (TPR_j - h_j), max_j (TPR_j + h_j)]`` with
 ``h_j = f q_S(1 - alpha / (2K)) sd_j``; if every candidate's interval holds its truth, the largest
-truth lies in it, so it holds the largest TPR(t) with probability at least ``1 - alpha``, whatever
+truth lies in it, so it holds the largest expected read with probability at least ``1 - alpha``, whatever
 the candidates' dependence. The one-sided lower bound is the same rule with all of a candidate's
 share on one side: ``max_j (TPR_j - f q_S(1 - alpha w_j) sd_j)``, w_j its share (1/K, or the
 weighted split of :func:`harness.audit.headline.leak_shares`).
