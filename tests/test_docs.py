@@ -207,3 +207,24 @@ def test_the_output_folder_names_external_models_md_calls_safe_are(tmp_path, whe
     else:
         with pytest.raises(ConfigError, match=re.escape(str(tmp_path / where / name))):
             _scan(plan, tmp_path)
+
+
+def test_protocol_tables_are_the_benchmark_json():
+    """docs/protocol.md's measured tables (size, power, coverage, ...) are exactly what
+    ``python benchmarks/bench_headline_test.py --docs`` writes from benchmarks/results/headline_test.json:
+    one home for the measured numbers, none typed by hand."""
+    import json
+
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_headline_test as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    data = json.loads((REPO / "benchmarks" / "results" / "headline_test.json").read_text())
+    protocol = (REPO / "docs" / "protocol.md").read_text()
+    tables = bench.tables(data)
+    assert {"size", "power", "coverage", "ratio", "verification", "runs"} <= set(tables)
+    for name, table in tables.items():
+        block = re.search(rf"<!-- headline-json:{name} -->\n(.*?)<!-- /headline-json -->", protocol, re.S)
+        assert block is not None, name
+        assert block.group(1) == table + "\n", name
