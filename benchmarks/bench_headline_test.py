@@ -15,7 +15,8 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
    tied scores; and victims that differ for one variant only (per-victim noise scale SD 0.8 and
    offset SD 0.3), its noise tuned until the two expected reads are equal.
 2. **power**: the declared variant's noise tuned so that the other's expected read is 1.5x or 3x
-   its own, at S = 16, 32, 64 (C = 100).
+   its own, at S = 16, 32, 64 (C = 100). **one_sd_rules**: the test with the bootstrap's SD alone
+   or the jackknife's SD alone (not the rule): size under the heterogeneous null, power at 1.5x.
 3. **coverage**: the leak (the plain maximum of K candidates) against the largest expected read (the
    estimand): its bias, which is the maximum's selection bias, with its Monte Carlo SE, and the
    coverage of its one-sided lower bound and its CI; beside it, how far the expected read lies from
@@ -121,6 +122,44 @@ def size_bootstrap_only(sims: int) -> list[dict[str, Any]]:
             rows.append({"S": s, "C": c, "null": "heterogeneous", "rule": "bootstrap SD alone", "rate": r.rate,
                          "simulations": sims})
             print(f"size, bootstrap SD alone, S={s} C={c} heterogeneous: {100 * r.rate:.1f}% of {sims}", flush=True)
+    finally:
+        headline.read_sd = real
+    return rows
+
+
+def _jackknife_sd_only(samples: np.ndarray, jackknife: np.ndarray | None = None) -> float:
+    """An alternative standard error for the test: the delete-one-victim jackknife's SD alone."""
+    from harness.core.figure import jackknife_sd
+
+    s = np.asarray(samples, np.float64).ravel()
+    return jackknife_sd(jackknife) if np.isfinite(s).sum() > 1 else float("nan")
+
+
+def one_sd_rules(sims: int) -> list[dict[str, Any]]:
+    """The headline test with one source of standard error instead of the larger of the two: the
+    bootstrap's SD alone, the jackknife's SD alone; each rule's size under the heterogeneous null at
+    32 and 64 models and its power at a 1.5x gap (C = 100), the cells of size() and power()."""
+    import harness.audit.headline as headline
+
+    cfg, rows, real = _cfg(), [], headline.read_sd
+    try:
+        for rule, fn in (("bootstrap SD alone", _bootstrap_sd_only), ("jackknife SD alone", _jackknife_sd_only)):
+            headline.read_sd = fn
+            for s, c in [cell for cell in SIZE_CELLS if cell[0] >= 32]:
+                world = ToyWorld.draw(c, s * 1000 + c)
+                het = tune_noise(world, s, Variants((1.0, 1.0), **HET), 1, level_fpr(cfg, s * c // 2), runs=150,
+                                 steps=10)
+                r = flag_rate(cfg, sims, models=s, samples=c, variants=het, seed=s * 1000 + c, world=world)
+                rows.append({"rule": rule, "what": "size", "S": s, "C": c, "rate": r.rate, "simulations": sims})
+                print(f"{rule}: size S={s} C={c} heterogeneous {100 * r.rate:.1f}%", flush=True)
+            for s in (16, 32, 64):
+                c = 100
+                world = ToyWorld.draw(c, s * 1000 + c)
+                v = tune_noise(world, s, Variants((1.0, 0.0)), 0, level_fpr(cfg, s * c // 2), runs=150, steps=10,
+                               ratio=1.5)
+                r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=s * 1000 + c, world=world)
+                rows.append({"rule": rule, "what": "power 1.5x", "S": s, "C": c, "rate": r.rate, "simulations": sims})
+                print(f"{rule}: power 1.5x S={s} {100 * r.rate:.1f}%", flush=True)
     finally:
         headline.read_sd = real
     return rows
@@ -273,6 +312,17 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
             alone = ", ".join(f"{r['S']} x {r['C']}: {_pct(r['rate'])}" for r in data["size_bootstrap_only"])
             lines.append(f"\nThe rule it replaced (the bootstrap's SD alone), heterogeneous victims: {alone}.")
         out["size"] = "\n".join(lines)
+    if "one_sd_rules" in data:
+        rules = list(dict.fromkeys(r["rule"] for r in data["one_sd_rules"]))
+        body = []
+        for rule in rules:
+            mine = [r for r in data["one_sd_rules"] if r["rule"] == rule]
+            size_ = [r for r in mine if r["what"] == "size"]
+            pw = {r["S"]: r["rate"] for r in mine if r["what"] == "power 1.5x"}
+            body.append([rule, ", ".join(f"{r['S']} x {r['C']}: {_pct(r['rate'])}" for r in size_),
+                         " / ".join(_pct(pw[k]) for k in sorted(pw))])
+        out["one_sd_rules"] = "\n".join(_table(["standard error", "size, heterogeneous victims",
+                                                 "power at 1.5x, 16 / 32 / 64 models"], body))
     if "power" in data:
         rows = []
         for s in sorted({r["S"] for r in data["power"]}):
@@ -332,7 +382,8 @@ def write_docs(data: dict[str, Any], path: Path = PROTOCOL) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="size,size_bootstrap_only,power,coverage,resolution,ratio,verification,runs")
+    ap.add_argument("--parts", default="size,size_bootstrap_only,power,one_sd_rules,coverage,resolution,ratio,"
+                                       "verification,runs")
     ap.add_argument("--sims", type=int, default=400, help="size and power: simulations per cell")
     ap.add_argument("--cover-sims", type=int, default=200, help="coverage and ratio: simulations per row")
     ap.add_argument("--worlds", type=int, default=200, help="runs averaged for each expected read (and pooled for "
@@ -351,7 +402,8 @@ def main() -> None:
                        "resolution": lambda: resolution_part(a.cover_sims, a.worlds),
                        "ratio": lambda: ratio_part(a.cover_sims, a.worlds), "runs": lambda: runs_part(a.out),
                        "verification": lambda: verification_part(a.cover_sims),
-                       "size_bootstrap_only": lambda: size_bootstrap_only(a.sims)}[p]()
+                       "size_bootstrap_only": lambda: size_bootstrap_only(a.sims),
+                       "one_sd_rules": lambda: one_sd_rules(a.sims)}[p]()
             a.json.parent.mkdir(parents=True, exist_ok=True)
             a.json.write_text(json.dumps(data, indent=1) + "\n")  # each part saved as soon as it is done
         print(f"wrote {a.json} ({time.time() - t0:.0f} s)")
