@@ -107,26 +107,6 @@ def _bootstrap_sd_only(samples: np.ndarray, jackknife: np.ndarray | None = None)
     return float(np.std(s, ddof=1)) if len(s) > 1 else float("nan")
 
 
-def size_bootstrap_only(sims: int) -> list[dict[str, Any]]:
-    """The heterogeneous null at 32 and 64 models with the bootstrap's SD alone (the rule replaced)."""
-    import harness.audit.headline as headline
-
-    cfg, rows, real = _cfg(), [], headline.read_sd
-    headline.read_sd = _bootstrap_sd_only
-    try:
-        for s, c in [cell for cell in SIZE_CELLS if cell[0] >= 32]:
-            seed = s * 1000 + c
-            world = ToyWorld.draw(c, seed)
-            het = tune_noise(world, s, Variants((1.0, 1.0), **HET), 1, level_fpr(cfg, s * c // 2), runs=150, steps=10)
-            r = flag_rate(cfg, sims, models=s, samples=c, variants=het, seed=seed, world=world)
-            rows.append({"S": s, "C": c, "null": "heterogeneous", "rule": "bootstrap SD alone", "rate": r.rate,
-                         "simulations": sims})
-            print(f"size, bootstrap SD alone, S={s} C={c} heterogeneous: {100 * r.rate:.1f}% of {sims}", flush=True)
-    finally:
-        headline.read_sd = real
-    return rows
-
-
 def _jackknife_sd_only(samples: np.ndarray, jackknife: np.ndarray | None = None) -> float:
     """An alternative standard error for the test: the delete-one-victim jackknife's SD alone."""
     from harness.core.figure import jackknife_sd
@@ -308,9 +288,6 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
                         for (s, c), d in by.items()])
         n = data["size"][0]["simulations"]
         lines.append(f"\n{n} simulations per cell (Monte Carlo SE at 5%: {_pct(_mc(0.05, n))}).")
-        if "size_bootstrap_only" in data:
-            alone = ", ".join(f"{r['S']} x {r['C']}: {_pct(r['rate'])}" for r in data["size_bootstrap_only"])
-            lines.append(f"\nThe rule it replaced (the bootstrap's SD alone), heterogeneous victims: {alone}.")
         out["size"] = "\n".join(lines)
     if "one_sd_rules" in data:
         rules = list(dict.fromkeys(r["rule"] for r in data["one_sd_rules"]))
@@ -382,7 +359,7 @@ def write_docs(data: dict[str, Any], path: Path = PROTOCOL) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="size,size_bootstrap_only,power,one_sd_rules,coverage,resolution,ratio,"
+    ap.add_argument("--parts", default="size,power,one_sd_rules,coverage,resolution,ratio,"
                                        "verification,runs")
     ap.add_argument("--sims", type=int, default=400, help="size and power: simulations per cell")
     ap.add_argument("--cover-sims", type=int, default=200, help="coverage and ratio: simulations per row")
@@ -402,7 +379,6 @@ def main() -> None:
                        "resolution": lambda: resolution_part(a.cover_sims, a.worlds),
                        "ratio": lambda: ratio_part(a.cover_sims, a.worlds), "runs": lambda: runs_part(a.out),
                        "verification": lambda: verification_part(a.cover_sims),
-                       "size_bootstrap_only": lambda: size_bootstrap_only(a.sims),
                        "one_sd_rules": lambda: one_sd_rules(a.sims)}[p]()
             a.json.parent.mkdir(parents=True, exist_ok=True)
             a.json.write_text(json.dumps(data, indent=1) + "\n")  # each part saved as soon as it is done
