@@ -112,3 +112,24 @@ def test_bootstrap_replicates_equal_the_weighted_pooled_roc_computed_directly():
             roc = roc_curve(scores[rows].ravel(), mem[rows].ravel())
             for t in targets:
                 assert got[t][b] == tpr_at_fpr(roc, t), (shift, b, t)
+
+
+@pytest.mark.parametrize("ties", [False, True])
+def test_audit_jackknife_equals_each_group_read_afresh(ties):
+    """The delete-a-group jackknife over audit samples sorts the guesses once and filters the order
+    for each group left out; every read equals the plotting-position read of that subset computed
+    from scratch (ties included: equal scores stay in index order)."""
+    from harness.core.metrics import AUDIT_GROUPS, audit_jackknife, weighted_tpr_plotting
+
+    rng = np.random.default_rng(3)
+    scores = rng.normal(size=(12, 300))
+    if ties:
+        scores = np.round(scores * 2) / 2
+    mem = rng.random(scores.shape) < 0.5
+    targets = [0.01, 0.05]
+    got = audit_jackknife(scores, mem, targets)
+    for g in range(AUDIT_GROUPS):
+        keep = np.arange(300) % AUDIT_GROUPS != g
+        ref = weighted_tpr_plotting(scores[:, keep], mem[:, keep], targets, np.ones((1, 12)))
+        for t in targets:
+            assert got[t][g] == ref[t][0]

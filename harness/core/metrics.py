@@ -531,9 +531,17 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
         return None
     reads = {t: np.empty(groups) for t in targets}
     ones = np.ones((1, scores.shape[0]))
+    flat = np.asarray(scores, dtype=np.float64).ravel()
+    order = descending_order(flat)  # one sort: a subset of columns keeps this order (ties in index order)
+    row, col = np.divmod(order, c)
     for g in range(groups):
         keep = np.arange(c) % groups != g
-        got = weighted_tpr_plotting(scores[:, keep], membership[:, keep], targets, ones)
+        sel = keep[col]
+        new_col = np.cumsum(keep) - 1
+        sub_order = row[sel] * int(keep.sum()) + new_col[col[sel]]
+        s = flat[order[sel]]
+        ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
+        got = weighted_tpr_plotting(scores[:, keep], membership[:, keep], targets, ones, groups=(sub_order, ends))
         for t in targets:
             reads[t][g] = got[t][0]
     return reads
