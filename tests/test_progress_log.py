@@ -42,3 +42,24 @@ def test_a_log_gets_a_heartbeat_while_a_model_trains(capsys, monkeypatch):
     view(Progress("train", level="population", done=1.0, total=6, finished=1))  # nothing running, nothing new
     out = capsys.readouterr().out.splitlines()
     assert [LINE.match(line).group(1, 2) for line in out] == [("0", None), ("0", "0.5"), ("1", None)]
+
+
+def test_a_long_step_prints_its_status_every_heartbeat_in_a_log(capsys, monkeypatch):
+    """A step that keeps updating its status (the fixed features computed before training) prints
+    its latest status once a heartbeat has passed since the first unprinted one, not only when the
+    next kind of event arrives; a short step stays silent until then."""
+    clock = [100.0]
+    monkeypatch.setattr("harness.cli.common.time.monotonic", lambda: clock[0])
+    view = ProgressView(live=False)
+    view(Progress("status", message="checking the fixed-feature cache"))
+    clock[0] += 10
+    view(Progress("status", message="computing the fixed features: 500 of 9000 new images"))
+    assert capsys.readouterr().out == ""  # within the heartbeat: nothing yet
+    clock[0] += ProgressView.HEARTBEAT_S
+    view(Progress("status", message="computing the fixed features: 6000 of 9000 new images"))
+    assert capsys.readouterr().out.splitlines() == ["computing the fixed features: 6000 of 9000 new images..."]
+    clock[0] += 10
+    view(Progress("status", message="computing the fixed features: 9000 of 9000 new images"))
+    view(Progress("info", message="Fixed features computed."))
+    assert capsys.readouterr().out.splitlines() == ["computing the fixed features: 9000 of 9000 new images...",
+                                                    "Fixed features computed."]

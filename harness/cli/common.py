@@ -82,7 +82,8 @@ class ProgressView:
     nohup, Slurm, a pipe: ``console.is_terminal`` false), where bars and spinners would show nothing
     until they stop, every event is a plain line: ``status`` as ``<step>...`` (printed when the next
     event arrives or the view closes without an error, so that a user error found during the step
-    stays the command's one line), and ``train`` as
+    stays the command's one line; a step that keeps updating its status, such as the features computed
+    before training, prints its latest status every :attr:`HEARTBEAT_S` seconds), and ``train`` as
     ``train <level>: <finished>/<total> models done, <elapsed> elapsed`` whenever a level's count of
     finished models changes (the API reports every second) and, while one of its models trains and
     reports its progress, at least every :attr:`HEARTBEAT_S` seconds (then with the running models'
@@ -101,6 +102,7 @@ class ProgressView:
         self._t0: float | None = None  # the first train event (plain lines' elapsed time)
         self._printed: dict[str, tuple[int, float]] = {}  # level -> (finished, time) of its last plain line
         self._pending: str | None = None  # a plain status line, printed when the next event arrives
+        self._pending_since = 0.0  # when the first of the statuses not printed yet arrived
 
     def __enter__(self) -> "ProgressView":
         return self
@@ -141,7 +143,13 @@ class ProgressView:
     def _plain(self, event: Any) -> None:
         """One plain line per event, without rich's live displays (the class docstring)."""
         if event.kind == "status":
+            now = time.monotonic()
+            if self._pending is None:
+                self._pending_since = now
             self._pending = escape(f"{event.message}...")
+            if now - self._pending_since >= self.HEARTBEAT_S:  # a long step's updates: one line a heartbeat
+                console.print(self._pending, highlight=False, soft_wrap=True)
+                self._pending = None
             return
         if event.kind == "train":
             line = self._train_line(event)
