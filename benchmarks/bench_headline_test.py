@@ -166,8 +166,8 @@ def _row(pool: str, s: int, c: int, cov: Any, sims: int) -> dict[str, Any]:
             "relative_bias": cov.leak_bias / cov.truth if cov.truth else None, "lower_covers": cov.leak_lower_covers,
             "declared_truth": cov.declared_truth, "declared_covers": cov.declared_covers,
             "declared_below": cov.declared_below, "simulations": sims, "truths": cov.rows["truths"],
-            "bias_mc_se": float(np.hypot(cov.rows["leak_sd"] / np.sqrt(sims), cov.rows["truth_se"])), "roc_truths": cov.rows["roc_truths"],
-            "roc_truth": max(cov.rows["roc_truths"])}
+            "bias_mc_se": float(np.hypot(cov.rows["leak_sd"] / np.sqrt(sims), cov.rows["truth_se"])),
+            "roc_truths": cov.rows["roc_truths"], "roc_truth": max(cov.rows["roc_truths"])}
 
 
 def coverage_part(sims: int, worlds: int) -> list[dict[str, Any]]:
