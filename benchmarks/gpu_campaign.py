@@ -98,12 +98,16 @@ PAPER: dict[str, tuple[float, float, float, float, str, str]] = {
 #: benchmarks/gpu-results/2026-11-26-h200/fast-e60.json: 16 models x 60 epochs, one at a time, in
 #: 80.1 s wall, of which BASE_S start-up, data, queries and attacks: (80.1 - 20) / 960 = 0.063).
 #: Priors: estimates for work no GPU has timed yet; the first item of the kind replaces them.
+#: DP-SGD's prior: on the H200 (2026-11-28) groups of 4 took 40 s each (8 of 16 models of 4 epochs in
+#: 116 s, about 2.5 s per model-epoch); the dpsgd-vmap figure's step takes 0.0148 s at G = 16 and
+#: 0.0128 s at G = 4, so groups of 16 (:data:`DP_GROUP`) should take about 2.5 x 1.16 / 4 = 0.7 s
+DPSGD_PRIOR = ("prior: 2.5 s per model-epoch measured at G = 4 on the H200 (an interrupted item), "
+               "scaled to G = 16 by the dpsgd-vmap figure")
 PRIOR_RATES: dict[str, dict[str, Any]] = {
     "airbench": {"seconds": 0.063, "unit": "model-epoch", "source": "measured: H200 fast e60, one at a time "
                  "(stacked: the throughput item measures it)"},
     "airbench-alone": {"seconds": 0.063, "unit": "model-epoch", "source": "measured: H200 fast e60, one at a time"},
-    "dpsgd-cnn-gn": {"seconds": 1.0, "unit": "model-epoch", "source": "prior: ~160 logical steps of batch 16 x 4 "
-                     "augmentations per epoch at ~6 ms each (unmeasured)"},
+    "dpsgd-cnn-gn": {"seconds": 0.8, "unit": "model-epoch", "source": DPSGD_PRIOR},
     "simclr-resnet18": {"seconds": 0.6, "unit": "model-epoch", "source": "prior: ResNet-18, 2 views, ~3.3 GFLOP "
                         "per image at ~15 TFLOP/s (unmeasured), probe included"},
     "dfkd": {"seconds": 25.0, "unit": "model", "source": "prior: teacher (60 airbench epochs) + 40 rounds of "
@@ -170,6 +174,9 @@ TOY_AIRBENCH = ("--set", "train.width=8", "--set", "train.batch_size=32")
 OOD_PAPER = ("--set", "audit.canary_params.ood.source=null")  # the paper's ImageNet file in the data folder
 AIRBENCH_SCALE = f"airbench, fast recipe, {AIRBENCH_EPOCHS} epochs, 16 models"
 DP_CANARIES = ("mislabeled", "ood", "uniform")
+#: DP-SGD's models train 16 to a group: nested vmap over 16 models ran 10.8x one model at a time on the
+#: H200, over 4 models 3.0x (the dpsgd-vmap figure), so a group of 16 costs about what a group of 4 did
+DP_GROUP = ("--set", "run.group_size=16")
 
 ITEMS: tuple[Item, ...] = (
     Item("throughput", "models per second of the stacked airbench network at G = 1, 8, 16, 32, 64", "device",
@@ -197,17 +204,17 @@ ITEMS: tuple[Item, ...] = (
     Item("dpsgd-high", "DP-SGD at the paper's high-utility noise (0.00625): the best of three canaries", "sample",
          "dpsgd-cnn-gn", 3 * 16 * 4, 16, 2.0,
          ("dpsgd-high", "--preset", "cifar10", "--level", "sample",
-          "--set", "audit.canary=[mislabeled,ood,uniform]", *OOD_PAPER),
+          "--set", "audit.canary=[mislabeled,ood,uniform]", *OOD_PAPER, *DP_GROUP),
          toy=("--set", "defense_params.batch_size=8"),
          paper="DP-SGD (high utility)", canaries=DP_CANARIES,
-         scale="cifar10 preset's DP-SGD recipe (cnn-gn width 16, batch 16, 4 epochs, augmult 4), 16 models per canary"),
+         scale="cifar10 preset's DP-SGD recipe (cnn-gn width 16, batch 16, 4 epochs, augmult 4, groups of 16), 16 models per canary"),
     Item("dpsgd-veryhigh", "DP-SGD at the paper's very-high-utility noise (0.003125): the best of three canaries",
          "sample", "dpsgd-cnn-gn", 3 * 16 * 6, 16, 2.0,
          ("dpsgd-veryhigh", "--preset", "cifar10", "--level", "sample",
-          "--set", "audit.canary=[mislabeled,ood,uniform]", *OOD_PAPER),
+          "--set", "audit.canary=[mislabeled,ood,uniform]", *OOD_PAPER, *DP_GROUP),
          toy=("--set", "defense_params.batch_size=8"),
          paper="DP-SGD (very high utility)", canaries=DP_CANARIES,
-         scale="cifar10 preset's DP-SGD recipe (cnn-gn width 16, batch 16, 6 epochs, augmult 4), 16 models per canary"),
+         scale="cifar10 preset's DP-SGD recipe (cnn-gn width 16, batch 16, 6 epochs, augmult 4, groups of 16), 16 models per canary"),
     Item("simclr-ood", "does the white-box contrastive attack beat LiRA on SimCLR's OOD canaries?", "sample",
          "simclr-resnet18", 8 * 50, 8, 2.0,
          ("ssl-simclr", "--preset", "cifar10", "--level", "sample", "--set", "audit.canary=ood",
@@ -244,11 +251,11 @@ ITEMS: tuple[Item, ...] = (
          paper="RelaxLoss", stacked=True,
          scale=AIRBENCH_SCALE),
     Item("dpsgd-high-population", "the population-level figure (LiRA)", "population", "dpsgd-cnn-gn", 16 * 4, 16,
-         0.8, ("dpsgd-high", "--preset", "cifar10", "--level", "population"),
+         0.8, ("dpsgd-high", "--preset", "cifar10", "--level", "population", *DP_GROUP),
          toy=("--set", "defense_params.batch_size=8"),
          paper="DP-SGD (high utility)", scale="as dpsgd-high"),
     Item("dpsgd-veryhigh-population", "the population-level figure (LiRA)", "population", "dpsgd-cnn-gn", 16 * 6, 16,
-         0.8, ("dpsgd-veryhigh", "--preset", "cifar10", "--level", "population"),
+         0.8, ("dpsgd-veryhigh", "--preset", "cifar10", "--level", "population", *DP_GROUP),
          toy=("--set", "defense_params.batch_size=8"),
          paper="DP-SGD (very high utility)", scale="as dpsgd-veryhigh"),
 )
