@@ -277,7 +277,8 @@ class DPSGDTrainer:
             self._normalize = lambda f: f
         self._linear_head = _is_linear_head(self.net) and self.k == 1
         if self._linear_head:  # each sample's ||x_i||^2, fixed: computed once; batches gathered into one buffer
-            self._sq_norms = self._x.flatten(1).pow(2).sum(1)
+            # in row chunks: the same per-row sums, without a squared copy of the whole matrix
+            self._sq_norms = torch.cat([c.pow(2).sum(1) for c in self._x.flatten(1).split(256)])
             self._rows = RowGather(self._x.flatten(1))
         s_sample, s_noise = np.random.SeedSequence([seed, 0xD95]).generate_state(2)
         self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations

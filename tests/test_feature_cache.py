@@ -114,9 +114,16 @@ def test_a_repeated_batch_is_answered_whole_and_a_fingerprint_twin_is_not():
     cache = FeatureCache(fn, {"map": "counting"})
     x = _images(6)
     first = cache(x)
-    assert fc.batch_fingerprint(x.numpy()) in cache._batches
+    assert fc.batch_fingerprint(x.numpy()) not in cache._batches  # seen once: not memoized yet
     again = cache(x.clone())
+    assert fc.batch_fingerprint(x.numpy()) in cache._batches  # seen twice: memoized
     assert fn.rows == 6 and torch.equal(again, first) and cache.counts["memory"] == 6
+    real_digests = fc.row_digests
+    fc.row_digests = lambda arr: (_ for _ in ()).throw(AssertionError("rows hashed for a memoized batch"))
+    try:
+        assert torch.equal(cache(x.clone()), first) and cache.counts["memory"] == 12
+    finally:
+        fc.row_digests = real_digests
     twin = x.clone()
     twin[2, 0, 0, 1] += 1.0  # flat index 1: not among the fingerprint's values (0, 61, ...)
     assert fc.batch_fingerprint(twin.numpy()) == fc.batch_fingerprint(x.numpy())
@@ -130,7 +137,20 @@ def test_batches_are_kept_within_the_memory_budget():
     fn = Counting()
     cache = FeatureCache(fn, {"map": "counting"}, memory_rows=8)
     a, b = _images(5, seed=1), _images(5, seed=2)
-    cache(a)
-    cache(b)  # 10 rows > 8: not memoized as a batch
+    cache(a), cache(a)
+    cache(b), cache(b)  # 10 rows > 8: not memoized as a batch
     assert len(cache._batches) == 1 and cache._batch_rows == 5
     assert torch.equal(cache(b), Counting()(b))
+
+
+def test_a_batch_asked_for_once_leaves_the_memo_to_repeated_ones():
+    """A model's own training set (asked for once) does not take the room of the queries every
+    model repeats: with room for 8 rows, a 5-row batch seen once and then a 5-row batch seen twice,
+    the repeated one is memoized."""
+    import harness.core.feature_cache as fc
+
+    cache = FeatureCache(Counting(), {"map": "counting"}, memory_rows=8)
+    own, queries = _images(5, seed=1), _images(5, seed=2)
+    cache(own)
+    cache(queries), cache(queries)
+    assert list(cache._batches) == [fc.batch_fingerprint(queries.numpy())] and cache._batch_rows == 5

@@ -11,8 +11,10 @@ A whole batch seen before (a run queries every model with the same views of the 
 answered without hashing its rows: a batch is looked up by a fingerprint of a strided subset of its
 bytes and then compared with the stored batch in full (``np.array_equal``), so a fingerprint match
 with other content falls through to the rows. Its features are returned without a copy, shared by
-every caller: callers must not modify them in place. Batches are kept up to ``memory_rows`` rows in
-all, and the rows they hold are not stored twice.
+every caller: callers must not modify them in place. A batch is memoized when it is seen the second
+time (a model's own training set, asked for once, would otherwise take the room of the queries that
+every model repeats); batches are kept up to ``memory_rows`` rows in all, and the rows they hold are
+not stored twice.
 
 On disk (``root``, one folder per :func:`cache_key`: the transform's name and parameters, the
 library versions and the device type, since CPU and GPU round differently) each computed batch is
@@ -37,6 +39,8 @@ import numpy as np
 
 #: bytes of a row's digest (BLAKE2b-128: a collision among the rows of any dataset is beyond reach)
 DIGEST_BYTES = 16
+#: fingerprints of batches seen once that are remembered (beyond it, forgotten all at once)
+SEEN_ONCE_LIMIT = 100_000
 #: a batch's fingerprint reads every FINGERPRINT_STRIDE-th value of each row (the full comparison follows)
 FINGERPRINT_STRIDE = 61
 
@@ -80,6 +84,7 @@ class FeatureCache:
         self._seen_files: set[str] = set()
         self._batches: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}  # fingerprint -> (inputs, features)
         self._batch_rows = 0
+        self._seen_once: set[bytes] = set()  # fingerprints of batches seen once (memoized when seen again)
         #: rows computed / read from memory / read from disk, for tests and the run's record
         self.counts = {"computed": 0, "memory": 0, "disk": 0}
 
@@ -115,7 +120,11 @@ class FeatureCache:
             if self.folder is not None:
                 self._write_shard([keys[i] for i in missing], computed)
         out = np.stack([found[i] for i in range(len(keys))]) if keys else np.zeros((0,), np.float32)
-        if keys and self._batch_rows + len(keys) <= self.memory_rows:
+        if fp not in self._seen_once:  # a batch seen once (a model's own training set) is not memoized
+            if len(self._seen_once) >= SEEN_ONCE_LIMIT:
+                self._seen_once.clear()
+            self._seen_once.add(fp)
+        elif keys and self._batch_rows + len(keys) <= self.memory_rows:
             self._batches[fp] = (arr.copy(), out)
             self._batch_rows += len(keys)
             for i, k in enumerate(keys):  # the memory's rows become views of the batch's: one copy kept
