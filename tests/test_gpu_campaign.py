@@ -6,6 +6,7 @@ and (slow) items end to end at toy scale."""
 from __future__ import annotations
 
 import csv
+import gzip
 import json
 import shutil
 import subprocess
@@ -53,6 +54,13 @@ def _fake_runner(monkeypatch, clock: FakeClock, factor: dict[str, float], outcom
             return "done", {"throughput": {"rows": [], "project_epochs": 60, "device": "cpu", "torch": "t",
                                            "epochs_timed": 1, "train_images_per_model": 100}, "group_size": None}
         fig = {"tpr": 0.5, "ci": [0.4, 0.6], "variant": "v", "resolved": True}
+        exp = {"attacks": [{"name": a, "primary": True, "reading": {"0.001": r}}
+                           for a, r in ((item.attack, 0.5), *((c, 0.1) for c in item.compare))],
+               "figure": {"fpr": 0.001, "leak": {"tpr": 0.5, "lower": 0.4, "name": item.attack}}}
+        level = {"population": exp} if item.level == "population" else {"sample": {"canary": (item.canaries or ("x",))[0], **exp}}
+        (ctx.work / gc.CAMPAIGN_DIR).mkdir(parents=True, exist_ok=True)
+        with gzip.open(ctx.work / gc.CAMPAIGN_DIR / f"{item.id}.results.json.gz", "wt") as f:
+            json.dump(level, f)
         return "done", {"fpr": 0.001, "attack": item.attack, "experiments": {"x": {"test_accuracy": 0.8}},
                         "figure": fig, "figure_experiment": "x", "test_accuracy": 0.8,
                         "compare": {a: 0.1 for a in item.compare}}
@@ -125,7 +133,9 @@ def test_docs_tables_show_ours_beside_the_papers(tmp_path, monkeypatch):
     gc.run_campaign(ctx, state_path, 100_000, clock=clock, only=["hamp-mislabeled", "undefended-population"])
     text = (work / gc.DOCS).read_text()
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "50.0% [40.0, 60.0] (label-only); lira 10.0%" in rows["hamp-mislabeled"]
+    # what the harness prints: the compared attacks' reads, then the leak with its lower bound
+    assert "| label-only 50.0%; lira 10.0%; leak 50.0% (≥ 40.0, label-only) |" in rows["hamp-mislabeled"]
+    assert "| lira 50.0%; leak 50.0% (≥ 40.0, lira) |" in rows["undefended-population"]
     assert "28.5% (label-only)" in rows["hamp-mislabeled"] and "88.0%" in rows["hamp-mislabeled"]
     assert "13.4% (LiRA)" in rows["undefended-population"] and "done (toy)" in rows["undefended-population"]
     assert "pending" in rows["relaxloss-mislabeled"] and "74.1% (lira)" in rows["relaxloss-mislabeled"]
