@@ -9,9 +9,8 @@
 - AUC (trapezoid on the ROC, ties counted half) and balanced accuracy, the best
   ``(TPR + 1 - FPR) / 2`` over thresholds (Carlini et al. 2022).
 - Confidence intervals: percentile bootstrap over victim models. Guesses about the same victim are
-  correlated, so a replicate draws S victims with replacement and pools all their C guesses. A
-  headline that is the maximum over several candidates gets a selection-aware interval
-  (:func:`bootstrap_selected_tpr_ci`): the selection is re-made inside every replicate.
+  correlated, so a replicate draws S victims with replacement and pools all their C guesses. (The
+  level figures, a maximum over candidates, have their own intervals: :mod:`harness.core.figure`.)
 """
 
 from __future__ import annotations
@@ -394,100 +393,6 @@ def bootstrap_tpr_ci(
     draws = bootstrap_draws(scores.shape[0], replicates, seed)
     samples = bootstrap_tpr_samples(scores, membership, targets, draws, chunk)
     return {t: percentile_interval(samples[t], confidence) for t in targets}
-
-
-@dataclass(frozen=True)
-class Selection:
-    """The bootstrap of a best-of-several figure: per target, each replicate's TPR of the candidate
-    that replicate selects (``samples``), and the percentile interval (``ci``)."""
-
-    ci: dict[float, tuple[float, float]]
-    samples: dict[float, np.ndarray]
-
-
-def choose_best(key: np.ndarray, tie: np.ndarray) -> np.ndarray:
-    """Per column of (K, n) ``key`` (each candidate's TPR at the selection FPR), the index of the
-    largest entry; ties go to the larger ``tie`` (TPR at FPR 0), then to the earlier candidate. NaN
-    (an undefined TPR) never wins."""
-    key, tie = np.nan_to_num(key, nan=-1.0), np.nan_to_num(tie, nan=-1.0)
-    best = key == key.max(axis=0, keepdims=True)
-    best &= tie == np.where(best, tie, -2.0).max(axis=0, keepdims=True)
-    return best.argmax(axis=0)
-
-
-def select_from_samples(
-    samples: list[dict[float, np.ndarray]], targets: list[float], *, select_at: float, confidence: float
-) -> Selection:
-    """Re-make a best-of-candidates choice in every bootstrap replicate: ``samples[j][t]`` holds
-    candidate j's TPR@t in each replicate (:func:`bootstrap_tpr_samples` with the same draws for
-    every candidate). Each replicate selects the largest TPR at ``select_at`` (ties: the larger TPR
-    at FPR 0, then the earlier candidate) and keeps that candidate's TPR at every target."""
-    if not samples:
-        raise ValueError("no candidates")
-    chosen = choose_best(np.stack([smp[select_at] for smp in samples]), np.stack([smp[0.0] for smp in samples]))
-    cols = np.arange(len(chosen))
-    picked = {t: np.stack([smp[t] for smp in samples])[chosen, cols] for t in targets}
-    return Selection(ci={t: percentile_interval(v, confidence) for t, v in picked.items()}, samples=picked)
-
-
-def bootstrap_selection(
-    candidates: list[tuple[np.ndarray, np.ndarray]],
-    targets: list[float],
-    *,
-    select_at: float,
-    replicates: int,
-    confidence: float,
-    seed: int,
-) -> Selection:
-    """Selection-aware bootstrap of a headline: the candidate with the largest TPR at ``select_at`` (ties:
-    the larger TPR at FPR 0, then the earlier candidate), and its TPR at every target.
-
-    ``candidates`` are (scores, membership) pairs, each (S, C_j) over the same S victim models
-    (e.g. the primary variants of a defense's adaptive attacks, over its canary experiments). Each
-    replicate draws S victims once, computes every candidate's TPRs on that draw, re-makes the
-    selection and keeps the selected candidate's TPRs, so the interval carries the selection the
-    headline made (a maximum of noisy figures is biased upward; an interval around the selected
-    candidate alone would ignore that). At ``select_at`` this is the CI of the maximum.
-    """
-    if not candidates:
-        raise ValueError("no candidates")
-    s_models = candidates[0][0].shape[0]
-    if any(c[0].shape[0] != s_models for c in candidates):
-        raise ValueError("every candidate must have the same victim models")
-    draws = bootstrap_draws(s_models, replicates, seed)
-    wanted = sorted({*targets, select_at, 0.0})
-    samples = [bootstrap_tpr_samples(sc, mem, wanted, draws) for sc, mem in candidates]
-    return select_from_samples(samples, targets, select_at=select_at, confidence=confidence)
-
-
-def bootstrap_selected_tpr_ci(
-    candidates: list[tuple[np.ndarray, np.ndarray]],
-    targets: list[float],
-    *,
-    select_at: float,
-    replicates: int,
-    confidence: float,
-    seed: int,
-) -> dict[float, tuple[float, float]]:
-    """The CI of :func:`bootstrap_selection`, per target."""
-    return bootstrap_selection(candidates, targets, select_at=select_at, replicates=replicates,
-                               confidence=confidence, seed=seed).ci
-
-
-def ratio_interval(numerator: np.ndarray, denominator: np.ndarray, confidence: float) -> tuple[float, float, int]:
-    """Percentile interval of the per-replicate ratio ``numerator / denominator`` (paired replicates):
-    a zero denominator under a positive numerator is an infinite ratio, 0 / 0 and NaN replicates are
-    left out; quantiles by the inverted CDF (no interpolation, so an infinite upper end stays
-    infinite). Returns (low, high, replicates used); (nan, nan, 0) when none is defined."""
-    num, den = np.asarray(numerator, np.float64), np.asarray(denominator, np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        r = np.where(den > 0, num / np.where(den > 0, den, 1.0), np.where(num > 0, np.inf, np.nan))
-    r = r[~np.isnan(r)]
-    if not len(r):
-        return float("nan"), float("nan"), 0
-    alpha = (1 - confidence) / 2
-    lo, hi = np.quantile(r, [alpha, 1 - alpha], method="inverted_cdf")
-    return float(lo), float(hi), int(len(r))
 
 
 @dataclass(frozen=True)
