@@ -176,19 +176,6 @@ def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
 
-def _tpr_cell(entry: dict[str, Any], t: float, num_neg: int, with_ci: bool = True) -> str:
-    """A variant's TPR at ``t`` as the paper reads it, with its CI, or a notice where the FPR holds
-    fewer than 3 expected false positives."""
-    k = fpr_key(t)
-    if not entry["resolved"][k]:
-        return f"[yellow]unresolved: FPR x {num_neg} negatives < 3[/]"
-    if not with_ci:
-        return _pct(entry["tpr_at_fpr"][k])
-    lo, hi = entry["tpr_ci"][k]
-    ci = f" [dim][{100 * lo:.1f}, {100 * hi:.1f}][/]" if lo == lo else ""
-    return _pct(entry["tpr_at_fpr"][k]) + ci
-
-
 def _times(v: float) -> str:
     return "∞" if v == float("inf") else f"{v:.1f}"
 
