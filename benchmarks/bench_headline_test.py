@@ -26,7 +26,9 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
    positives, population-like memorization); and the bias of the plain maximum over 20 equal
    declared variants (what a declaration can add).
    **resolution**: the same selection bias were figures to need 5 or 10 expected false positives
-   instead of 3 (a measured alternative, not the rule).
+   instead of 3 (a measured alternative, not the rule). **variant_ci**: each variant's own interval
+   (its paper-style read at a reported FPR with the figures' one-variant rule) against its expected
+   read, on one variant and on the heterogeneous-victims t3 world.
 4. **ratio**: the sample/population ratio, unconditionally: how often a point ratio is printed,
    its CI's coverage and mean, and the fallback lower bound's where it is not.
 5. **verification**: the leaderboard's re-run check (harness.core.figure.runs_agree) on pairs of
@@ -49,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from harness.audit.calibration import (ToyWorld, Variants, coverage, flag_rate, ratio_coverage, rerun_verification,
-                                       tune_noise)
+                                       tune_noise, variant_coverage)
 from harness.audit.headline import level_fpr
 from harness.defense_config import build_config
 
@@ -220,6 +222,25 @@ def resolution_part(sims: int, worlds: int) -> list[dict[str, Any]]:
     return rows
 
 
+def variant_ci_part(sims: int, worlds: int) -> list[dict[str, Any]]:
+    """Each variant's own interval (attacks.csv, the details and entry-page tables: the paper-style
+    read with harness.core.figure.interval) against its expected read, on one LiRA variant and on the
+    heterogeneous-victims world with t3 noise, at the cells of the coverage part."""
+    cfg, rows = _cfg(), []
+    for name, (v, kw) in (("one variant", (Variants((0.5,)), {})), ("victims differ, t3 noise", POOLS["victims differ, t3 noise"])):
+        for s, c in COVER_CELLS:
+            fpr = level_fpr(cfg, s * c // 2)
+            r = variant_coverage(cfg, sims, models=s, samples=c, variants=v, fpr=fpr, seed=s + c, worlds=worlds,
+                                 world=ToyWorld.draw(c, s + c, **kw))
+            rows.append({"pool": name, "S": s, "C": c, **{k: getattr(r, k) for k in
+                                                          ("fpr", "truth", "simulations", "mean", "covers", "below", "above",
+                                                           "percentile_covers")}})
+            print(f"variant CI {name} S={s} C={c} at {100 * fpr:g}%: covers {100 * r.covers:.1f}% "
+                  f"(percentile: {100 * r.percentile_covers:.1f}%) "
+                  f"(truth {100 * r.truth:.2f}, below {100 * r.below:.1f}%, above {100 * r.above:.1f}%)", flush=True)
+    return rows
+
+
 def ratio_part(sims: int, worlds: int) -> list[dict[str, Any]]:
     rows = []
     for fprs, (s, c), pop_mem in (([0.001, 0.01], (32, 200), 0.8), ([0.001, 0.01], (64, 200), 0.8),
@@ -323,6 +344,13 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
             [[str(r["min_false_positives"]), r["pool"], f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", _pct(r["truth"]),
               f"{100 * r['bias']:+.2f} pt ({100 * r['relative_bias']:+.1f}%; {100 * r['bias_mc_se']:.2f})"]
              for r in data["resolution"]]))
+    if "variant_ci" in data:
+        out["variant_ci"] = "\n".join(_table(
+            ["pool", "S x C", "FPR", "truth: expected read", "mean read", "CI covers", "truth below / above it",
+             "percentile interval covered (the rule replaced)"],
+            [[r["pool"], f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", _pct(r["truth"], 2), _pct(r["mean"], 2),
+              _pct(r["covers"]), f"{_pct(r['below'])} / {_pct(r['above'])}", _pct(r["percentile_covers"])]
+             for r in data["variant_ci"]]))
     if "ratio" in data:
         out["ratio"] = "\n".join(_table(
             ["S x C", "FPR", "population memorization", "true ratio", "point printed", "CI covers", "mean",
@@ -359,7 +387,7 @@ def write_docs(data: dict[str, Any], path: Path = PROTOCOL) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="size,power,one_sd_rules,coverage,resolution,ratio,"
+    ap.add_argument("--parts", default="size,power,one_sd_rules,coverage,resolution,variant_ci,ratio,"
                                        "verification,runs")
     ap.add_argument("--sims", type=int, default=400, help="size and power: simulations per cell")
     ap.add_argument("--cover-sims", type=int, default=200, help="coverage and ratio: simulations per row")
@@ -378,6 +406,7 @@ def main() -> None:
                        "coverage": lambda: coverage_part(a.cover_sims, a.worlds),
                        "resolution": lambda: resolution_part(a.cover_sims, a.worlds),
                        "ratio": lambda: ratio_part(a.cover_sims, a.worlds), "runs": lambda: runs_part(a.out),
+                       "variant_ci": lambda: variant_ci_part(a.cover_sims, a.worlds),
                        "verification": lambda: verification_part(a.cover_sims),
                        "one_sd_rules": lambda: one_sd_rules(a.sims)}[p]()
             a.json.parent.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,7 @@ def check_row(label: str, recs: list[dict]) -> str:
 
 def _tpr(e: dict, k: str) -> str:
     ci = e.get("tpr_ci", {}).get(k)
-    c = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci and ci[0] == ci[0] else ""
+    c = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci and all(isinstance(v, (int, float)) and v == v for v in ci) else ""
     return f"{100 * e['tpr_at_fpr'][k]:.1f}%{c}" if e.get("resolved", {}).get(k, True) else "unresolved"
 
 

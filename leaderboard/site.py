@@ -137,10 +137,15 @@ def entry_id(results: dict[str, Any]) -> str:
     return f"{slug}-{tag}-{str(results.get('fingerprint', ''))[:12]}"
 
 
+def _finite_pair(ci: Any) -> bool:
+    """Whether ``ci`` is a [low, high] of numbers (results.json writes an undefined one as "NaN")."""
+    return bool(ci) and all(isinstance(v, (int, float)) and v == v for v in ci)
+
+
 def _ci(rec: dict[str, Any] | None) -> tuple[float, float] | None:
     """A figure record's two-sided CI, or None (a best of several has a one-sided lower bound)."""
     ci = (rec or {}).get("ci")
-    return (ci[0], ci[1]) if ci and all(isinstance(v, (int, float)) and v == v for v in ci) else None
+    return (ci[0], ci[1]) if _finite_pair(ci) else None
 
 
 def _ratio(results: dict[str, Any]) -> tuple[float, tuple[float, float]] | None:
@@ -494,7 +499,7 @@ def _attack_table(level_name: str, level: dict[str, Any], targets: list[str]) ->
             if not a["resolved"].get(k, True):
                 tds.append("<td>unresolved</td>")
                 continue
-            c = f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if ci and ci[0] == ci[0] else ""
+            c = f' <span class="muted">[{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]</span>' if _finite_pair(ci) else ""
             tds.append(f"<td>{100 * v:.1f}%{c}</td>")
         rows.append(f'<tr><td class="name">{escape(level_name)}</td>'
                     f'<td class="name" title="{escape(a["name"], quote=True)}">'
@@ -694,8 +699,8 @@ headline test finds a candidate that beats the declared headline.</p>{_figures_t
 <p class="muted">Shaded in the ROC figures: the FPRs below 1 / (the experiment's non-member guesses), which its
 design does not resolve.</p>{bracket_section(results.get("bracket"))}
 <h2>Attacks</h2><p class="muted">* primary variant; (headline): the experiment's declared headline variant; each
-variant's own TPR as the paper reads it (FPR &le; x%; not the figure) with a percentile bootstrap interval
-over victim models (not calibrated at low FPR: docs/protocol.md); "unresolved": fewer than 3 expected false
+variant's own TPR as the paper reads it (FPR &le; x%; not the figure) with the figures' one-variant interval
+(victim bootstrap and jackknife: docs/protocol.md, Metrics); "unresolved": fewer than 3 expected false
 positives.</p>{''.join(tables)}
 <h2>Provenance</h2><div class="scroll"><table>{prov_rows}</table></div>
 <h2>Config</h2><pre>{escape(jsonio.dumps(results.get("config", {}), indent=2, sort_keys=True))}</pre>""")

@@ -3,7 +3,7 @@ import pytest
 from sklearn.metrics import roc_auc_score
 from sklearn.metrics import roc_curve as sk_roc_curve
 
-from harness.core.metrics import bootstrap_tpr_ci, evaluate_scores, resolvable, roc_curve, thin_roc, tpr_at_fpr
+from harness.core.metrics import evaluate_scores, resolvable, roc_curve, thin_roc, tpr_at_fpr
 
 
 def test_hand_made_roc_with_a_tie_between_member_and_non_member():
@@ -71,10 +71,28 @@ def test_bootstrap_ci_brackets_the_estimate_and_shrinks_with_more_models():
     assert ci_width(64) < ci_width(8)
 
 
-def test_bootstrap_of_a_perfect_attack_is_degenerate():
-    mem = np.tile(np.array([True, False] * 10), (8, 1))
-    ci = bootstrap_tpr_ci(mem.astype(float), mem, [0.0, 0.01], replicates=100, confidence=0.95, seed=0)
-    assert ci[0.0] == (1.0, 1.0)
+def test_a_variants_interval_is_the_level_figures_rule():
+    """Each variant's CI at a reported FPR is harness.core.figure.interval on its (paper-style) read,
+    its bootstrap replicates and its delete-one-victim reads; none at FPR 0; a perfect attack's is
+    degenerate."""
+    from harness.core.figure import interval
+    from harness.core.metrics import bootstrap_draws, victim_counts, weighted_tpr_samples
+
+    rng = np.random.default_rng(3)
+    mem = rng.random((16, 200)) < 0.5
+    sc = rng.normal(size=mem.shape) + 1.5 * mem + rng.normal(0, 0.5, (16, 1))
+    m = evaluate_scores(sc, mem, np.ones(200, bool), [0.01, 0.1], bootstrap=200, confidence=0.95, seed=4)
+    counts = victim_counts(bootstrap_draws(16, 200, 4), 16)
+    boot = weighted_tpr_samples(sc, mem, [0.01, 0.1], counts)
+    jack = weighted_tpr_samples(sc, mem, [0.01, 0.1], 1.0 - np.eye(16))
+    for t in (0.01, 0.1):
+        want = interval(m.tpr_at_fpr[t], boot[t], 16, 0.95, t * m.num_neg, jack[t])
+        assert m.tpr_ci[t] == pytest.approx(want, abs=1e-12)
+        assert m.tpr_ci[t][0] < m.tpr_at_fpr[t] < m.tpr_ci[t][1]
+    assert all(np.isnan(m.tpr_ci[0.0]))
+    perfect = np.tile(np.array([True, False] * 10), (8, 1))
+    p = evaluate_scores(perfect.astype(float), perfect, np.ones(20, bool), [0.1], bootstrap=100, confidence=0.95, seed=0)
+    assert p.tpr_ci[0.1] == (1.0, 1.0)
 
 
 def test_only_evaluated_canaries_are_pooled():

@@ -302,6 +302,53 @@ def coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: i
                      "truth_se": float(np.std(draws[:, int(reads.argmax())], ddof=1) / np.sqrt(worlds))})
 
 
+@dataclass(frozen=True)
+class VariantCoverage:
+    """One variant's own printed TPR at a reported FPR (the paper's reading, attacks.csv) and its CI
+    over ``simulations`` runs: the truth (its expected read at the design), the reads' mean, the CI's
+    coverage and how often the truth lies below or above it."""
+
+    fpr: float
+    truth: float
+    simulations: int
+    mean: float
+    covers: float
+    below: float
+    above: float
+    percentile_covers: float  # the percentile bootstrap interval of the same replicates (the rule replaced)
+
+
+def variant_coverage(cfg: ExperimentConfig, simulations: int, *, models: int, samples: int, variants: Variants,
+                     fpr: float, seed: int = 0, worlds: int = 300, world: ToyWorld | None = None) -> VariantCoverage:
+    """The CI :func:`~harness.core.metrics.evaluate_scores` prints beside variant 0's paper-style TPR
+    at ``fpr`` (``tpr[fpr <= t][-1]``), against that read's expectation over ``worlds`` runs of the
+    design (the same estimand as the figures', for this reading)."""
+    from harness.core.metrics import roc_curve, tpr_at_fpr
+
+    world = world if world is not None else ToyWorld.draw(samples, seed)
+    one = variants.one(0)
+    rng = np.random.default_rng([seed, models, samples, 1])
+    reads = []
+    for _ in range(worlds):
+        x, mem = world.outputs(models, rng)
+        reads.append(tpr_at_fpr(roc_curve(one.scores(x, mem, rng)[0].ravel(), mem.ravel()), fpr))
+    truth = float(np.mean(reads))
+    rng = np.random.default_rng([seed, models, samples, 2])
+    got, inside, below, above, pct = [], 0, 0, 0, 0
+    a = (1 - cfg.attack.confidence) / 2
+    for i in range(simulations):
+        x, mem = world.outputs(models, rng)
+        m = evaluate_scores(one.scores(x, mem, rng)[0], mem, np.ones(world.samples, bool), [fpr],
+                            bootstrap=cfg.attack.bootstrap, confidence=cfg.attack.confidence, seed=seed * 100_003 + i)
+        lo, hi = m.tpr_ci[fpr]
+        got.append(m.tpr_at_fpr[fpr])
+        inside, below, above = inside + (lo <= truth <= hi), below + (truth < lo), above + (truth > hi)
+        p_lo, p_hi = np.quantile(m.samples[fpr][np.isfinite(m.samples[fpr])], [a, 1 - a])
+        pct += p_lo <= truth <= p_hi
+    return VariantCoverage(fpr, truth, simulations, float(np.mean(got)), inside / simulations, below / simulations,
+                           above / simulations, pct / simulations)
+
+
 @dataclass
 class RatioCoverage:
     """The sample/population ratio over ``simulations`` runs, unconditionally: how often a point

@@ -182,7 +182,7 @@ def best_entry(declared: list[Candidate], record: dict[str, Any] | None, fallbac
             "candidates": [c.label for c in pool], "tpr_at_fpr": e["tpr_at_fpr"], "tpr_ci": e["tpr_ci"],
             "resolved": e["resolved"],
             "note": ("the declared headline variant's own TPRs at the reported FPRs, read as the paper reads them "
-                     "(expected FPR (floor(tN) + 1)/(N + 1)) with percentile-bootstrap CIs; the level's figures are "
+                     "(expected FPR (floor(tN) + 1)/(N + 1)) with the figures' one-variant CI; the level's figures are "
                      "``figure``")}
 
 

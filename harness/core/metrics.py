@@ -8,9 +8,10 @@
   (t N >= 3 with N negative guesses); below, it is flagged unresolved.
 - AUC (trapezoid on the ROC, ties counted half) and balanced accuracy, the best
   ``(TPR + 1 - FPR) / 2`` over thresholds (Carlini et al. 2022).
-- Confidence intervals: percentile bootstrap over victim models. Guesses about the same victim are
-  correlated, so a replicate draws S victims with replacement and pools all their C guesses. (The
-  level figures, a maximum over candidates, have their own intervals: :mod:`harness.core.figure`.)
+- Confidence intervals: one rule for every printed interval, :func:`harness.core.figure.interval`
+  (``TPR +- f q_S sd``). Guesses about the same victim are correlated, so the bootstrap resamples
+  victim models (a replicate draws S victims with replacement and pools all their C guesses), and
+  ``sd`` is the larger of its SD and the delete-one-victim jackknife's.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+
+from harness.core.figure import interval
 
 
 @dataclass(frozen=True)
@@ -370,31 +373,6 @@ class _LowFprPrefix:
         return before + (after - before) * frac
 
 
-def percentile_interval(samples: np.ndarray, confidence: float) -> tuple[float, float]:
-    """Two-sided percentile interval of the finite entries of ``samples`` ((nan, nan) if none)."""
-    v = samples[~np.isnan(samples)]
-    if not len(v):
-        return (float("nan"), float("nan"))
-    alpha = (1 - confidence) / 2
-    return (float(np.quantile(v, alpha)), float(np.quantile(v, 1 - alpha)))
-
-
-def bootstrap_tpr_ci(
-    scores: np.ndarray,
-    membership: np.ndarray,
-    targets: list[float],
-    *,
-    replicates: int,
-    confidence: float,
-    seed: int,
-    chunk: int = 0,
-) -> dict[float, tuple[float, float]]:
-    """Percentile bootstrap CI of TPR@FPR for each target, resampling victim models."""
-    draws = bootstrap_draws(scores.shape[0], replicates, seed)
-    samples = bootstrap_tpr_samples(scores, membership, targets, draws, chunk)
-    return {t: percentile_interval(samples[t], confidence) for t in targets}
-
-
 @dataclass(frozen=True)
 class AttackMetrics:
     tpr_at_fpr: dict[float, float]
@@ -464,8 +442,11 @@ def evaluate_scores(
     reading_fprs: tuple[float, ...] = (),
 ) -> AttackMetrics:
     """All metrics of one attack variant over the evaluated canaries' pooled S x C guesses: the
-    paper's reading at ``fprs`` (FPR 0 added) with percentile-bootstrap CIs, and the plotting-position
-    reading (harness.core.figure) at ``reading_fprs`` with its replicates, on the run's draws."""
+    paper's reading at ``fprs`` (FPR 0 added, without an interval) with the level figures' one-variant
+    interval (:func:`harness.core.figure.interval`: ``TPR +- f q_S sd``, sd the larger of the victim
+    bootstrap's and the delete-one-victim jackknife's; its coverage, beside the percentile interval
+    it replaced: ``python benchmarks/bench_headline_test.py --parts variant_ci``), and the
+    plotting-position reading at ``reading_fprs`` with its replicates, on the run's draws."""
     every = bool(np.all(evaluated))
     sc = scores if every else scores[:, evaluated]  # no copy where every audit sample is evaluated
     mem = membership if every else membership[:, evaluated]
@@ -488,13 +469,16 @@ def evaluate_scores(
             if sc.shape[0] >= 3:
                 reading_jackknife = weighted_tpr_plotting(sc, mem, readings, 1.0 - np.eye(sc.shape[0]), groups)
             reading_audit = audit_jackknife(sc, mem, readings)
+    tprs = {t: tpr_at_fpr(roc, t) for t in targets}
+    ci = {t: (float("nan"), float("nan")) for t in targets}
+    if samples is not None:  # the level figures' one-variant interval (harness.core.figure.interval)
+        jack = weighted_tpr_samples(sc, mem, targets, 1.0 - np.eye(sc.shape[0]), groups=groups) if sc.shape[0] >= 3 else None
+        for t in fprs:
+            ci[t] = interval(tprs[t], samples[t], sc.shape[0], confidence, t * roc.num_neg,
+                             None if jack is None else jack[t])
     del groups
-    if samples is not None:
-        ci = {t: percentile_interval(samples[t], confidence) for t in targets}
-    else:
-        ci = {t: (float("nan"), float("nan")) for t in targets}
     return AttackMetrics(
-        tpr_at_fpr={t: tpr_at_fpr(roc, t) for t in targets},
+        tpr_at_fpr=tprs,
         tpr_ci=ci,
         resolved={t: resolvable(t, roc.num_neg) for t in targets},
         auc=auc(roc),
