@@ -138,17 +138,20 @@ def test_the_rerun_verification_refuses_few_honest_entries():
 @pytest.mark.slow
 def test_each_variants_own_interval_covers_its_expected_read():
     """The interval printed beside each variant's paper-style TPR (attacks.csv, the details tables)
-    covers that read's expected value at the design in at least 95% less 2.5 SEs of 150 runs (90.5%)
-    at 8 x 20 and 64 x 50, on heterogeneous victims with t3 noise; the percentile bootstrap interval
-    it replaced falls below that at 64 x 50 (measured 86.5% there: benchmarks/bench_headline_test.py
-    --parts variant_ci)."""
+    covers that read's expected value at the design in at least 95% less 2.5 SEs of 300 runs (91.8%)
+    at 32 x 200 and 64 x 50 (one variant) and 8 x 20 (heterogeneous victims, t3 noise), and in at least
+    93.5% over the three (measured 96.0 / 94.2 / 97.5% at 400 runs, where the percentile bootstrap
+    interval it replaced covered 88.5 / 89.2 / 92.0%: benchmarks/bench_headline_test.py --parts
+    variant_ci)."""
     from harness.audit.calibration import variant_coverage
 
     cfg = _cfg()
-    kw = {"u_sd": 0.6, "scale_sd": 0.4, "mem_sd_victim": 0.5, "df": 3.0}
+    t3 = {"u_sd": 0.6, "scale_sd": 0.4, "mem_sd_victim": 0.5, "df": 3.0}
     got = {}
-    for s, c in ((8, 20), (64, 50)):
-        got[(s, c)] = variant_coverage(cfg, SIMS, models=s, samples=c, variants=Variants((0.5,), df=3.0),
-                                       fpr=level_fpr(cfg, s * c // 2), seed=s + c, worlds=200,
-                                       world=ToyWorld.draw(c, s + c, **kw))
-    assert min(v.covers for v in got.values()) >= 0.95 - 2.5 * _se(0.05, SIMS), got
+    for s, c, v, kw in ((32, 200, Variants((0.5,)), {}), (64, 50, Variants((0.5,)), {}),
+                        (8, 20, Variants((0.5,), df=3.0), t3)):
+        got[(s, c)] = variant_coverage(cfg, 300, models=s, samples=c, variants=v, fpr=level_fpr(cfg, s * c // 2),
+                                       seed=s + c, worlds=300, world=ToyWorld.draw(c, s + c, **kw))
+    covers = [v.covers for v in got.values()]
+    assert min(covers) >= 0.95 - 2.5 * _se(0.05, 300), got
+    assert np.mean(covers) >= 0.935, got
