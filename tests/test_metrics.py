@@ -113,7 +113,7 @@ def test_bootstrap_replicates_equal_the_weighted_pooled_roc_computed_directly():
     times counts w times), read with tpr_at_fpr: checked replicate by replicate against that
     direct computation, with ties, a strong and a weak attack, and FPR targets from 0 to 0.5 (the
     replicates are computed on a prefix of the sorted guesses, which must not change a value)."""
-    from harness.core.metrics import bootstrap_draws, bootstrap_tpr_samples
+    from harness.core.metrics import bootstrap_draws, victim_counts, weighted_tpr_samples
 
     rng = np.random.default_rng(5)
     s_models, c = 8, 60
@@ -124,7 +124,7 @@ def test_bootstrap_replicates_equal_the_weighted_pooled_roc_computed_directly():
     for shift in (0.3, 4.0):
         scores = np.round(rng.normal(size=(s_models, c)) + shift * mem, 1)  # rounded: many ties
         draws = bootstrap_draws(s_models, 40, seed=1)
-        got = bootstrap_tpr_samples(scores, mem, targets, draws, chunk=16)
+        got = weighted_tpr_samples(scores, mem, targets, victim_counts(draws, s_models), chunk=16)
         for b, d in enumerate(draws):
             rows = np.asarray(d)  # the drawn victims, repeats included
             roc = roc_curve(scores[rows].ravel(), mem[rows].ravel())

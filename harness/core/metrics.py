@@ -185,16 +185,6 @@ def victim_counts(draws: np.ndarray, s_models: int) -> np.ndarray:
         np.float64)
 
 
-def bootstrap_tpr_samples(
-    scores: np.ndarray, membership: np.ndarray, targets: list[float], draws: np.ndarray, chunk: int = 0,
-    groups: tuple[np.ndarray, np.ndarray] | None = None,
-) -> dict[float, np.ndarray]:
-    """TPR@FPR of every bootstrap replicate: {target: (replicates,)} (NaN where a replicate has no
-    member or no non-member guess). Replicate b weights victim t by how often ``draws[b]`` holds it
-    (:func:`weighted_tpr_samples`)."""
-    return weighted_tpr_samples(scores, membership, targets, victim_counts(draws, scores.shape[0]), chunk, groups)
-
-
 def weighted_tpr_samples(
     scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray, chunk: int = 0,
     groups: tuple[np.ndarray, np.ndarray] | None = None,
