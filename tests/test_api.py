@@ -32,6 +32,8 @@ def _numbers(results: dict) -> dict:
                     and k not in ("train_seconds_total", "query_seconds_total")}
         if isinstance(x, list):
             return [strip(v, path) for v in x]
+        if isinstance(x, float) and x != x:
+            return "NaN"  # as results.json writes it (harness.core.jsonio), so that NaN equals NaN
         return x
     return strip(results)
 
