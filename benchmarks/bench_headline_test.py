@@ -28,7 +28,7 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
    **resolution**: the same selection bias were figures to need 5 or 10 expected false positives
    instead of 3 (a measured alternative, not the rule). **variant_ci**: each variant's own interval
    (its paper-style read at a reported FPR with the figures' one-variant rule) against its expected
-   read, on one variant and on the heterogeneous-victims t3 world.
+   read, on one variant, with tied scores, and on the heterogeneous-victims t3 world.
 4. **ratio**: the sample/population ratio, unconditionally: how often a point ratio is printed,
    its CI's coverage and mean, and the fallback lower bound's where it is not.
 5. **verification**: the leaderboard's re-run check (harness.core.figure.runs_agree) on pairs of
@@ -224,10 +224,11 @@ def resolution_part(sims: int, worlds: int) -> list[dict[str, Any]]:
 
 def variant_ci_part(sims: int, worlds: int) -> list[dict[str, Any]]:
     """Each variant's own interval (attacks.csv, the details and entry-page tables: the paper-style
-    read with harness.core.figure.interval) against its expected read, on one LiRA variant and on the
-    heterogeneous-victims world with t3 noise, at the cells of the coverage part."""
+    read with harness.core.figure.interval) against its expected read, on one LiRA variant, the same
+    with tied scores, and the heterogeneous-victims world with t3 noise, at the cells of the coverage part."""
     cfg, rows = _cfg(), []
-    for name, (v, kw) in (("one variant", (Variants((0.5,)), {})), ("victims differ, t3 noise", POOLS["victims differ, t3 noise"])):
+    for name, (v, kw) in (("one variant", (Variants((0.5,)), {})), ("ties (scores on a 0.5 grid)", (Variants((0.5,), ties=True), {})),
+                          ("victims differ, t3 noise", POOLS["victims differ, t3 noise"])):
         for s, c in COVER_CELLS:
             fpr = level_fpr(cfg, s * c // 2)
             r = variant_coverage(cfg, sims, models=s, samples=c, variants=v, fpr=fpr, seed=s + c, worlds=worlds,
