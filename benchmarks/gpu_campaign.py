@@ -100,7 +100,7 @@ PAPER: dict[str, tuple[float, float, float, float, str, str]] = {
 #: Priors: estimates for work no GPU has timed yet; the first item of the kind replaces them.
 #: DP-SGD's prior: on the H200 (2026-11-28) groups of 4 took 40 s each (8 of 16 models of 4 epochs in
 #: 116 s, about 2.5 s per model-epoch); the dpsgd-vmap figure's step takes 0.0148 s at G = 16 and
-#: 0.0128 s at G = 4, so groups of 16 (:data:`DP_GROUP`) should take about 2.5 x 1.16 / 4 = 0.7 s
+#: 0.0128 s at G = 4, so groups of 16 (:data:`DP_GROUP`) should take about 2.5 x 1.16 / 4 = 0.7 s (0.8: a margin)
 DPSGD_PRIOR = ("prior: 2.5 s per model-epoch measured at G = 4 on the H200 (an interrupted item), "
                "scaled to G = 16 by the dpsgd-vmap figure")
 PRIOR_RATES: dict[str, dict[str, Any]] = {
