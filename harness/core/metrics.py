@@ -462,7 +462,7 @@ def evaluate_scores(
     tprs = {t: tpr_at_fpr(roc, t) for t in targets}
     ci = {t: (float("nan"), float("nan")) for t in targets}
     if samples is not None:  # the level figures' one-variant interval (harness.core.figure.interval)
-        jack = weighted_tpr_samples(sc, mem, targets, 1.0 - np.eye(sc.shape[0]), groups=groups) if sc.shape[0] >= 3 else None
+        jack = weighted_tpr_samples(sc, mem, list(fprs), 1.0 - np.eye(sc.shape[0]), groups=groups) if sc.shape[0] >= 3 else None
         for t in fprs:
             ci[t] = interval(tprs[t], samples[t], sc.shape[0], confidence, t * roc.num_neg,
                              None if jack is None else jack[t])
