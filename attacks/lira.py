@@ -97,6 +97,23 @@ def _llr(obs: np.ndarray, st: dict[str, np.ndarray], var_in: np.ndarray, var_out
     return llr.mean(axis=2)
 
 
+def _square_deviations(obs: np.ndarray, st: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``mean_a (x - mu_in)^2`` and ``mean_a (x - mu_out)^2`` (S, C): what online LiRA with one
+    variance per victim needs of each sample, kept from the first pass so that the global variants
+    need no second."""
+    return ((obs - st["mu_in"]) ** 2).mean(axis=2), ((obs - st["mu_out"]) ** 2).mean(axis=2)
+
+
+def _global_online_llr(sq_in: np.ndarray, sq_out: np.ndarray, var_in: np.ndarray, var_out: np.ndarray) -> np.ndarray:
+    """Online LiRA's score with one variance per victim (``var_*`` (S, 1, 1)) from the square
+    deviations of :func:`_square_deviations`: ``mean_a [log N(x; mu_in, s_in) - log N(x; mu_out,
+    s_out)] = -sq_in / (2 s_in^2) + sq_out / (2 s_out^2) - log s_in + log s_out`` (the per-query
+    log-likelihood ratio is a quadratic in x whose coefficients do not depend on a)."""
+    sd_in = np.maximum(np.sqrt(var_in[:, :, 0]), MIN_STD)
+    sd_out = np.maximum(np.sqrt(var_out[:, :, 0]), MIN_STD)
+    return (-0.5 * sq_in / sd_in**2 + 0.5 * sq_out / sd_out**2) - (np.log(sd_in) - np.log(sd_out))
+
+
 def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global_variance: bool,
                 balanced: bool = True, chunk: int | None = None) -> np.ndarray:
     """LiRA scores (S, C) for per-query scores ``obs`` (S, C, A), leave-one-out, over chunks of
@@ -109,8 +126,11 @@ def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global
     if len(chunks) == 1:
         st = loo_gaussian_stats(obs, membership, balanced)
         if global_variance:
-            return _llr(obs, st, st["var_in"].mean(axis=(1, 2), keepdims=True),
-                        st["var_out"].mean(axis=(1, 2), keepdims=True), online)
+            var_in, var_out = (st["var_in"].mean(axis=(1, 2), keepdims=True),
+                               st["var_out"].mean(axis=(1, 2), keepdims=True))
+            if online:
+                return _global_online_llr(*_square_deviations(obs, st), var_in, var_out)
+            return _llr(obs, st, var_in, var_out, online)
         return _llr(obs, st, st["var_in"], st["var_out"], online)
     pooled = None
     if global_variance:  # first pass: the per-victim mean variance over all samples and queries
@@ -123,8 +143,12 @@ def lira_scores(obs: np.ndarray, membership: np.ndarray, *, online: bool, global
     out = np.empty((num_models, num_samples))
     for sl in chunks:
         st = loo_gaussian_stats(obs[:, sl], membership[:, sl], balanced)
-        var_in, var_out = (pooled[0], pooled[1]) if pooled is not None else (st["var_in"], st["var_out"])
-        out[:, sl] = _llr(obs[:, sl], st, var_in, var_out, online)
+        if pooled is None:
+            out[:, sl] = _llr(obs[:, sl], st, st["var_in"], st["var_out"], online)
+        elif online:
+            out[:, sl] = _global_online_llr(*_square_deviations(obs[:, sl], st), pooled[0], pooled[1])
+        else:
+            out[:, sl] = _llr(obs[:, sl], st, pooled[0], pooled[1], online)
     return out
 
 
@@ -159,8 +183,9 @@ def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray
     for bit, streamed into preallocated outputs: every statistic is per sample, so the scores and
     Gaussians of :data:`SCORE_CHUNK` samples are computed at a time and never exist for the whole
     level; the global variances are pooled per chunk of :data:`LIRA_CHUNK` samples, as
-    :func:`lira_scores` pools them (a first pass), and the global variants' scores computed again in
-    a second pass (one pass where the level is one chunk)."""
+    :func:`lira_scores` pools them (a first pass); online, the global variants' scores then follow
+    from each sample's square deviations kept in the first pass (:func:`_global_online_llr`),
+    offline they are computed again in a second pass (one pass where the level is one chunk)."""
     num_models, num_samples, num_queries = logits.shape[:3]
     mode = mode or ("online" if online else "offline")
     chunk, sub = LIRA_CHUNK, SCORE_CHUNK
@@ -186,6 +211,10 @@ def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray
 
     sums = {(sn, q): np.zeros((2, num_models, 1, 1)) for sn, q, _ in pairs}
     one_pass = len(chunks) == 1
+    # online: each global variant's square deviations (IN in its output array, OUT here) are all its
+    # second step needs (_global_online_llr); offline LiRA's log Phi is no function of a few sums, so
+    # its global variants compute their scores again in a second pass where the level has chunks
+    sq_out = {key: np.empty((num_models, num_samples)) for key in sums} if online else {}
     kept = []
     for start, stop in chunks:  # first pass: per-sample variants, and the pooled variances of the global ones
         var = {(sn, q): np.empty((2, num_models, stop - start, nq)) for sn, q, nq in pairs}
@@ -194,15 +223,22 @@ def lira_variants(logits: np.ndarray, labels: np.ndarray, membership: np.ndarray
                 var[(sn, q)][0][:, i - start : j - start] = st["var_in"]
                 var[(sn, q)][1][:, i - start : j - start] = st["var_out"]
                 out[name(sn, q, False)][:, i:j] = _llr(o, st, st["var_in"], st["var_out"], online)
-            if one_pass:
+                if online:
+                    out[name(sn, q, True)][:, i:j], sq_out[(sn, q)][:, i:j] = _square_deviations(o, st)
+            if one_pass and not online:
                 kept.append((i, j, stats))
         for key, v in var.items():  # summed over the whole chunk, as lira_scores sums its statistics
             sums[key][0] += v[0].sum(axis=(1, 2), keepdims=True)
             sums[key][1] += v[1].sum(axis=(1, 2), keepdims=True)
         del var
     pooled = {(sn, q): sums[(sn, q)] / (num_samples * nq) for sn, q, nq in pairs}
+    if online:
+        for key, sq in sq_out.items():
+            g = out[name(*key, True)]
+            g[:] = _global_online_llr(g, sq, pooled[key][0], pooled[key][1])
+        return out
     second = iter(kept) if one_pass else (p for start, stop in chunks for p in pieces(start, stop))
-    for i, j, stats in second:  # the global variants (with the scores computed again where there are chunks)
+    for i, j, stats in second:  # offline's global variants (their scores computed again where there are chunks)
         for (sn, q), (o, st) in stats.items():
             out[name(sn, q, True)][:, i:j] = _llr(o, st, pooled[(sn, q)][0], pooled[(sn, q)][1], online)
     return out
