@@ -218,6 +218,11 @@ def weighted_tpr_samples(
     return stats
 
 
+#: weighted non-member guesses past t N that the plotting-position read's prefix holds (it reads the
+#: corners at floor(k*) and floor(k*) + 1 non-members, k* = t (N + 1) - 1)
+_PLOTTING_MARGIN = 2.0
+
+
 def weighted_tpr_plotting(
     scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray,
     groups: tuple[np.ndarray, np.ndarray] | None = None,
@@ -237,7 +242,7 @@ def weighted_tpr_plotting(
     so that the read is continuous in the data instead of jumping a whole tie group. For
     k* < 0 (t < 1/(N+1)) the read is interpolated from (0, 0): (k* + 1) c(0)."""
     t_max = max(targets, default=0.0)
-    pre = _LowFprPrefix.build(scores, membership, t_max, weights, groups, margin=2.0, through=True)
+    pre = _LowFprPrefix.build(scores, membership, t_max, weights, groups, margin=_PLOTTING_MARGIN, through=True)
     n = pre.nneg
     stats: dict[float, np.ndarray] = {}
     for t in targets:
@@ -285,33 +290,39 @@ class _LowFprPrefix:
         flat = np.asarray(scores, dtype=np.float64).ravel()
         y = np.asarray(membership, dtype=bool).ravel()
         order, ends = groups if groups is not None else sorted_groups(flat)
-        y_o = y[order]
-        v_o = order // c  # the victim of each sorted guess
         mem = np.asarray(membership, dtype=bool)
         tot_pos = mem.sum(axis=1).astype(np.float64)
         tot_neg = (~mem).sum(axis=1).astype(np.float64)
         # Only the low-FPR start of the sorted guesses matters: a row's TPR@t is read at its last
         # point with FPR <= t, so columns (groups of tied scores) past the first one where every
         # row's FPR exceeds the largest target change nothing. The prefix starts where the
-        # unweighted FPR is twice that target and doubles until, at its last column, every row's
-        # FPR is past it.
+        # unweighted FPR is twice that target (found on ever longer heads of the order, so that
+        # a level's millions of guesses are not all read) and doubles until, at its last column,
+        # every row's FPR is past it.
         w_all = np.asarray(weights, dtype=np.float64)
         npos_all, nneg_all = w_all @ tot_pos, w_all @ tot_neg
         defined = (npos_all > 0) & (nneg_all > 0)
-        unweighted_fp = np.cumsum(~y_o)[ends]
-        width = min(len(ends), max(256, int(np.searchsorted(unweighted_fp, 2 * t_max * tot_neg.sum() + margin,
-                                                            side="right")) + 1))
-        del unweighted_fp
+        level = 2 * t_max * tot_neg.sum() + margin
+        head = min(len(order), 4096)
+        while True:  # the first column whose unweighted non-member count exceeds the level, if the head holds it
+            cols = int(np.searchsorted(ends, head - 1, side="right"))  # columns wholly inside the head
+            fp_head = np.cumsum(~y[order[:head]])[ends[:cols]]
+            first = int(np.searchsorted(fp_head, level, side="right"))
+            if first < cols or head == len(order):
+                break
+            head = min(len(order), 4 * head)
+        del fp_head
+        width = min(len(ends), max(256, first + 1))
         while width < len(ends):
             upto = ends[width - 1] + 1
-            neg_last = np.bincount(v_o[:upto][~y_o[:upto]], minlength=s_models).astype(np.float64)
+            y_h = y[order[:upto]]
+            neg_last = np.bincount(order[:upto][~y_h] // c, minlength=s_models).astype(np.float64)
             neg_denominator = np.where(nneg_all > 0, nneg_all, 1.0)
             if np.all(~defined | ((w_all @ neg_last - margin) / neg_denominator > t_max + 1e-12)):
                 break
             width = min(len(ends), 2 * width)
         upto = ends[width - 1] + 1
-        y_p, v_p = y_o[:upto], v_o[:upto]
-        del y_o, v_o
+        y_p, v_p = y[order[:upto]], order[:upto] // c  # each sorted guess's membership and victim
         column = np.repeat(np.arange(width), np.diff(np.r_[-1, ends[:width]]))  # each sorted guess's group
         neg_cols = np.unique(column[~y_p])
         k = len(neg_cols)
@@ -405,15 +416,31 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
     reads = {t: np.empty(groups) for t in targets}
     ones = np.ones((1, scores.shape[0]))
     flat = np.asarray(scores, dtype=np.float64).ravel()
+    y = np.asarray(membership, dtype=bool).ravel()
     order = descending_order(flat)  # one sort: a subset of columns keeps this order (ties in index order)
+    # Each read needs only the start of the order, up to somewhat more than t N non-member guesses
+    # (weighted_tpr_plotting's prefix): the order is cut at the end of a group of tied scores past
+    # twice the level's t_max N + 2 non-members. A subset left with no more than t_max N_sub + 2 of
+    # them before the cut (the prefix's own condition) is read from the whole order instead.
+    t_max = max(targets, default=0.0)
+    fp = np.cumsum(~y[order])
+    cut = min(len(order), int(np.searchsorted(fp, 2.0 * (t_max * fp[-1] + _PLOTTING_MARGIN), side="right")) + 1)
+    if cut < len(order):  # to the end of the group of ties it falls in
+        neg_sorted = -flat[order]
+        cut = int(np.searchsorted(neg_sorted, neg_sorted[cut - 1], side="right"))
+        del neg_sorted
     row, col = np.divmod(order, c)
+    neg_cols = np.bincount(col[:cut][~y[order[:cut]]], minlength=c)  # non-members before the cut, per column
+    neg_total = np.bincount(np.arange(len(y))[~y] % c, minlength=c)
     for g in range(groups):
         keep = np.arange(c) % groups != g
-        sel = keep[col]
+        n_sub, n_cut = float(neg_total[keep].sum()), float(neg_cols[keep].sum())
+        upto = cut if (n_cut - _PLOTTING_MARGIN) / max(n_sub, 1.0) > t_max + 1e-9 else len(order)
+        sel = keep[col[:upto]]
         new_col = np.cumsum(keep) - 1
-        sub_order = row[sel] * int(keep.sum()) + new_col[col[sel]]
-        s = flat[order[sel]]
-        ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
+        sub_order = row[:upto][sel] * int(keep.sum()) + new_col[col[:upto][sel]]
+        s = flat[order[:upto][sel]]
+        ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])  # the cut ends a group of ties
         got = weighted_tpr_plotting(scores[:, keep], membership[:, keep], targets, ones, groups=(sub_order, ends))
         for t in targets:
             reads[t][g] = got[t][0]
