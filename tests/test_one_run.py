@@ -75,3 +75,34 @@ def test_p_value_equals_the_scipy_stats_binomial_formula_exactly():
                 want += 2 * m * delta * float(np.max((cdf[-1] - cdf[v - np.arange(1, v + 1)]) / np.arange(1, v + 1)))
         assert p_value(m, r, v, eps, delta) == min(want, 1.0)
 
+
+
+@pytest.mark.parametrize("shift", [0.0, 0.4, 1.5, 6.0])
+def test_the_bound_skips_only_guesses_that_cannot_beat_the_best(shift):
+    """one_run_bound tries a guess count's bisection only where its p-value at the best epsilon so
+    far is below the level; the result is that of bisecting every (victim, guess count)."""
+    from harness.bounds.one_run import GUESS_FRACTIONS, epsilon_lower, guess_grid, one_run_bound
+
+    rng = np.random.default_rng(int(shift * 10))
+    s, c, delta, alpha = 8, 400, 1e-5, 0.05
+    mem = rng.random((s, c)) < 0.5
+    scores = rng.normal(size=(s, c)) + shift * mem * rng.random((s, 1))
+    got = one_run_bound(scores, mem, delta=delta, alpha=alpha)
+    grid = guess_grid(c, GUESS_FRACTIONS)
+    best, medians = (0.0, None, 0, 0), []
+    for t in range(s):
+        hits = np.cumsum(mem[t, np.argsort(-scores[t], kind="stable")])
+        per = [0.0]
+        for k in grid:
+            v = int(hits[k - 1])
+            if 2 * v <= k:
+                continue
+            eps = epsilon_lower(c, k, v, alpha / (s * len(grid)), delta)
+            if eps > best[0]:
+                best = (eps, t, k, v)
+            per.append(epsilon_lower(c, k, v, alpha / len(grid), delta))
+        medians.append(max(per))
+    assert (got.epsilon, got.victim, got.guesses, got.correct) == best
+    assert got.per_victim_median == float(np.median(medians))
+    if shift >= 1.5:
+        assert got.epsilon > 0

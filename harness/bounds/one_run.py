@@ -195,10 +195,14 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, delta: float, a
             v = int(hits[k - 1])
             if 2 * v <= k:  # no better than chance: no evidence at any level
                 continue
-            eps = epsilon_lower(m, k, v, beta_joint, delta)
-            if eps > best[0]:
-                best = (eps, t, k, v)
-            victim_best = max(victim_best, epsilon_lower(m, k, v, beta_victim, delta))
+            # a guess whose p-value at the largest epsilon found so far is not below the level cannot
+            # certify a larger one (the p-value grows with epsilon): one p-value instead of a bisection
+            if p_value(m, k, v, best[0], delta) < beta_joint:
+                eps = epsilon_lower(m, k, v, beta_joint, delta)
+                if eps > best[0]:
+                    best = (eps, t, k, v)
+            if p_value(m, k, v, victim_best, delta) < beta_victim:
+                victim_best = max(victim_best, epsilon_lower(m, k, v, beta_victim, delta))
         medians.append(victim_best)
     floor = attainable_p_value(m, grid, delta)
     return OneRunBound(epsilon=best[0], victim=best[1], guesses=best[2], correct=best[3], num_canaries=m,
