@@ -52,7 +52,9 @@ def loo_gaussian_stats(obs: np.ndarray, membership: np.ndarray, balanced: bool =
     augmentation) first to avoid cancellation.
     """
     s = obs.shape[0]
-    x = obs - obs.mean(axis=0, keepdims=True)
+    centre = obs.mean(axis=0, keepdims=True)
+    x = obs - centre
+    x2 = x * x
     if balanced:
         d = dropped_shadow(membership)  # (S, C)
         cols = np.arange(membership.shape[1])[None, :]
@@ -60,11 +62,13 @@ def loo_gaussian_stats(obs: np.ndarray, membership: np.ndarray, balanced: bool =
     out: dict[str, np.ndarray] = {}
     for tag, mask in (("in", membership), ("out", ~membership)):
         m = mask[:, :, None].astype(np.float64)
-        tot = (m * x).sum(0, keepdims=True)
-        tot2 = (m * x * x).sum(0, keepdims=True)
+        mx, mx2 = m * x, m * x2  # the group's terms (m is 0 or 1: each product is exact)
+        tot = mx.sum(0, keepdims=True)
+        tot2 = mx2.sum(0, keepdims=True)
         n = m.sum(0, keepdims=True) - m  # (S, C, 1): shadow count for each victim
-        sm = tot - m * x
-        sm2 = tot2 - m * x * x
+        sm = tot - mx
+        sm2 = tot2 - mx2
+        del mx, mx2
         if balanced:
             m_d = mask[d, cols][:, :, None].astype(np.float64)  # 1 where the dropped model is in this group
             n = n - m_d
@@ -75,7 +79,7 @@ def loo_gaussian_stats(obs: np.ndarray, membership: np.ndarray, balanced: bool =
                              "S >= 6)")
         mean = sm / n
         var = np.maximum(sm2 - n * mean**2, 0.0) / (n - 1)
-        out[f"mu_{tag}"] = mean + obs.mean(axis=0, keepdims=True)
+        out[f"mu_{tag}"] = mean + centre
         out[f"var_{tag}"] = var
     return out
 

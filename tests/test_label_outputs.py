@@ -101,6 +101,23 @@ def test_any_answer_that_is_a_function_of_its_argmax_reads_as_labels_and_logits_
     assert carries_only_argmax(np.eye(3)[[0, 2, 1]]) and carries_only_argmax(np.eye(10)[None, None, None, [3]])
 
 
+def test_argmax_only_outputs_are_decided_by_every_row_past_the_first_thousand():
+    """With more rows per model than the check reads first (PREFIX_ROWS), a fixed confidence vector per
+    label is still a label answer, and one entry moved after those rows, or within them, is not."""
+    from harness.audit.attack_phase import PREFIX_ROWS
+
+    z = _answers(models=2, rows=300, views=9)  # 2 700 rows per model
+    assert z.shape[1] * z.shape[2] > 2 * PREFIX_ROWS
+    fixed = np.random.default_rng(2).dirichlet(np.ones(10), 10).astype(np.float32) + np.eye(10, dtype=np.float32)
+    per_label = fixed[z.argmax(-1)]
+    assert carries_only_argmax(per_label)
+    for row in (PREFIX_ROWS + 500, 5):
+        moved = per_label.copy()
+        c, a = divmod(row, z.shape[2])
+        moved[1, c, a, (int(moved[1, c, a].argmax()) + 1) % 10] += 0.01
+        assert not carries_only_argmax(moved), row
+
+
 @pytest.mark.parametrize("softmax", [False, True], ids=["5x-one-hot", "softmax-of-5x-one-hot"])
 def test_a_served_argmax_only_output_gets_the_label_only_attack_with_a_note(tmp_path, finished_run, softmax):
     """A plugin serving 5 x one-hot(argmax), or its softmax, trained and attacked: the note is recorded

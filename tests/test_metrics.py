@@ -160,3 +160,14 @@ def test_audit_jackknife_equals_each_group_read_afresh(ties, c, targets, skew):
         ref = weighted_tpr_plotting(scores[:, keep], mem[:, keep], targets, np.ones((1, 12)))
         for t in targets:
             assert got[t][g] == ref[t][0]
+
+
+def test_tpr_at_fpr_is_the_largest_tpr_at_or_below_the_fpr():
+    """The bisection reads what the definition says: the largest TPR over the points with FPR <= t,
+    on ROCs with ties and at targets on, between and beyond its FPRs."""
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        scores = np.round(rng.normal(size=400) + rng.random(400), 1)
+        roc = roc_curve(scores, rng.random(400) < 0.5)
+        for t in [0.0, 1e-9, *roc.fpr[::7], *(roc.fpr[1::9] + 1e-6), 0.5, 1.0]:
+            assert tpr_at_fpr(roc, float(t)) == roc.tpr[roc.fpr <= t + 1e-12].max()

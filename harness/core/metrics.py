@@ -94,9 +94,9 @@ def roc_curve(scores: np.ndarray, is_member: np.ndarray, groups: tuple[np.ndarra
 
 
 def tpr_at_fpr(roc: Roc, target: float) -> float:
-    """Largest TPR among ROC points with FPR <= ``target`` (no interpolation)."""
-    ok = roc.fpr <= target + 1e-12
-    return float(roc.tpr[ok].max())
+    """Largest TPR among ROC points with FPR <= ``target`` (no interpolation): the TPR of the last
+    such point, both rates never falling along the curve (a bisection, not a pass over its points)."""
+    return float(roc.tpr[int(np.searchsorted(roc.fpr, target + 1e-12, side="right")) - 1])
 
 
 def auc(roc: Roc) -> float:
