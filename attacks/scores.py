@@ -189,12 +189,20 @@ def both_scores(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]
     np.put_along_axis(z, idx, -np.inf, axis=0)
     a_max = z.max(axis=0)
     hinge = z_y - a_max
-    # SciPy's separated log-sum-exp (_lse_separated), the classes first
+    # SciPy's separated log-sum-exp (_lse_separated), the classes first: exp(z - max) with the maxima
+    # and the label left out as exact zeros. The exponentials are taken with finite values in their
+    # place (the maxima's 0, the label's set to 0) and those terms multiplied by 0 after: an
+    # exponent of -inf, or one that underflows, sends numpy's vectorized exp down a path three to
+    # seven times slower (the finite values are the same). Where the maximum is not finite the
+    # row's result is not either, and the direct formula below replaces it.
     is_max = z == a_max
     m = is_max.sum(axis=0, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
-        np.subtract(np.where(is_max, -np.inf, z), a_max, out=z)
+        np.subtract(z, a_max, out=z)
+        np.put_along_axis(z, idx, 0.0, axis=0)
         np.exp(z, out=z)
+        np.multiply(z, ~is_max, out=z)
+        np.put_along_axis(z, idx, 0.0, axis=0)
     del is_max
     s = _sum_first(z)
     del z

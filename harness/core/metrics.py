@@ -224,7 +224,7 @@ _PLOTTING_MARGIN = 2.0
 
 
 def weighted_tpr_plotting(
-    scores: np.ndarray, membership: np.ndarray, targets: list[float], weights: np.ndarray,
+    scores: np.ndarray | None, membership: np.ndarray, targets: list[float], weights: np.ndarray,
     groups: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> dict[float, np.ndarray]:
     """TPR at FPR t of the pooled ROC under each row of victim ``weights`` (as
@@ -281,15 +281,15 @@ class _LowFprPrefix:
         return len(self.neg_cols)
 
     @classmethod
-    def build(cls, scores: np.ndarray, membership: np.ndarray, t_max: float, weights: np.ndarray,
+    def build(cls, scores: np.ndarray | None, membership: np.ndarray, t_max: float, weights: np.ndarray,
               groups: tuple[np.ndarray, np.ndarray] | None, margin: float = 0.0, through: bool = False
               ) -> "_LowFprPrefix":
         """The prefix up to the first column where every row has more than ``t_max`` N + ``margin``
-        weighted non-member guesses above it (or the whole ROC)."""
-        s_models, c = scores.shape
-        flat = np.asarray(scores, dtype=np.float64).ravel()
+        weighted non-member guesses above it (or the whole ROC). The scores are read only to sort
+        them: None where ``groups`` is given."""
+        s_models, c = np.shape(membership)
         y = np.asarray(membership, dtype=bool).ravel()
-        order, ends = groups if groups is not None else sorted_groups(flat)
+        order, ends = groups if groups is not None else sorted_groups(np.asarray(scores, dtype=np.float64).ravel())
         mem = np.asarray(membership, dtype=bool)
         tot_pos = mem.sum(axis=1).astype(np.float64)
         tot_neg = (~mem).sum(axis=1).astype(np.float64)
@@ -404,12 +404,12 @@ AUDIT_GROUPS = 10
 
 
 def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[float],
-                    groups: int = AUDIT_GROUPS) -> dict[float, np.ndarray] | None:
+                    groups: int = AUDIT_GROUPS, order: np.ndarray | None = None) -> dict[float, np.ndarray] | None:
     """The plotting-position read at each target with each of ``groups`` interleaved groups of audit
     samples (columns c with c mod G = g) left out in turn: {target: (G,)}. Its jackknife SD
     (harness.core.figure.jackknife_sd) estimates how much the read moves with another draw of audit
     samples, which the victim bootstrap (conditional on them) does not; None with fewer than 2 G
-    audit samples."""
+    audit samples. ``order``: :func:`descending_order` of the flat scores, where the caller has it."""
     c = scores.shape[1]
     if c < 2 * groups:
         return None
@@ -417,7 +417,8 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
     ones = np.ones((1, scores.shape[0]))
     flat = np.asarray(scores, dtype=np.float64).ravel()
     y = np.asarray(membership, dtype=bool).ravel()
-    order = descending_order(flat)  # one sort: a subset of columns keeps this order (ties in index order)
+    if order is None:  # one sort (the caller's, where it has one): a subset of columns keeps this order
+        order = descending_order(flat)
     # Each read needs only the start of the order, up to somewhat more than t N non-member guesses
     # (weighted_tpr_plotting's prefix): the order is cut at the end of a group of tied scores past
     # twice the level's t_max N + 2 non-members. A subset left with no more than t_max N_sub + 2 of
@@ -431,7 +432,7 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
         del neg_sorted
     row, col = np.divmod(order, c)
     neg_cols = np.bincount(col[:cut][~y[order[:cut]]], minlength=c)  # non-members before the cut, per column
-    neg_total = np.bincount(np.arange(len(y))[~y] % c, minlength=c)
+    neg_total = (~np.asarray(membership, dtype=bool)).sum(axis=0)
     for g in range(groups):
         keep = np.arange(c) % groups != g
         n_sub, n_cut = float(neg_total[keep].sum()), float(neg_cols[keep].sum())
@@ -441,7 +442,9 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
         sub_order = row[:upto][sel] * int(keep.sum()) + new_col[col[:upto][sel]]
         s = flat[order[:upto][sel]]
         ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])  # the cut ends a group of ties
-        got = weighted_tpr_plotting(scores[:, keep], membership[:, keep], targets, ones, groups=(sub_order, ends))
+        # the scores are read only through the order (groups): no copy of the kept columns' scores
+        got = weighted_tpr_plotting(None, np.ascontiguousarray(membership[:, keep]), targets, ones,
+                                    groups=(sub_order, ends))
         for t in targets:
             reads[t][g] = got[t][0]
     return reads
@@ -485,7 +488,7 @@ def evaluate_scores(
             reading_samples = weighted_tpr_plotting(sc, mem, readings, counts, groups)
             if sc.shape[0] >= 3:
                 reading_jackknife = weighted_tpr_plotting(sc, mem, readings, 1.0 - np.eye(sc.shape[0]), groups)
-            reading_audit = audit_jackknife(sc, mem, readings)
+            reading_audit = audit_jackknife(sc, mem, readings, order=groups[0])
     tprs = {t: tpr_at_fpr(roc, t) for t in targets}
     ci = {t: (float("nan"), float("nan")) for t in targets}
     if samples is not None:  # the level figures' one-variant interval (harness.core.figure.interval)
