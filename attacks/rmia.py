@@ -239,7 +239,18 @@ def _group_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarra
         for mode, log_p in (("online", log_p_z), ("offline", _offline_map(log_p_z, a))):
             log_ratio_z = np.sort(lp_z[t] - log_p)  # (Z,)
             # LR(x, z) >= gamma  <=>  log_ratio_z <= log_ratio_x - log gamma
-            out[mode][t] = np.searchsorted(log_ratio_z, thresholds[mode][t], side="right")
+            out[mode][t] = _counts_at_most(log_ratio_z, thresholds[mode][t])
+    return out
+
+
+def _counts_at_most(sorted_values: np.ndarray, needles: np.ndarray) -> np.ndarray:
+    """``np.searchsorted(sorted_values, needles, side="right")``, the needles looked up in ascending
+    order and the counts put back in theirs: numpy's bisection is about twice as fast on ordered
+    needles (C of them against Z values, C >> Z), which pays for the argsort. NaN needles sort last
+    and count as searchsorted counts them."""
+    order = np.argsort(needles)
+    out = np.empty(len(needles), dtype=np.int64)
+    out[order] = np.searchsorted(sorted_values, needles[order], side="right")
     return out
 
 

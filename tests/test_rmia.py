@@ -135,3 +135,15 @@ def test_augmented_variant_gives_equal_pass_counts_one_score():
         assert np.array_equal(score, total / (views * z)), mode
         split = [(t, np.unique(score[total == t])) for t in np.unique(total)]
         assert all(len(values) == 1 for _, values in split), [t for t, v in split if len(v) > 1]
+
+
+def test_counts_at_most_are_searchsorteds():
+    """The pass counts looked up in sorted order equal numpy's searchsorted on the needles as given:
+    ties with the values, ties among needles, infinities and NaN."""
+    from attacks.rmia import _counts_at_most
+
+    rng = np.random.default_rng(4)
+    values = np.sort(np.r_[np.round(rng.normal(size=300), 1), -np.inf, np.inf])
+    needles = np.r_[np.round(rng.normal(size=5000), 1), values[:50], np.nan, np.inf, -np.inf, np.nan]
+    rng.shuffle(needles)
+    np.testing.assert_array_equal(_counts_at_most(values, needles), np.searchsorted(values, needles, side="right"))
