@@ -40,29 +40,32 @@ def descending_order(scores: np.ndarray) -> np.ndarray:
     scores in index order), computed by numpy's default sort (vectorized, about four times faster
     than its stable sort on float64) with each run of equal scores then put in index order: the
     same permutation. Where most scores are tied (RMIA's pass fractions), the stable sort itself."""
+    return _descending(scores)[0]
+
+
+def _descending(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`descending_order` and, along it, where each run of equal scores starts (bool)."""
     neg = -np.asarray(scores)
     order = np.argsort(neg)
     s = neg[order]
     new = np.r_[True, s[1:] != s[:-1]]  # where each run of equal scores starts
     del s
     if new.all():
-        return order
+        return order, new
     tied = np.flatnonzero(np.r_[~new[1:], False] | ~new)  # the members of runs longer than one
     if len(tied) > len(order) // 4:
-        return np.argsort(neg, kind="stable")
+        return np.argsort(neg, kind="stable"), new
     run = np.cumsum(new) - 1
     key = run[tied].astype(np.int64) * len(order) + order[tied]  # distinct: run, then index
     order[tied] = order[tied][np.argsort(key)]
-    return order
+    return order, new
 
 
 def sorted_groups(scores: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Descending order of flat ``scores`` and the last index of each group of equal scores: the one
     sort that a variant's ROC, bootstrap and bounds share."""
-    order = descending_order(scores)
-    s = scores[order]
-    ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
-    return order, ends
+    order, new = _descending(scores)
+    return order, np.flatnonzero(np.r_[new[1:], True])
 
 
 

@@ -89,6 +89,15 @@ def move_aside(path: Path) -> Path:
     return target
 
 
+def _nan_count(a: np.ndarray) -> int:
+    """NaN entries of a floating array; for float16 (the signals' usual dtype) from the bits, its
+    exponent all ones and its fraction not zero (numpy's isnan converts every float16 one at a
+    time: twice as slow)."""
+    if a.dtype == np.float16:
+        return int(np.count_nonzero((a.view(np.uint16) & 0x7FFF) > 0x7C00))
+    return int(np.isnan(a).sum())
+
+
 def sha256_arrays(*arrays: np.ndarray) -> str:
     h = hashlib.sha256()
     for a in arrays:
@@ -568,7 +577,7 @@ class RunDir:
                 meta = _signals_meta(z)
                 arrays = {k: z[k] for k in z.files if k != "meta"}
             for name, a in arrays.items():
-                if np.issubdtype(a.dtype, np.floating) and (nan := int(np.isnan(a).sum())):
+                if np.issubdtype(a.dtype, np.floating) and (nan := _nan_count(a)):
                     raise ValueError(f"signal {name!r} holds {nan} NaN value{'s' if nan > 1 else ''}")
         except Exception as e:  # any failure to read it back means the file is damaged
             raise DamagedFileError(path, _reason(e), f"`harness evaluate --run-dir {self.path}` moves it aside and "
