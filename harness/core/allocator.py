@@ -9,9 +9,9 @@ score functions' class-first copies), and on the virtual machines this project r
 fault costs about 10 us: 1.15 GB of fresh pages took 2.8 CPU-s to fill where the same copy into
 touched pages took 0.2 s. With :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` the freed
 temporaries are reused instead; measured with ``python benchmarks/bench_attack_phase.py --models
-64 --samples 50000 --signals weak`` (docs/executors.md): 61.2 -> 50 CPU-s, peak RSS unchanged
-(1 722 and 1 717 MiB): memory the process has freed is kept for its next arrays, never more
-than it held at once.
+64 --samples 50000 --signals weak`` (docs/executors.md): 55.6 CPU-s with glibc's thresholds,
+50-54 with these, peak RSS about the same (1 697 and 1 703-1 720 MiB): memory the process has
+freed is kept for its next arrays, never more than it held at once.
 
 Set once by :func:`harness.cli.main`, before any command runs; the Python API (a library inside
 someone else's process) leaves the allocator alone, and ``HARNESS_MALLOC=default`` keeps glibc's
