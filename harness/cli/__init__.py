@@ -30,16 +30,12 @@ __all__ = ["app", "main"]
 
 
 def main() -> None:
-    """The ``harness`` command. The C allocator keeps freed large arrays for reuse
-    (:func:`harness.core.allocator.tune_for_large_arrays`). Once a command has finished, its output flushed and the atexit
+    """The ``harness`` command. Once a command has finished, its output flushed and the atexit
     handlers run (the worker pool and its fork server gone, multiprocessing's temporary files
     removed), the process ends with ``os._exit``: the interpreter's own teardown of torch and the
     other modules writes nothing and took about 1 s of every run (measured on the quick preset)."""
     import atexit
 
-    from harness.core.allocator import tune_for_large_arrays
-
-    tune_for_large_arrays()  # freed large arrays are reused, not faulted in afresh (harness/core/allocator.py)
     try:
         app()
         code = 0

@@ -25,6 +25,9 @@ def attack(
                            "are as before"):
         from harness.api import attack as run_attacks
         from harness.audit.report import print_report
+        from harness.core.allocator import tune_for_large_arrays
+
+        tune_for_large_arrays()  # an attack phase only: freed large arrays reused (harness/core/allocator.py)
 
         overrides = parse_set_options(set_)
         with ProgressView() as view:

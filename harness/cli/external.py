@@ -92,6 +92,9 @@ def import_(
         precheck_import(plan_dir, outputs, partial=partial, name=name, overrides=overrides)
         from harness.api import import_outputs
         from harness.audit.report import print_report
+        from harness.core.allocator import tune_for_large_arrays
+
+        tune_for_large_arrays()  # an attack phase only: freed large arrays reused (harness/core/allocator.py)
 
         with ProgressView() as view:
             results = import_outputs(plan_dir, outputs, run_dir=run_dir, partial=partial, name=name,

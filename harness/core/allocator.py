@@ -13,9 +13,13 @@ temporaries are reused instead; measured with ``python benchmarks/bench_attack_p
 50-54 with these, peak RSS about the same (1 697 and 1 703-1 720 MiB): memory the process has
 freed is kept for its next arrays, never more than it held at once.
 
-Set once by :func:`harness.cli.main`, before any command runs; the Python API (a library inside
-someone else's process) leaves the allocator alone, and ``HARNESS_MALLOC=default`` keeps glibc's
-own thresholds for the command too.
+Set by the two commands that run an attack phase and nothing else, ``harness attack`` and
+``harness import``. Not by ``harness evaluate``: where models are trained in the process, tensors
+freed in the middle of a heap that is no longer trimmed raised the peak memory (``harness evaluate
+undefended --preset cifar10-scatter``: 1.76 GB against 1.27 GB with glibc's thresholds; its attack
+phase alone, ``harness attack`` on that run, 236 MB against 234 MB). The Python API (a library
+inside someone else's process) leaves the allocator alone, and ``HARNESS_MALLOC=default`` keeps
+glibc's own thresholds for the two commands too.
 """
 
 from __future__ import annotations
