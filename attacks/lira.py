@@ -60,27 +60,37 @@ def loo_gaussian_stats(obs: np.ndarray, membership: np.ndarray, balanced: bool =
         cols = np.arange(membership.shape[1])[None, :]
         x_d = x[d, cols]  # (S, C, A): the dropped model's scores
     out: dict[str, np.ndarray] = {}
+    # every step below writes into the arrays it reads (the same operations in the same order as
+    # ``sm = tot - m x; sm2 = tot2 - m x^2; mean = sm / n; var = max(sm2 - n mean^2, 0) / (n - 1)``,
+    # without a fresh (S, C, A) array per operation)
     for tag, mask in (("in", membership), ("out", ~membership)):
         m = mask[:, :, None].astype(np.float64)
-        mx, mx2 = m * x, m * x2  # the group's terms (m is 0 or 1: each product is exact)
-        tot = mx.sum(0, keepdims=True)
-        tot2 = mx2.sum(0, keepdims=True)
+        sm, sm2 = m * x, m * x2  # the group's terms (m is 0 or 1: each product is exact)
+        tot = sm.sum(0, keepdims=True)
+        tot2 = sm2.sum(0, keepdims=True)
         n = m.sum(0, keepdims=True) - m  # (S, C, 1): shadow count for each victim
-        sm = tot - mx
-        sm2 = tot2 - mx2
-        del mx, mx2
+        np.subtract(tot, sm, out=sm)
+        np.subtract(tot2, sm2, out=sm2)
         if balanced:
             m_d = mask[d, cols][:, :, None].astype(np.float64)  # 1 where the dropped model is in this group
             n = n - m_d
-            sm = sm - m_d * x_d
-            sm2 = sm2 - m_d * x_d * x_d
+            term = m_d * x_d
+            sm -= term
+            term *= x_d
+            sm2 -= term
+            del term
         if np.any(n < 2):
             raise ValueError(f"LiRA needs at least 2 {tag.upper()} shadow models per sample and victim (have S={s}; "
                              "S >= 6)")
-        mean = sm / n
-        var = np.maximum(sm2 - n * mean**2, 0.0) / (n - 1)
-        out[f"mu_{tag}"] = mean + centre
+        mean = np.divide(sm, n, out=sm)
+        sq = np.square(mean)
+        sq *= n
+        var = np.subtract(sm2, sq, out=sm2)
+        del sq
+        np.maximum(var, 0.0, out=var)
+        var /= n - 1
         out[f"var_{tag}"] = var
+        out[f"mu_{tag}"] = np.add(mean, centre, out=mean)
     return out
 
 
