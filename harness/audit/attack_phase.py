@@ -133,21 +133,20 @@ def _same_answer_per_argmax(rows: np.ndarray) -> bool:
     shared by two rows (a model answering one class, or each row another class, shows nothing)."""
     from harness.run.signals import SERVING_TOLERANCE, log_probabilities
 
-    def each_as_its_first(part: np.ndarray) -> bool:  # every row of ``part`` equals its argmax's first row in it
+    def each_as_its_first(part: np.ndarray, evidence: bool) -> bool:  # each row equals its argmax's first row
         top = part.argmax(axis=-1)
         classes, first = np.unique(top, return_index=True)
+        if evidence and (len(classes) < 2 or len(classes) == len(part)):
+            return False
         lp = log_probabilities(part)
         return bool(np.allclose(lp, lp[first][np.searchsorted(classes, top)],
                                 rtol=SERVING_TOLERANCE, atol=SERVING_TOLERANCE))
 
     # the first rows hold each of their argmax values' first row of all: a row among them that differs
     # from it decides, without the pass over every row that trained models' outputs would cost
-    if len(rows) > PREFIX_ROWS and not each_as_its_first(rows[:PREFIX_ROWS]):
+    if len(rows) > PREFIX_ROWS and not each_as_its_first(rows[:PREFIX_ROWS], evidence=False):
         return False
-    classes = np.unique(rows.argmax(axis=-1))
-    if len(classes) < 2 or len(classes) == len(rows):
-        return False
-    return each_as_its_first(rows)
+    return each_as_its_first(rows, evidence=True)
 
 
 #: rows :func:`_same_answer_per_argmax` checks first
