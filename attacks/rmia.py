@@ -245,8 +245,8 @@ def _group_pass_counts(lp_x: np.ndarray, membership: np.ndarray, lp_z: np.ndarra
 
 def _counts_at_most(sorted_values: np.ndarray, needles: np.ndarray) -> np.ndarray:
     """``np.searchsorted(sorted_values, needles, side="right")``, the needles looked up in ascending
-    order and the counts put back in theirs: numpy's bisection is about twice as fast on ordered
-    needles (C of them against Z values, C >> Z), which pays for the argsort. NaN needles sort last
+    order and the counts put back in theirs: numpy's bisection is faster on ordered needles (C of
+    them against Z values, C >> Z), enough to pay for the argsort. NaN needles sort last
     and count as searchsorted counts them."""
     order = np.argsort(needles)
     out = np.empty(len(needles), dtype=np.int64)

@@ -192,8 +192,8 @@ def both_scores(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]
     # SciPy's separated log-sum-exp (_lse_separated), the classes first: exp(z - max) with the maxima
     # and the label left out as exact zeros. The exponentials are taken with finite values in their
     # place (the maxima's 0, the label's set to 0) and those terms multiplied by 0 after: an
-    # exponent of -inf, or one that underflows, sends numpy's vectorized exp down a path three to
-    # seven times slower (the finite values are the same). Where the maximum is not finite the
+    # exponent of -inf, or one that underflows, sends numpy's vectorized exp down a much slower path
+    # (the finite values are the same). Where the maximum is not finite the
     # row's result is not either, and the direct formula below replaces it.
     is_max = z == a_max
     m = is_max.sum(axis=0, dtype=np.float64)

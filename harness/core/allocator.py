@@ -3,21 +3,21 @@ arrays (the ``harness`` command; glibc on Linux only).
 
 glibc serves an allocation above ``M_MMAP_THRESHOLD`` with a fresh ``mmap`` and returns it to the
 system when freed, and gives back heap memory above ``M_TRIM_THRESHOLD`` at the heap's top. Every
-such fresh page is then faulted in again on first touch. The attack phase allocates temporaries
-of tens of MB thousands of times (each variant's (S, C) float64 scores, the sorts' orders, the
-score functions' class-first copies), and on the virtual machines this project runs on a page
-fault costs about 10 us: 1.15 GB of fresh pages took 2.8 CPU-s to fill where the same copy into
-touched pages took 0.2 s. With :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` the freed
-temporaries are reused instead; measured with ``python benchmarks/bench_attack_phase.py --models
+such fresh page is then faulted in again on first touch, which is slow on the virtual machines
+this project runs on. The attack phase allocates temporaries of tens of MB thousands of times
+(each variant's (S, C) float64 scores, the sorts' orders, the score functions' class-first
+copies). With :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` the freed temporaries are reused
+instead; measured with ``python benchmarks/bench_attack_phase.py --models
 64 --samples 50000 --signals weak`` (docs/executors.md): 55.6 CPU-s with glibc's thresholds,
 50-54 with these, peak RSS about the same (1 697 and 1 703-1 720 MiB): memory the process has
 freed is kept for its next arrays, never more than it held at once.
 
 Set by the two commands that run an attack phase and nothing else, ``harness attack`` and
 ``harness import``. Not by ``harness evaluate``: where models are trained in the process, tensors
-freed in the middle of a heap that is no longer trimmed raised the peak memory (``harness evaluate
-undefended --preset cifar10-scatter``: 1.76 GB against 1.27 GB with glibc's thresholds; its attack
-phase alone, ``harness attack`` on that run, 236 MB against 234 MB). The Python API (a library
+freed in the middle of a heap that is no longer trimmed raised the peak memory (``/usr/bin/time -f
+%M harness evaluate undefended --preset cifar10-scatter --data-dir ../shared/data/cifar10-subset``
+at commit 98f4d6d, which set the thresholds in every command: 1.76 GB, against 1.27 GB with
+``HARNESS_MALLOC=default``; ``harness attack`` on that run: 236 MB against 234 MB). The Python API (a library
 inside someone else's process) leaves the allocator alone, and ``HARNESS_MALLOC=default`` keeps
 glibc's own thresholds for the two commands too.
 """
