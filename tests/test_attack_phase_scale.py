@@ -195,6 +195,24 @@ def test_descending_order_is_the_stable_argsort():
         np.testing.assert_array_equal(descending_order(v), np.argsort(-v, kind="stable"))
 
 
+def test_descending_order_where_different_scores_share_a_packed_key():
+    """The packed key keeps 52 - 13 mantissa bits at 5 000 scores: scores 1e-13 apart share it and must
+    be re-sorted (a few of them among distinct scores: the re-sort of their runs; most of them: the
+    stable argsort); the run starts must be those of the scores themselves."""
+    from harness.core.metrics import _descending, descending_order
+
+    rng = np.random.default_rng(9)
+    x = rng.normal(size=5000)
+    few = x.copy()
+    few[:300] = 1 + rng.integers(0, 7, 300) * 1e-13  # 300 near-equal scores, runs of equal ones among them
+    many = 1 + rng.integers(0, 50, 5000) * 1e-13
+    for v in (few, many, -few):
+        want = np.argsort(-v, kind="stable")
+        np.testing.assert_array_equal(descending_order(v), want)
+        s = -v[want]
+        np.testing.assert_array_equal(_descending(v)[1], np.r_[True, s[1:] != s[:-1]])
+
+
 def ref_p_value(m, r, v, eps, delta):
     """one_run.p_value as it was: every window of the CDF."""
     from scipy.special import betainc
@@ -470,3 +488,23 @@ def test_the_benchmark_against_another_commit_builds_its_run_and_compares_every_
     where = tmp_path / "S8-C400-A2-K10-Z100-float16-medium"
     assert (where / "run" / "results.json").is_file() and (where / "vs-HEAD" / "run" / "results.json").is_file()
     assert row["this"]["headline"] == row["vs"]["headline"]
+
+
+def test_packed_ascending_is_exact_where_it_says_so():
+    """Where two neighbours of the packed order differ in their high bits, the smaller value comes
+    first; equal values are in index order; ``same`` is True exactly where the high bits agree."""
+    from harness.core.packed_sort import packed_ascending
+
+    rng = np.random.default_rng(10)
+    v = np.r_[rng.normal(size=3000), rng.integers(-3, 3, 1000) * 0.5, 1 + rng.integers(0, 9, 500) * 1e-13,
+              [np.inf, -np.inf, -0.0, 0.0, 1e-300, -1e-300]]
+    order, same = packed_ascending(v)
+    assert sorted(order.tolist()) == list(range(len(v)))
+    a, b = v[order[:-1]], v[order[1:]]
+    assert np.all((a <= b) | same), "neighbours with different high bits out of order"
+    bits = v.view(np.uint64)
+    eq = bits[order[:-1]] == bits[order[1:]]
+    assert np.all(order[:-1][eq] < order[1:][eq]), "equal values out of index order"
+    assert same[eq].all()
+    assert not same[(a < b) & (np.abs(b - a) > 1e-6 * np.abs(a))].any()
+    assert np.any(same & (a != b)), "the near-equal values share high bits: the case the callers re-sort"
