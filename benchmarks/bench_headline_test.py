@@ -50,8 +50,8 @@ from typing import Any
 
 import numpy as np
 
-from harness.audit.calibration import (ToyWorld, Variants, coverage, flag_rate, ratio_coverage, rerun_verification,
-                                       tune_noise, variant_coverage)
+from harness.audit.calibration import (ToyWorld, Variants, coverage, flag_rate, ratio_coverage, read_draws,
+                                       rerun_verification, tune_noise, variant_coverage)
 from harness.audit.headline import level_fpr
 from harness.defense_config import build_config
 
@@ -147,6 +147,27 @@ def one_sd_rules(sims: int) -> list[dict[str, Any]]:
     return rows
 
 
+#: runs of the design behind each power cell's expected reads and oracles (read_draws: no bootstrap)
+ENVELOPE_RUNS = 1000
+
+
+def envelope(world: ToyWorld, s: int, v: Variants, fpr: float, runs: int = ENVELOPE_RUNS) -> dict[str, Any]:
+    """What any test of the printed difference d (the other variant's read minus the declared one's)
+    could reach in a power cell: the two expected reads (the gap achieved), d's mean and SD over
+    ``runs`` runs of the alternative, and two oracles at 5%: d over its own true SD above 1.645 (a
+    test that divides d by its standard error, told that error exactly), and d above the 95% point of
+    d under the exchangeable null at the declared variant's noise (both variants that noise: a test
+    told the null distribution of d for that one null, valid for no other)."""
+    alt = read_draws(world, s, v, fpr, runs=runs, seed=1)
+    tau = v.noise[0]
+    null = read_draws(world, s, Variants((tau, tau)), fpr, runs=runs, seed=2)
+    d, d0 = alt[:, 1] - alt[:, 0], null[:, 1] - null[:, 0]
+    sd = float(d.std(ddof=1))
+    return {"reads": [float(x) for x in alt.mean(0)], "d_mean": float(d.mean()), "d_sd": sd,
+            "d_sd_null": float(d0.std(ddof=1)), "oracle_z": float(np.mean(d > 1.6448536269514722 * sd)),
+            "oracle_null": float(np.mean(d > np.quantile(d0, 0.95))), "envelope_runs": runs}
+
+
 def power(sims: int) -> list[dict[str, Any]]:
     cfg, rows = _cfg(), []
     for s in (16, 32, 64):
@@ -156,9 +177,12 @@ def power(sims: int) -> list[dict[str, Any]]:
         for gap in (1.5, 3.0):
             v = tune_noise(world, s, Variants((1.0, 0.0)), 0, fpr, runs=150, steps=10, ratio=gap)
             r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=s * 1000 + c, world=world)
+            env = envelope(world, s, v, fpr)
             rows.append({"S": s, "C": c, "gap": gap, "fpr": fpr, "rate": r.rate, "simulations": sims,
-                         "mc_se": _mc(r.rate, sims)})
-            print(f"power S={s} gap {gap}x: {100 * r.rate:.1f}% of {sims}", flush=True)
+                         "mc_se": _mc(r.rate, sims), "noise": list(v.noise), **env})
+            print(f"power S={s} gap {gap}x (reads {env['reads'][0]:.4f} / {env['reads'][1]:.4f}): "
+                  f"{100 * r.rate:.1f}% of {sims}; oracles {100 * env['oracle_z']:.1f}% / "
+                  f"{100 * env['oracle_null']:.1f}%", flush=True)
     return rows
 
 
@@ -297,6 +321,15 @@ def _table(head: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(head) + " |", "|" + "---|" * len(head), *("| " + " | ".join(r) + " |" for r in rows)]
 
 
+def _ratio_holds(r: dict[str, Any]) -> float:
+    """How often the ratio's printed statement holds over every run: the CI covers where a point is
+    printed, the fallback lower bound holds where it is printed instead (a run with neither states
+    nothing, so nothing fails)."""
+    rest = 1 - r["defined"]
+    return (r["defined"] * r["covers"] + rest * r["fallback_printed"] * r["fallback_holds"]
+            + rest * (1 - r["fallback_printed"]))
+
+
 def tables(data: dict[str, Any]) -> dict[str, str]:
     """docs/protocol.md's tables from the JSON."""
     out = {}
@@ -323,11 +356,13 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
         out["one_sd_rules"] = "\n".join(_table(["standard error", "size, heterogeneous victims",
                                                  "power at 1.5x, 16 / 32 / 64 models"], body))
     if "power" in data:
-        rows = []
-        for s in sorted({r["S"] for r in data["power"]}):
-            d = {r["gap"]: r for r in data["power"] if r["S"] == s}
-            rows.append([str(s), _pct(d[1.5]["rate"]), _pct(d[3.0]["rate"])])
-        out["power"] = "\n".join(_table(["S", "1.5x", "3x"], rows))
+        out["power"] = "\n".join(_table(
+            ["S x C", "figure FPR", "gap", "expected reads: declared / other (achieved gap)", "the test flags",
+             "oracle: d / its true SD", "oracle: the exchangeable null's 95% point"],
+            [[f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", f"{r['gap']:g}x",
+              f"{_pct(r['reads'][0], 2)} / {_pct(r['reads'][1], 2)} ({r['reads'][1] / r['reads'][0]:.2f}x)",
+              f"{_pct(r['rate'])} ({_pct(r['mc_se'])})", _pct(r["oracle_z"]), _pct(r["oracle_null"])]
+             for r in data["power"]]))
     if "coverage" in data:
         out["coverage"] = "\n".join(_table(
             ["pool", "S x C", "FPR", "truth: largest expected read (true positives)", "leak mean",
@@ -355,10 +390,10 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
     if "ratio" in data:
         out["ratio"] = "\n".join(_table(
             ["S x C", "FPR", "population memorization", "true ratio", "point printed", "CI covers", "mean",
-             "fallback printed", "fallback holds"],
+             "fallback printed", "fallback holds", "what is printed holds (every run)"],
             [[f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", str(r["population_memorization"]), f"{r['truth']:.2f}",
               _pct(r["defined"], 0), _pct(r["covers"]), f"{r['mean']:.2f}", _pct(r["fallback_printed"], 0),
-              _pct(r["fallback_holds"])] for r in data["ratio"]]))
+              _pct(r["fallback_holds"]), _pct(_ratio_holds(r))] for r in data["ratio"]]))
     if "verification" in data:
         out["verification"] = "\n".join(_table(
             ["S x C", "pairs", "honest entry refused", "the old rule refused", "lowest of 10 seeds accepted"],

@@ -59,6 +59,20 @@ def test_the_headline_test_holds_its_size_with_ties_and_victims_that_differ():
     assert max(rates.values()) <= 0.05 + 3 * _se(0.05, SIMS), rates
 
 
+def test_tune_noise_reaches_the_gap_it_is_asked_for():
+    """A 3x gap at 16 models x 100 samples needs more noise than the bracket's first upper end (a
+    reference of noise 0: 6): the tuned variant's expected read, drawn afresh, is a third of the
+    reference's (a fixed upper end left it at half)."""
+    from harness.audit.calibration import expected_reads
+
+    world = ToyWorld.draw(100, 16_100)
+    v = tune_noise(world, 16, Variants((1.0, 0.0)), 0, 0.005, runs=100, steps=9, ratio=3.0)
+    reads = expected_reads(world, 16, v, 0.005, runs=300, seed=4)
+    assert 2.6 < reads[1] / reads[0] < 3.5, reads
+    with pytest.raises(ValueError, match="noise alone"):
+        tune_noise(world, 16, Variants((1.0, 0.0)), 0, 0.005, runs=20, steps=2, ratio=1000.0)
+
+
 @pytest.mark.slow
 def test_the_headline_test_finds_a_three_fold_gap():
     """The declared variant's noise tuned so that the other's expected read is 3x its own, 64 models x

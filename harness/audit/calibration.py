@@ -178,14 +178,24 @@ def tune_noise(world: ToyWorld, models: int, variants: Variants, j: int, fpr: fl
     """``variants`` with variant ``j``'s noise set so that its expected read at ``fpr`` is the
     expected read of variant ``reference`` (default: 0, or 1 where j is 0) divided by ``ratio``
     (:func:`expected_reads`; bisection on the noise, which lowers the read): ``ratio`` 1 builds a
-    null, 1.5 or 3 a gap of that size."""
+    null, 1.5 or 3 a gap of that size. The bracket's upper end doubles until its read is below the
+    target (a fixed end left a 3x gap at 16 models at 2x); a target below what any noise reaches
+    (the read of pure noise) is an error."""
     ref = reference if reference is not None else (1 if j == 0 else 0)
     target = expected_reads(world, models, variants.one(ref), fpr, runs)[0] / ratio
     lo, hi = 0.0, 12.0 * max(variants.noise[ref], 0.5)
+
+    def read(tau: float) -> float:
+        return float(expected_reads(world, models, variants.one(j).with_noise(0, tau), fpr, runs)[0])
+
+    while read(hi) > target:
+        if hi > 1e4:
+            raise ValueError(f"no noise brings variant {j}'s expected read to {target:.4g} (the reference's over "
+                             f"{ratio:g}): the read of noise alone is above it")
+        lo, hi = hi, 2 * hi
     for _ in range(steps):
         mid = (lo + hi) / 2
-        read = expected_reads(world, models, variants.one(j).with_noise(0, mid), fpr, runs)[0]
-        lo, hi = (mid, hi) if read > target else (lo, mid)
+        lo, hi = (mid, hi) if read(mid) > target else (lo, mid)
     return variants.with_noise(j, (lo + hi) / 2)
 
 
