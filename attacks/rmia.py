@@ -45,7 +45,7 @@ from scipy.special import log_softmax
 
 from attacks.base import Attack, AttackInput
 from attacks.loo import dropped_shadow
-from attacks.scores import _sum_first, logsumexp_last
+from attacks.scores import _sum_first, label_entries, logsumexp_last
 from harness.core.packed_sort import packed_ascending
 
 
@@ -88,8 +88,7 @@ def _view_log_prob(logits: np.ndarray, view: int, labels: np.ndarray, temperatur
         x_max = z.max(axis=0)
         x_max[~np.isfinite(x_max)] = 0
         z -= x_max  # tmp = z - max
-        idx = np.broadcast_to(idx_all[i:j].reshape(1, 1, -1), (1, num_models, j - i))
-        picked = np.take_along_axis(z, idx, axis=0)[0]
+        picked = z.reshape(-1)[label_entries(idx_all[i:j], z.shape)].reshape(num_models, j - i)
         with np.errstate(divide="ignore"):
             log_s = np.log(_sum_first(np.exp(z)))
         del z

@@ -168,6 +168,19 @@ def _row_sum_kind(k: int) -> str:
     return "numpy"
 
 
+def label_entries(labels: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """Flat indices, into a C-ordered array of ``shape`` (K, S, C, ...) whose first axis is the
+    classes and third the samples, of the label's entry of every (model, sample, ...) position, in
+    that order: ``a.reshape(-1)[label_entries(labels, a.shape)]`` is ``take_along_axis(a, labels
+    broadcast, axis=0)[0]`` raveled, without the index arrays take_along_axis builds per call."""
+    k, s, c = shape[:3]
+    rest = int(np.prod(shape[3:], dtype=np.int64))
+    per_class = s * c * rest
+    sample = np.asarray(labels).astype(np.intp) * per_class + np.arange(c, dtype=np.intp) * rest  # (C,)
+    out = (np.arange(s, dtype=np.intp) * (c * rest))[:, None, None] + sample[None, :, None] + np.arange(rest)
+    return out.reshape(-1)
+
+
 def both_scores(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]:
     """:data:`SCORE_FUNCTIONS`' scores of logits (S, C, A, K), ``{"logit": ..., "hinge": ...}``, each
     (S, C, A): the values of :func:`logit_score` and :func:`hinge_score`, from one float64 copy with
@@ -184,9 +197,10 @@ def both_scores(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]
     if len(labels) and (labels.min() < 0 or labels.max() >= k):
         raise ValueError(f"labels must be class indices 0..{k - 1}")
     z = np.array(np.moveaxis(np.asarray(logits), -1, 0), dtype=np.float64, order="C", copy=True)  # (K, S, C, A)
-    idx = np.broadcast_to(labels.astype(np.intp).reshape(1, 1, -1, 1), (1, *z.shape[1:]))
-    z_y = np.take_along_axis(z, idx, axis=0)[0] + 0.0  # + 0.0: -0.0 -> 0.0, as a sum over the row has it
-    np.put_along_axis(z, idx, -np.inf, axis=0)
+    zf = z.reshape(-1)  # the same memory, flat
+    at_label = label_entries(labels, z.shape)
+    z_y = zf[at_label].reshape(z.shape[1:]) + 0.0  # + 0.0: -0.0 -> 0.0, as a sum over the row has it
+    zf[at_label] = -np.inf
     a_max = z.max(axis=0)
     hinge = z_y - a_max
     # SciPy's separated log-sum-exp (_lse_separated), the classes first: exp(z - max) with the maxima
@@ -199,13 +213,13 @@ def both_scores(logits: np.ndarray, labels: np.ndarray) -> dict[str, np.ndarray]
     m = is_max.sum(axis=0, dtype=np.float64)
     with np.errstate(invalid="ignore", over="ignore"):
         np.subtract(z, a_max, out=z)
-        np.put_along_axis(z, idx, 0.0, axis=0)
+        zf[at_label] = 0.0
         np.exp(z, out=z)
         np.multiply(z, ~is_max, out=z)
-        np.put_along_axis(z, idx, 0.0, axis=0)
-    del is_max
+        zf[at_label] = 0.0
+    del is_max, at_label
     s = _sum_first(z)
-    del z
+    del z, zf
     with np.errstate(divide="ignore", invalid="ignore"):
         s = np.where(s == 0, s, s / m)
         s = np.where(s < -1, -s - 2, s)

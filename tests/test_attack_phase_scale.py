@@ -508,3 +508,20 @@ def test_packed_ascending_is_exact_where_it_says_so():
     assert same[eq].all()
     assert not same[(a < b) & (np.abs(b - a) > 1e-6 * np.abs(a))].any()
     assert np.any(same & (a != b)), "the near-equal values share high bits: the case the callers re-sort"
+
+
+def test_label_entries_read_what_take_along_axis_reads():
+    from attacks.scores import label_entries
+
+    rng = np.random.default_rng(11)
+    for shape in ((10, 3, 7, 5), (4, 2, 9), (3, 1, 1, 2), (6, 5, 0, 3)):
+        a = rng.normal(size=shape)
+        labels = rng.integers(0, shape[0], shape[2])
+        idx = np.broadcast_to(labels.reshape(1, 1, -1, *([1] * (len(shape) - 3))), (1, *shape[1:]))
+        want = np.take_along_axis(a, idx, axis=0)[0]
+        np.testing.assert_array_equal(a.reshape(-1)[label_entries(labels, shape)].reshape(shape[1:]), want)
+        b = a.copy()
+        b.reshape(-1)[label_entries(labels, shape)] = np.inf
+        c = a.copy()
+        np.put_along_axis(c, idx, np.inf, axis=0)
+        np.testing.assert_array_equal(b, c)
