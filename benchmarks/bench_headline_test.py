@@ -15,7 +15,8 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
    tied scores; and victims that differ for one variant only (per-victim noise scale SD 0.8 and
    offset SD 0.3), its noise tuned until the two expected reads are equal.
 2. **power**: the declared variant's noise tuned so that the other's expected read is 1.5x or 3x
-   its own, at S = 16, 32, 64 (C = 100). **one_sd_rules**: the test with the bootstrap's SD alone
+   its own, at S = 16, 32, 64 (C = 100), with the gap achieved and two oracles of what any test of
+   the printed difference could reach (:func:`envelope`). **one_sd_rules**: the test with the bootstrap's SD alone
    or the jackknife's SD alone (not the rule): size under the heterogeneous null, power at 1.5x.
 3. **coverage**: the leak (the plain maximum of K candidates) against the largest expected read (the
    estimand): its bias, which is the maximum's selection bias, with its Monte Carlo SE, and the
