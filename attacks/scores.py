@@ -173,7 +173,7 @@ def label_entries(labels: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
     classes and third the samples, of the label's entry of every (model, sample, ...) position, in
     that order: ``a.reshape(-1)[label_entries(labels, a.shape)]`` is ``take_along_axis(a, labels
     broadcast, axis=0)[0]`` raveled, without the index arrays take_along_axis builds per call."""
-    k, s, c = shape[:3]
+    s, c = shape[1:3]
     rest = int(np.prod(shape[3:], dtype=np.int64))
     per_class = s * c * rest
     sample = np.asarray(labels).astype(np.intp) * per_class + np.arange(c, dtype=np.intp) * rest  # (C,)

@@ -7,10 +7,10 @@ such fresh page is then faulted in again on first touch, which is slow on the vi
 this project runs on. The attack phase allocates temporaries of tens of MB thousands of times
 (each variant's (S, C) float64 scores, the sorts' orders, the score functions' class-first
 copies). With :data:`MMAP_THRESHOLD` and :data:`TRIM_THRESHOLD` the freed temporaries are reused
-instead; measured with ``python benchmarks/bench_attack_phase.py --models
-64 --samples 50000 --signals weak`` (docs/executors.md): 55.6 CPU-s with glibc's thresholds,
-50-54 with these, peak RSS about the same (1 697 and 1 703-1 720 MiB): memory the process has
-freed is kept for its next arrays, never more than it held at once.
+instead; measured with ``python benchmarks/bench_attack_phase.py --models 64 --samples 50000
+--signals weak`` on the code of 2026-11-29 before the packed-key sort (docs/executors.md): 55.6
+CPU-s with glibc's thresholds, 50-54 with these, peak RSS about the same (1 697 and 1 703-1 720
+MiB): memory the process has freed is kept for its next arrays, never more than it held at once.
 
 Set by the two commands that run an attack phase and nothing else, ``harness attack`` and
 ``harness import``. Not by ``harness evaluate``: where models are trained in the process, tensors

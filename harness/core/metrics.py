@@ -426,12 +426,13 @@ AUDIT_GROUPS = 10
 
 
 def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[float],
-                    groups: int = AUDIT_GROUPS, order: np.ndarray | None = None) -> dict[float, np.ndarray] | None:
+                    groups: int = AUDIT_GROUPS, ties: tuple[np.ndarray, np.ndarray] | None = None
+                    ) -> dict[float, np.ndarray] | None:
     """The plotting-position read at each target with each of ``groups`` interleaved groups of audit
     samples (columns c with c mod G = g) left out in turn: {target: (G,)}. Its jackknife SD
     (harness.core.figure.jackknife_sd) estimates how much the read moves with another draw of audit
     samples, which the victim bootstrap (conditional on them) does not; None with fewer than 2 G
-    audit samples. ``order``: :func:`descending_order` of the flat scores, where the caller has it."""
+    audit samples. ``ties``: :func:`sorted_groups` of the flat scores, where the caller has them."""
     c = scores.shape[1]
     if c < 2 * groups:
         return None
@@ -439,8 +440,8 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
     ones = np.ones((1, scores.shape[0]))
     flat = np.asarray(scores, dtype=np.float64).ravel()
     y = np.asarray(membership, dtype=bool).ravel()
-    if order is None:  # one sort (the caller's, where it has one): a subset of columns keeps this order
-        order = descending_order(flat)
+    # one sort (the caller's, where it has one): a subset of columns keeps this order
+    order, ends = ties if ties is not None else sorted_groups(flat)
     # Each read needs only the start of the order, up to somewhat more than t N non-member guesses
     # (weighted_tpr_plotting's prefix): the order is cut at the end of a group of tied scores past
     # twice the level's t_max N + 2 non-members. A subset left with no more than t_max N_sub + 2 of
@@ -449,9 +450,7 @@ def audit_jackknife(scores: np.ndarray, membership: np.ndarray, targets: list[fl
     fp = np.cumsum(~y[order])
     cut = min(len(order), int(np.searchsorted(fp, 2.0 * (t_max * fp[-1] + _PLOTTING_MARGIN), side="right")) + 1)
     if cut < len(order):  # to the end of the group of ties it falls in
-        neg_sorted = -flat[order]
-        cut = int(np.searchsorted(neg_sorted, neg_sorted[cut - 1], side="right"))
-        del neg_sorted
+        cut = int(ends[np.searchsorted(ends, cut - 1)]) + 1
     row, col = np.divmod(order, c)
     neg_cols = np.bincount(col[:cut][~y[order[:cut]]], minlength=c)  # non-members before the cut, per column
     neg_total = (~np.asarray(membership, dtype=bool)).sum(axis=0)
@@ -510,7 +509,7 @@ def evaluate_scores(
             reading_samples = weighted_tpr_plotting(sc, mem, readings, counts, groups)
             if sc.shape[0] >= 3:
                 reading_jackknife = weighted_tpr_plotting(sc, mem, readings, 1.0 - np.eye(sc.shape[0]), groups)
-            reading_audit = audit_jackknife(sc, mem, readings, order=groups[0])
+            reading_audit = audit_jackknife(sc, mem, readings, ties=groups)
     tprs = {t: tpr_at_fpr(roc, t) for t in targets}
     ci = {t: (float("nan"), float("nan")) for t in targets}
     if samples is not None:  # the level figures' one-variant interval (harness.core.figure.interval)
