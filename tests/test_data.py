@@ -170,3 +170,44 @@ def test_the_papers_ood_file_is_found_beside_the_dataset_folder(tmp_path):
     assert paper_ood_file(folder, download=False) == tmp_path / PAPER_OOD_FILE
     (folder / PAPER_OOD_FILE).write_bytes(b"inside")
     assert paper_ood_file(folder, download=False) == folder / PAPER_OOD_FILE
+
+
+def _rows(x: np.ndarray) -> set[bytes]:
+    return {r.tobytes() for r in x.reshape(len(x), -1)}
+
+
+def test_validation_split_is_held_out_of_the_pool_by_seed(cifar_subset, tmp_path):
+    """data.validation_size moves a seeded draw of the training pool to x_val: disjoint from what
+    models train on (by index and by content), the test set untouched, the rest of the pool in its
+    order, the same draw for the same seed; 0 keeps the dataset and its fingerprint as before."""
+    from harness.core.config import DataConfig
+    from harness.core.data import load_dataset, validation_indices
+
+    full = load_cifar10(cifar_subset, download=False)
+    cfg = DataConfig(name="cifar10", path=str(cifar_subset), download=False, validation_size=500)
+    d = load_dataset(cfg, seed=0)
+    assert d.x_val.shape == (500, 3, 32, 32) and len(d.y_train) == 5085 - 500
+    assert np.array_equal(d.x_test, full.x_test) and np.array_equal(d.y_test, full.y_test)
+    held = validation_indices(5085, 500, seed=0)
+    keep = np.setdiff1d(np.arange(5085), held)
+    assert np.array_equal(d.x_val, full.x_train[held]) and np.array_equal(d.y_val, full.y_train[held])
+    assert np.array_equal(d.x_train, full.x_train[keep]) and np.array_equal(d.y_train, full.y_train[keep])
+    assert load_dataset(cfg, seed=0).fingerprint() == d.fingerprint() != load_dataset(cfg, seed=1).fingerprint()
+    none = load_dataset(cfg.model_copy(update={"validation_size": 0}), seed=0)
+    assert none.validation_size == 0 and none.fingerprint() == full.fingerprint()
+    d.save(tmp_path / "d.npz")  # a run directory keeps the split
+    back = type(d).load(tmp_path / "d.npz")
+    assert np.array_equal(back.x_val, d.x_val) and back.fingerprint() == d.fingerprint()
+    with pytest.raises(DataError, match="validation_size must be between 0 and 5084"):
+        load_dataset(cfg.model_copy(update={"validation_size": 5085}), seed=0)
+
+
+def test_digits_validation_split_leaves_the_test_split_and_normalizes_without_it():
+    from harness.core.config import DataConfig
+    from harness.core.data import load_dataset
+
+    d = load_dataset(DataConfig(test_size=497, validation_size=200), seed=0)
+    plain = load_digits(497, seed=0)
+    assert np.array_equal(d.x_test, plain.x_test) and len(d.y_train) == 1100 and len(d.y_val) == 200
+    assert d.mean[0] == pytest.approx(d.x_train.mean() / 255.0)
+    assert not _rows(d.x_val) & _rows(d.x_test)

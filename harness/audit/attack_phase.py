@@ -349,6 +349,29 @@ def run_privacy(results: dict[str, Any]) -> dict[str, Any] | None:
                  if lv in results and results[lv].get("privacy")), None)
 
 
+def _accuracy_se(metas: list[dict[str, Any]], key: str, images: int) -> dict[str, Any]:
+    """``se`` (the accuracy's standard error over models and images, :mod:`harness.core.accuracy`) and
+    ``images``, where every model stored its right answers under ``key``; {} otherwise (older runs,
+    imported models)."""
+    from harness.core.accuracy import estimate, table_of
+
+    table = table_of(metas, key, images) if images else None
+    if table is None:
+        return {}
+    est = estimate(table)
+    return {"se": est.se, "images": images}
+
+
+def _validation_accuracy(metas: list[dict[str, Any]], images: int) -> dict[str, Any]:
+    """``validation_accuracy`` (mean, se, images, per_model) where the run holds a validation split
+    out of its training pool (``data.validation_size``) and every model measured it; {} otherwise."""
+    accs = [m.get("validation_accuracy") for m in metas]
+    if not images or any(a is None for a in accs):
+        return {}
+    return {"validation_accuracy": {"mean": float(np.mean(accs)), "per_model": [float(a) for a in accs],
+                                    **_accuracy_se(metas, "validation_correct", images)}}
+
+
 def _privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The DP guarantee the models report (defense_info with an epsilon): the weakest over models.
     For models trained on a random fraction of their data (the ``subsample`` wrapper's
@@ -507,7 +530,8 @@ def evaluate_level(
     the leak's attacks ran is an error."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
-    pop_labels = run.load_data().y_test[ld.population_indices] if len(ld.population_indices) else None
+    y_test, y_val = run.load_eval_labels()
+    pop_labels = y_test[ld.population_indices] if len(ld.population_indices) else None
     inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership,
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
     ev = ld.canaries.evaluated
@@ -594,7 +618,8 @@ def evaluate_level(
         "num_population_samples": int(len(ld.population_indices)),
         "trained_with_augmentation": inp.trained_with_augmentation,
         "test_accuracy": {"mean": float(accs.mean()), "std": float(accs.std(ddof=1)) if len(accs) > 1 else 0.0,
-                          "per_model": accs.tolist()},
+                          "per_model": accs.tolist(), **_accuracy_se(ls.metas, "test_correct", len(y_test))},
+        **_validation_accuracy(ls.metas, len(y_val)),
         "attacks": entries,
         "attack_params": {a.name: a.params() for a in attacks if a.params()},
         "skipped_attacks": skipped,

@@ -22,6 +22,16 @@ from harness.core.metrics import AttackMetrics, roc_file_curve
 from harness.run.runstore import RunDir, commit_files, results_digest
 
 
+def accuracy_cell(acc: dict[str, Any] | None) -> str:
+    """An accuracy record as ``mean ± SE`` (the SE over models and images: :mod:`harness.core.accuracy`),
+    or ``mean (SD d over models)`` for a run whose models did not store their answers; "-" for none."""
+    if not acc:
+        return "-"
+    if acc.get("se") is not None:
+        return f"{100 * acc['mean']:.1f}% ± {100 * acc['se']:.1f}"
+    return f"{100 * acc['mean']:.1f}% (SD {100 * acc.get('std', 0.0):.1f} over models)"
+
+
 def _targets(results: dict[str, Any]) -> list[float]:
     return [0.0, *results["config"]["attack"]["fprs"]]
 
@@ -51,6 +61,8 @@ def summary_frame(results: dict[str, Any]) -> pd.DataFrame:
             "canary": r["canary"],
             "test_acc_mean": r["test_accuracy"]["mean"],
             "test_acc_std": r["test_accuracy"]["std"],
+            "test_acc_se": r["test_accuracy"].get("se", nan),
+            "validation_acc_mean": (r.get("validation_accuracy") or {}).get("mean", nan),
             "figure_fpr": fig.get("fpr"),
             "expected_false_positives": fig.get("expected_false_positives"),
             "leak_tpr": leak.get("tpr", nan),
@@ -298,9 +310,9 @@ def print_report(results: dict[str, Any], console: Console | None = None, *, det
     bests = [_best_entry(results[lv]) for lv in levels]
     figs = [results[lv].get("figure") or {} for lv in levels]
     table.add_row("canary", *[results[lv]["canary"] for lv in levels])
-    table.add_row("test accuracy", *[
-        f"{100 * results[lv]['test_accuracy']['mean']:.1f} ± {100 * results[lv]['test_accuracy']['std']:.1f}%"
-        for lv in levels])
+    table.add_row("test accuracy", *[accuracy_cell(results[lv]["test_accuracy"]) for lv in levels])
+    if any("validation_accuracy" in results[lv] for lv in levels):
+        table.add_row("validation accuracy", *[accuracy_cell(results[lv].get("validation_accuracy")) for lv in levels])
     table.add_row("guesses (S x C)", *[str(results[lv]["num_guesses"]) for lv in levels])
     table.add_row("figure FPR (expected FP)", *["-" if f.get("fpr") is None else
                                                f"{100 * f['fpr']:g}% ({f['expected_false_positives']:.1f})"

@@ -51,6 +51,11 @@ class DataConfig(_Strict):
         description="npz only: pixel = value x scale, rounded, for images that are not uint8-range values "
         "(e.g. 255 for floats in [0, 1], 255/1023 for 10-bit integers); None = no conversion but the documented "
         "ones (harness/core/data.py, load_npz)")
+    validation_size: int = Field(
+        default=0, ge=0,
+        description="images held out of the training pool (a seeded draw, never trained on, never audited, not "
+        "test images): each model's validation accuracy is measured on them, and `harness tune` chooses settings "
+        "by it (docs/tuning.md); 0 = none")
 
 
 #: ``audit.repeat_queries``' default: answers averaged per query view where serving is random
@@ -273,6 +278,8 @@ class ExperimentConfig(_Strict):
         d["data"].pop("download")
         if d["data"]["scale"] is None:  # unset keeps the fingerprints runs had before the field
             d["data"].pop("scale")
+        if d["data"]["validation_size"] == 0:  # the same for no validation split
+            d["data"].pop("validation_size")
         if d["audit"]["signal_dtype"] == "float32":  # the default keeps the fingerprints runs had before the field
             d["audit"].pop("signal_dtype")
         if d["audit"]["repeat_queries"] == DEFAULT_REPEAT_QUERIES:  # the same for the default R

@@ -82,7 +82,15 @@ class ImageDataset:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     augment: AugmentSpec
+    #: the validation split (``data.validation_size`` images held out of the training pool:
+    #: :func:`hold_out_validation`); empty when the config holds none out
+    x_val: np.ndarray | None = None
+    y_val: np.ndarray | None = None
     _hash: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def validation_size(self) -> int:
+        return 0 if self.y_val is None else len(self.y_val)
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -92,7 +100,10 @@ class ImageDataset:
         """SHA-256 over all arrays and the normalization: the data part of a run's fingerprint."""
         if not self._hash:
             h = hashlib.sha256()
-            for a in (self.x_train, self.y_train, self.x_test, self.y_test):
+            arrays = [self.x_train, self.y_train, self.x_test, self.y_test]
+            if self.validation_size:  # none held out: the fingerprint runs had before the split existed
+                arrays += [self.x_val, self.y_val]
+            for a in arrays:
                 h.update(str((a.dtype, a.shape)).encode())
                 h.update(np.ascontiguousarray(a).tobytes())
             h.update(repr((self.num_classes, self.mean, self.std, self.augment)).encode())
@@ -100,12 +111,14 @@ class ImageDataset:
         return self._hash[0]
 
     def save(self, path: Path) -> None:
+        val = {"x_val": self.x_val, "y_val": self.y_val} if self.validation_size else {}
         np.savez(
             path,
             x_train=self.x_train,
             y_train=self.y_train,
             x_test=self.x_test,
             y_test=self.y_test,
+            **val,
             meta=np.array(
                 repr(
                     dict(
@@ -136,18 +149,54 @@ class ImageDataset:
                 mean=tuple(meta["mean"]),
                 std=tuple(meta["std"]),
                 augment=AugmentSpec(flip=meta["flip"], shift=meta["shift"]),
+                x_val=z["x_val"] if "x_val" in z.files else None,
+                y_val=z["y_val"] if "y_val" in z.files else None,
             )
 
 
 def load_dataset(cfg: DataConfig, seed: int) -> ImageDataset:
-    """Load the dataset named by ``cfg``; raise :class:`DataError` with a clear message on failure."""
+    """Load the dataset named by ``cfg`` with its ``validation_size`` images held out of the training
+    pool (:func:`hold_out_validation`); raise :class:`DataError` with a clear message on failure."""
     if cfg.name == "digits":
-        return load_digits(cfg.test_size, seed)
-    if cfg.name == "cifar10":
-        return load_cifar10(Path(cfg.path or "data"), download=cfg.download)
-    if cfg.name == "npz":
-        return load_npz(Path(cfg.path or ""), cfg.scale)
-    raise DataError(f"unknown dataset {cfg.name!r}")  # pragma: no cover - guarded by the config schema
+        data = load_digits(cfg.test_size, seed, cfg.validation_size)
+    elif cfg.name == "cifar10":
+        data = load_cifar10(Path(cfg.path or "data"), download=cfg.download)
+    elif cfg.name == "npz":
+        data = load_npz(Path(cfg.path or ""), cfg.scale)
+    else:  # pragma: no cover - guarded by the config schema
+        raise DataError(f"unknown dataset {cfg.name!r}")
+    return data if cfg.name == "digits" else hold_out_validation(data, cfg.validation_size, seed)
+
+
+#: the stream of the validation split's draw (``SeedSequence([seed, VALIDATION_STREAM])``)
+VALIDATION_STREAM = 0x7A11D
+
+
+def validation_indices(pool: int, size: int, seed: int) -> np.ndarray:
+    """The pool indices held out for validation: the first ``size`` of a seeded permutation of the
+    ``pool`` training images (its own stream, so the test set, the audit design and the canaries draw
+    as before), sorted."""
+    if not 0 <= size < pool:
+        raise DataError(f"data.validation_size must be between 0 and {pool - 1} (the training pool holds {pool} "
+                        f"images), got {size}")
+    order = np.random.default_rng(np.random.SeedSequence([seed, VALIDATION_STREAM])).permutation(pool)
+    return np.sort(order[:size])
+
+
+def hold_out_validation(data: ImageDataset, size: int, seed: int) -> ImageDataset:
+    """``data`` with ``size`` training-pool images moved to its validation split (``x_val``, ``y_val``:
+    :func:`validation_indices`): no model trains on them, no audit sample or canary is drawn from them,
+    and they are not test images, so a setting chosen on them (``harness tune``) never saw the test set.
+    ``size`` 0 returns ``data`` unchanged. The normalization is the dataset's own (a constant for
+    CIFAR-10 and npz files)."""
+    if size == 0:
+        return data
+    held = validation_indices(len(data.y_train), size, seed)
+    keep = np.ones(len(data.y_train), dtype=bool)
+    keep[held] = False
+    return ImageDataset(name=data.name, x_train=data.x_train[keep], y_train=data.y_train[keep], x_test=data.x_test,
+                        y_test=data.y_test, num_classes=data.num_classes, mean=data.mean, std=data.std,
+                        augment=data.augment, x_val=data.x_train[held], y_val=data.y_train[held])
 
 
 def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
@@ -173,11 +222,12 @@ def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
     return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
 
 
-def load_digits(test_size: int, seed: int) -> ImageDataset:
+def load_digits(test_size: int, seed: int, validation_size: int = 0) -> ImageDataset:
     """scikit-learn's digits: 1797 real 8x8 grey images (values 0..16, scaled to uint8 0..255).
 
     The train/test split is a seeded permutation; augmentations are +-1 px shifts without flips
-    (a flipped digit is another symbol).
+    (a flipped digit is another symbol). ``validation_size`` images of the training part are held
+    out (:func:`hold_out_validation`) before the normalization is computed from the rest.
     """
     images, target = digits_arrays()
     n = len(target)
@@ -187,6 +237,8 @@ def load_digits(test_size: int, seed: int) -> ImageDataset:
     y = target.astype(np.int64)
     perm = np.random.default_rng(np.random.SeedSequence([seed, 0xD161])).permutation(n)
     test, train = perm[:test_size], perm[test_size:]
+    held = train[validation_indices(len(train), validation_size, seed)]
+    train = train[~np.isin(train, held)]  # the pool's order kept
     mean = float(x[train].mean() / 255.0)
     std = float(x[train].std() / 255.0)
     return ImageDataset(
@@ -199,6 +251,8 @@ def load_digits(test_size: int, seed: int) -> ImageDataset:
         mean=(mean,),
         std=(std,),
         augment=AugmentSpec(flip=False, shift=1),
+        x_val=x[held] if validation_size else None,
+        y_val=y[held] if validation_size else None,
     )
 
 

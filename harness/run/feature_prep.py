@@ -27,11 +27,14 @@ def uses_fixed_features(cfg: Any) -> bool:
 
 
 def run_images(prep: Any) -> np.ndarray:
-    """The distinct uint8 images (N, C, H, W) a run's models train on or are queried on at every view."""
+    """The distinct uint8 images (N, C, H, W) a run's models train on or are queried on at every view
+    (the test set and the validation split at the plain view)."""
     from harness.views import query_offsets, shift_flip
 
     data, run = prep.data, prep.run
-    parts = [data.x_train]
+    parts = [data.x_train, data.x_test]  # every model's test accuracy reads the whole test set
+    if data.validation_size:  # and its validation accuracy the validation split
+        parts.append(data.x_val)
     spec = data.augment
     for level in prep.levels:
         ld = run.load_level(level)

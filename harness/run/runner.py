@@ -22,6 +22,7 @@ import torch
 
 from canaries.base import CanaryContext
 from defenses.base import Defense, FitContext, LabeledImages, ServedModel
+from harness.core.accuracy import pack_correct
 from harness.core.version import MODELS_VERSION, __version__
 from harness.run import plugin_errors
 from harness.core.config import ConfigError, ExperimentConfig
@@ -543,6 +544,9 @@ class _JobSetup:
                                                data.x_test[ld.population_indices], ld.canaries.neighbour_x)
             checked.during = "test accuracy on the test set"
             test_pred = checked.query(data.x_test).argmax(axis=1)
+            if data.validation_size:
+                checked.during = "validation accuracy on the validation split"
+                val_right = checked.query(data.x_val).argmax(axis=1) == data.y_val
         except (ConfigError, KeyboardInterrupt):
             raise
         except Exception as e:
@@ -560,6 +564,7 @@ class _JobSetup:
             "seed": seed,
             "train_size": len(train),
             "test_accuracy": float((test_pred == data.y_test).mean()),
+            "test_correct": pack_correct(test_pred == data.y_test),  # the accuracy's SE (harness.core.accuracy)
             "train_accuracy_audit_members": float(
                 (signals["logits"][member, 0].argmax(-1) == ld.canaries.y[member]).mean()
             ) if member.any() else None,
@@ -573,6 +578,9 @@ class _JobSetup:
             "serving": serving,
             "model_saved": False,
         }
+        if data.validation_size:
+            meta["validation_accuracy"] = float(val_right.mean())
+            meta["validation_correct"] = pack_correct(val_right)
         if cfg.run.save_models:  # before the signals: a finished model then always has its saved state
             state = served.model_state()
             if state is None:
