@@ -12,6 +12,7 @@ KIND = PluginKind("defenses", "defense", {
     "hamp": "defenses.hamp:HAMP",
     "relaxloss": "defenses.relaxloss:RelaxLoss",
     "selena": "defenses.selena:SELENA",
+    "dpsgd": "defenses.dpsgd:DPSGD",
     "dpsgd-medium": "defenses.dpsgd:DPSGDMedium",
     "dpsgd-high": "defenses.dpsgd:DPSGDHigh",
     "dpsgd-veryhigh": "defenses.dpsgd:DPSGDVeryHigh",

@@ -200,6 +200,31 @@ class TorchClassifier(ServedModel):
         return torch.cat(outs).numpy() if outs else np.zeros((0, 0), np.float32)
 
 
+@dataclass(frozen=True)
+class PrivacyKnob:
+    """A parameter of the defense that trades utility for privacy, with the grid ``harness tune``
+    searches (docs/tuning.md): ``values`` of ``defense_params.<param>``, and the direction that is
+    more private (``"higher"``: a larger value protects more, as DP-SGD's noise multiplier; ``"lower"``:
+    a smaller one, as a label-DP epsilon). A defense lists its knobs in ``privacy_knobs`` in order of
+    priority: among settings that all meet an accuracy target and none of which is more private than
+    another in every knob, the tuner takes the one most private in the first knob, then the second."""
+
+    param: str
+    values: tuple[float, ...]
+    more_private: str  # "higher" or "lower"
+
+    def __post_init__(self) -> None:
+        if self.more_private not in ("higher", "lower"):
+            raise ValueError(f"privacy knob {self.param}: more_private must be 'higher' or 'lower', "
+                             f"got {self.more_private!r}")
+        if not self.values or len(set(self.values)) != len(self.values):
+            raise ValueError(f"privacy knob {self.param}: values must be distinct and not empty, got {self.values}")
+
+    def privacy_rank(self, value: float) -> float:
+        """A key that grows with privacy: the value, or its negative where lower is more private."""
+        return float(value) if self.more_private == "higher" else -float(value)
+
+
 class Defense(ABC):
     """A membership-inference defense. Subclasses set the class attributes and implement ``fit``.
 
@@ -236,6 +261,12 @@ class Defense(ABC):
     #: True for a defense whose models train outside the harness (``external``: ``harness plan`` /
     #: ``harness import``); ``harness evaluate`` refuses it before anything is written
     trained_outside: ClassVar[bool] = False
+    #: the parameters that trade utility for privacy, with their grid and direction (:class:`PrivacyKnob`),
+    #: in priority order: what ``harness tune DEFENSE --min-accuracy A`` searches
+    privacy_knobs: ClassVar[tuple[PrivacyKnob, ...]] = ()
+    #: parameters that replace another when set: {parameter: the one it replaces} (DP-SGD's
+    #: ``target_epsilon`` replaces ``noise_multiplier``); one command setting both is refused
+    replaces_params: ClassVar[dict[str, str]] = {}
     #: accepted types of a parameter whose default does not say it (e.g. ``{"prior": (str, int)}``);
     #: every other parameter must have its default's kind (:func:`param_kind_error`)
     param_types: ClassVar[dict[str, tuple[type, ...]]] = {}

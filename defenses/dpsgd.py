@@ -28,6 +28,12 @@ Privacy accounting: Opacus's RDP accountant (default) or PRV accountant, one ``s
 step with ``(sigma, q)``; epsilon at ``delta`` (1e-5) is recorded, whatever its size, and returned
 by the served model's ``info()`` (the runner stores it as ``meta["defense_info"]``).
 
+``target_epsilon`` (default None): the noise multiplier is solved, for each model, as the smallest
+one whose epsilon at ``delta`` after the run's steps at its sampling rate is at most the target by
+the run's accountant (:func:`defenses.dpsgd_trainer.noise_for_epsilon`, as Opacus's
+``make_private_with_epsilon``), and replaces ``noise_multiplier``; the record holds both the target
+and the solved noise beside the epsilon the accountant reports. Setting both in one command is refused.
+
 The recipe lives in the defense's parameters (``batch_size``, ``epochs``, ``lr``, ...); of the
 preset's ``train`` section only ``model``, ``width`` and ``augment`` are used (with
 ``augment: false`` the K copies would be identical, so K = 1 is used and recorded). The model
@@ -44,9 +50,11 @@ seeded from the model's seed instead of torch's global RNG.
 from __future__ import annotations
 
 import copy
+import dataclasses
+import math
 from typing import Any, ClassVar
 
-from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.base import Defense, FitContext, LabeledImages, PrivacyKnob, ServedModel, TorchClassifier
 from defenses.training import init_network
 # the machinery, re-exported: the defenses' module is the one its users and tests name
 from defenses.dpsgd_trainer import (  # noqa: F401
@@ -68,6 +76,8 @@ from defenses.dpsgd_trainer import (  # noqa: F401
     clip_factors,
     clip_per_sample,
     sum_clipped,
+    epsilon_for_noise,
+    noise_for_epsilon,
     DPSGDSettings,
     DPSGDTrainer,
 )
@@ -86,17 +96,24 @@ class DPSGD(Defense):
     """
 
     name = "dpsgd"
-    description = "DP-SGD (Opacus accounting) with augmult, clipping 1, Poisson sampling and weight EMA"
+    description = ("DP-SGD (Opacus accounting) with augmult, clipping, Poisson sampling and weight EMA, at a chosen "
+                   "noise_multiplier or target_epsilon (the preset's recipe; `harness tune dpsgd` chooses it)")
     reference = "https://arxiv.org/abs/1607.00133"
     default_canary = ("mislabeled", "ood", "blank")  # type: ignore[assignment]
     adaptive_attacks = ("lira",)
     train_fields = frozenset({"model", "width", "augment"})
     train_aliases = {"epochs": "epochs", "batch_size": "batch_size", "lr": "lr"}
+    replaces_params = {"target_epsilon": "noise_multiplier"}
+    #: the noise multiplier at the preset's batch, epochs and learning rate (a log grid from a tenth of the
+    #: noise that barely costs accuracy to several times Tramer and Boneh's epsilon = 3 noise)
+    privacy_knobs = (PrivacyKnob("noise_multiplier", (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0),
+                                 "higher"),)
     recipe_note = ("DP-SGD trains with plain SGD (no momentum, no weight decay) at a constant learning rate, "
                    "as the paper's baselines; its own settings are defense_params.noise_multiplier, max_grad_norm, "
-                   "augmult, ema_decay, delta, accountant, poisson_rate, physical_batch_size")
+                   "augmult, ema_decay, delta, accountant, poisson_rate, physical_batch_size, target_epsilon")
     param_defaults: ClassVar[dict[str, Any]] = {
         "noise_multiplier": 0.2,
+        "target_epsilon": None,
         "max_grad_norm": 1.0,
         "batch_size": 2048,
         "epochs": 200,
@@ -125,6 +142,26 @@ class DPSGD(Defense):
             physical_batch_size=p["physical_batch_size"],
             poisson_rate=p["poisson_rate"],
         )
+        target = p["target_epsilon"]
+        if target is not None and not (isinstance(target, (int, float)) and not isinstance(target, bool)
+                                       and math.isfinite(target) and target > 0):
+            raise ValueError(f"target_epsilon must be a positive number (or null: use noise_multiplier), got {target!r}")
+        self.target_epsilon = None if target is None else float(target)
+
+    def settings_for(self, n: int) -> DPSGDSettings:
+        """The mechanism's settings for a training set of ``n`` samples: as configured, or with the
+        noise multiplier solved for ``target_epsilon`` at this ``n``'s sampling rate and steps."""
+        s = self.settings
+        if self.target_epsilon is None:
+            return s
+        q = sample_rate(n, s.batch_size, s.poisson_rate)
+        sigma = noise_for_epsilon(self.target_epsilon, q, s.epochs * steps_per_epoch(n, s.batch_size), s.delta,
+                                  s.accountant)
+        return dataclasses.replace(s, noise_multiplier=sigma, target_epsilon=self.target_epsilon)
+
+    def check_train_size(self, smallest: int) -> None:
+        """A ``target_epsilon`` the accountant cannot reach is refused before training."""
+        self.settings_for(smallest)
 
     def check_config(self, cfg: Any) -> None:
         """Per-sample gradients need a model without batch statistics."""
@@ -134,8 +171,8 @@ class DPSGD(Defense):
 
     def trainer(self, train: LabeledImages, ctx: FitContext) -> DPSGDTrainer:
         """The trainer of one model (its accountant's grid checked first)."""
-        s = self.settings
         n = len(train)
+        s = self.settings_for(n)
         check_accountant(s.accountant, s.noise_multiplier, sample_rate(n, s.batch_size, s.poisson_rate),
                          s.epochs * steps_per_epoch(n, s.batch_size), s.delta)
         return DPSGDTrainer(init_network(train, ctx), train, s, seed=ctx.seed, device=ctx.device,

@@ -6,6 +6,7 @@ settings, are in :mod:`defenses.dpsgd` (its docstring states the algorithm and t
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import warnings
 from dataclasses import dataclass
@@ -128,6 +129,48 @@ def epsilon_of(accountant: IAccountant, delta: float) -> float:
         return float(accountant.get_epsilon(delta=delta))
 
 
+#: the largest noise multiplier :func:`noise_for_epsilon` searches (a target below the epsilon there is refused)
+MAX_SOLVED_NOISE = 1e4
+
+
+def epsilon_for_noise(accountant: str, noise_multiplier: float, q: float, steps: int, delta: float) -> float:
+    """Epsilon at ``delta`` after ``steps`` Poisson-sampled steps at rate ``q`` and ``noise_multiplier``
+    (a fresh accountant of the kind the run uses, as :class:`DPSGDTrainer` records it)."""
+    acc = make_accountant(accountant)
+    acc.history = [(noise_multiplier, q, steps)] if steps else []
+    return epsilon_of(acc, delta)
+
+
+@functools.lru_cache(maxsize=256)  # models whose training sets give the same rate and steps solve once
+def noise_for_epsilon(target_epsilon: float, q: float, steps: int, delta: float, accountant: str = "rdp",
+                      rtol: float = 1e-4) -> float:
+    """The smallest noise multiplier (to a relative ``rtol``) whose epsilon at ``delta`` after ``steps``
+    steps at rate ``q`` is at most ``target_epsilon``, by the run's accountant (as Opacus's
+    ``get_noise_multiplier``, by bisection on a log scale). The returned noise always gives an epsilon
+    <= the target. ValueError where no noise up to :data:`MAX_SOLVED_NOISE` reaches it (the
+    accountant's epsilon has a floor: RDP's is about ``log(1/delta) / (max order - 1)``)."""
+    if not (target_epsilon > 0 and math.isfinite(target_epsilon)):
+        raise ValueError(f"target_epsilon must be a positive number, got {target_epsilon!r}")
+    eps = lambda sigma: epsilon_for_noise(accountant, sigma, q, steps, delta)  # noqa: E731
+    hi = 1.0
+    while eps(hi) > target_epsilon:
+        if hi >= MAX_SOLVED_NOISE:
+            raise ValueError(f"target_epsilon {target_epsilon:g} is below what the {accountant} accountant certifies at "
+                             f"any noise multiplier up to {MAX_SOLVED_NOISE:g} for {steps} steps at sampling rate "
+                             f"{q:.4g} (delta {delta:g}): choose a larger target")
+        hi *= 2.0
+    lo = hi / 2.0
+    while eps(lo) <= target_epsilon and lo > 1e-6:
+        hi, lo = lo, lo / 2.0
+    while hi / lo > 1 + rtol:  # eps(lo) > target >= eps(hi)
+        mid = math.sqrt(lo * hi)
+        if eps(mid) <= target_epsilon:
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
 # --- one step -----------------------------------------------------------------------------------
 
 
@@ -208,6 +251,8 @@ class DPSGDSettings:
     accountant: str
     physical_batch_size: int
     poisson_rate: str = "paper"
+    #: the epsilon ``noise_multiplier`` was solved for (:func:`noise_for_epsilon`), recorded; None: configured
+    target_epsilon: float | None = None
 
     def __post_init__(self) -> None:
         if self.poisson_rate not in POISSON_RATES:
@@ -394,4 +439,5 @@ class DPSGDTrainer:
             "ema_decay": s.ema_decay,
             "train_size": self.n,
             "empty_batches": self.empty_batches,
+            **({"target_epsilon": s.target_epsilon} if s.target_epsilon is not None else {}),
         }

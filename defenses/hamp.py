@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.base import Defense, FitContext, LabeledImages, PrivacyKnob, ServedModel, TorchClassifier
 from defenses.training import init_network, train_classifier
 
 if TYPE_CHECKING:  # torch where a model trains: naming the defense needs none
@@ -138,6 +138,11 @@ class HAMP(Defense):
     ablation_attacks = ("lira-raw",)
     provides = frozenset({"raw_query"})
     param_defaults = {"entropy_threshold": 0.9996837722339832, "regularization": 0.005, "random_images": None}
+    #: the paper's tuning (Aerni et al. section 6.3): a grid of entropy thresholds (the paper's three among them)
+    #: and regularization strengths; a higher threshold (flatter soft labels) and a stronger entropy
+    #: regularizer are more private, the threshold first
+    privacy_knobs = (PrivacyKnob("entropy_threshold", (0.5, 0.7, 0.8, 0.9, 0.95, 0.99, 0.9996837722339832), "higher"),
+                     PrivacyKnob("regularization", (0.001, 0.005, 0.01, 0.05), "higher"))
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 
-from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier, is_int,
-                           is_number)
+from defenses.base import (Defense, FitContext, LabeledImages, Normalizer, PrivacyKnob, ServedModel, TorchClassifier,
+                           is_int, is_number)
 from defenses.training import init_network, train_classifier
 
 if TYPE_CHECKING:  # torch where a model trains: naming the defense needs none
@@ -149,6 +149,9 @@ class LabelDP(Defense):
     recipe_note = "label-DP trains with the preset's recipe on soft labels"
     param_defaults: ClassVar[dict[str, Any]] = {"epsilon": 8.0, "prior": "batch"}
     param_types: ClassVar[dict[str, tuple[type, ...]]] = {"prior": (str, int)}
+    #: the label epsilon: the smaller, the noisier the labels
+    privacy_knobs: ClassVar[tuple[PrivacyKnob, ...]] = (
+        PrivacyKnob("epsilon", (0.5, 1.0, 2.0, 3.0, 4.0, 6.0, 8.0, 12.0, 19.0, 30.0), "lower"),)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from defenses.base import Defense, FitContext, LabeledImages, ServedModel, TorchClassifier
+from defenses.base import Defense, FitContext, LabeledImages, PrivacyKnob, ServedModel, TorchClassifier
 from defenses.training import init_network, train_classifier
 
 if TYPE_CHECKING:
@@ -75,6 +75,9 @@ class RelaxLoss(Defense):
     default_canary = "mislabeled"
     adaptive_attacks = ("lira",)
     param_defaults = {"target_loss": 0.5946}
+    #: the loss RelaxLoss holds training at: the higher, the less a model fits its members (the paper's
+    #: tuning: the largest threshold with at least the target accuracy); ln 10 = 2.30 is chance on 10 classes
+    privacy_knobs = (PrivacyKnob("target_loss", (0.1, 0.25, 0.5, 0.75, 1.0, 1.25, 1.5, 1.75, 2.0), "higher"),)
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)

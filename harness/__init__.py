@@ -15,7 +15,7 @@ from typing import Any
 from harness.core.version import MODELS_VERSION, __version__
 
 _API = ("evaluate", "attack", "load_run", "report", "compare", "audit_one_run", "audit_dp_one_run", "configure", "plan",
-        "import_outputs", "Results", "Figure", "Ratio", "Progress")
+        "import_outputs", "tune", "Results", "Figure", "Ratio", "Progress")
 
 __all__ = [*_API, "__version__", "MODELS_VERSION"]
 

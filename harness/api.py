@@ -32,7 +32,7 @@ from harness.defense_config import build_config, with_absolute_paths
 from harness.core.errors import ConfigError
 
 __all__ = ["Progress", "Results", "Figure", "Ratio", "evaluate", "attack", "load_run", "report", "compare",
-           "audit_one_run", "audit_dp_one_run", "configure", "plan", "import_outputs"]
+           "audit_one_run", "audit_dp_one_run", "configure", "plan", "import_outputs", "tune", "tuned_overrides"]
 
 
 @dataclass(frozen=True)
@@ -305,6 +305,43 @@ def attack(run_dir: Path | str, overrides: dict[str, Any] | None = None, *, wait
         if overrides:
             emit("info", f"Saved the new attack settings in {run_path / 'config.json'}.")
         return res
+
+
+def tune(defense: str, preset: str | None = None, overrides: dict[str, Any] | None = None, *,
+         min_accuracy: float | None = None, grid: dict[str, list[Any]] | None = None,
+         private: dict[str, str] | None = None, models_per_point: int = 4, max_models_per_point: int = 12,
+         out: Path | str | None = None, wait: bool = False, progress: ProgressFn | None = None) -> Any:
+    """``harness tune``: search the defense's privacy knobs (``Defense.privacy_knobs``; ``grid``
+    replaces their values or adds config keys, ``private`` gives an added key's more private
+    direction) for the most private setting whose validation accuracy meets ``min_accuracy`` (a
+    fraction), or without it the most accurate setting; returns a
+    :class:`harness.tuning.search.TuneResult` and writes ``out/tune.json`` (default
+    ``runs/tune-<defense>-<preset>``, which also holds the settings' run directories: evaluating the
+    choice with ``--out`` there resumes its run). docs/tuning.md."""
+    from harness.tuning.search import make_spec, run_tune
+
+    spec = make_spec(defense, preset, dict(overrides or {}), min_accuracy, dict(grid or {}), dict(private or {}),
+                     models_per_point, max_models_per_point, out)
+    return run_tune(spec, _emitter(progress), wait)
+
+
+def tuned_overrides(tune_json: Path | str) -> tuple[str, str, dict[str, Any]]:
+    """(defense, preset, overrides) that evaluate the setting a tune.json chose, in its folder:
+    ``harness evaluate --from-tune FILE``. ConfigError where the file is unreadable or chose nothing."""
+    from harness.core import jsonio
+
+    path = Path(tune_json)
+    try:
+        data = jsonio.loads(path.read_text())
+        choice, defense, preset = data["choice"], data["defense"], data["preset"]
+        overrides = dict(data["overrides"])
+    except FileNotFoundError:
+        raise ConfigError(f"--from-tune {path}: no such file (harness tune writes OUT/tune.json)") from None
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConfigError(f"--from-tune {path}: not a tune.json ({type(e).__name__}: {e})") from None
+    if choice is None:
+        raise ConfigError(f"--from-tune {path}: that tune chose no setting ({data.get('why', 'no reason recorded')})")
+    return defense, preset, {**overrides, **choice["params"], "run.out": str(path.parent)}
 
 
 def load_run(run_dir: Path | str) -> Results:

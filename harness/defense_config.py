@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import defenses
-from harness.core.config import ExperimentConfig, apply_defense_preset, load_preset_mapping, validate_config
+from harness.core.config import ConfigError, ExperimentConfig, apply_defense_preset, load_preset_mapping, validate_config
 from harness.core.overrides import (apply_overrides, route_overrides, run_attack_names, settle_attack_params,
                                     settle_canary_params)
 from harness.plugins import portable_reference
@@ -40,6 +40,10 @@ def build_config(preset: str = "quick", overrides: dict[str, Any] | None = None)
     else:
         raw = apply_defense_preset(raw, defense)
     defense_cls = defenses.resolve(defense)
+    for new, old in getattr(defense_cls, "replaces_params", {}).items():
+        if overrides.get(f"defense_params.{new}") is not None and f"defense_params.{old}" in overrides:
+            raise ConfigError(f"defense_params.{new} replaces defense_params.{old} (it is solved from it): set one "
+                              "of them, not both")
     routed = route_overrides(raw, overrides, defense_cls)
     merged = settle_canary_params(apply_overrides(raw, routed), routed, defense_cls)
     merged = settle_attack_params(merged, routed, run_attack_names(merged, defense_cls))

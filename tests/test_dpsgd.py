@@ -299,3 +299,49 @@ def test_registry_presets_and_table3_defaults():
             assert cfg.train.model in ("mlp", "cnn-gn") and cfg.train.augment
             assert cfg.defense_params["noise_multiplier"] == sigma
             cls(**cfg.defense_params)  # valid parameters
+
+
+@pytest.mark.filterwarnings("ignore:Optimal order is the")
+@pytest.mark.parametrize("target,q,steps,accountant", [(3.0, 0.0528, 570, "rdp"), (0.7, 0.01, 2000, "rdp"),
+                                                       (50.0, 1 / 19, 570, "rdp"), (3.0, 0.0528, 570, "prv")])
+def test_target_epsilon_is_the_smallest_noise_the_accountant_allows(target, q, steps, accountant):
+    """noise_for_epsilon: its noise gives at most the target by the run's accountant, 0.1% less noise
+    gives more; Opacus's get_noise_multiplier (its own tolerance 0.01) lands within 1% of it."""
+    from defenses.dpsgd import epsilon_for_noise, noise_for_epsilon
+
+    sigma = noise_for_epsilon(target, q, steps, 1e-5, accountant)
+    assert epsilon_for_noise(accountant, sigma, q, steps, 1e-5) <= target
+    assert epsilon_for_noise(accountant, sigma * 0.999, q, steps, 1e-5) > target
+    ref = get_noise_multiplier(target_epsilon=target, target_delta=1e-5, sample_rate=q, steps=steps,
+                               accountant=accountant)
+    assert sigma == pytest.approx(ref, rel=0.01)
+
+
+def test_target_epsilon_trains_at_the_solved_noise_and_records_both(digits):
+    """defense_params.target_epsilon: the model's record holds the target, the solved noise (for its own
+    training set size) and the epsilon the accountant reports (at most the target)."""
+    from defenses.dpsgd import noise_for_epsilon
+
+    train = digits[0]
+    ctx = FitContext(seed=3, device="cpu", train=TrainConfig(model="mlp", width=16, augment=False))
+    info = DPSGD(target_epsilon=4.0, batch_size=64, epochs=2, lr=2.0, augmult=1).fit(train, ctx).info()
+    n = len(train)
+    q, steps = 1 / math.ceil(n / 64), 2 * math.ceil(n / 64)
+    assert info["target_epsilon"] == 4.0 and info["steps"] == steps
+    assert info["noise_multiplier"] == noise_for_epsilon(4.0, q, steps, 1e-5, "rdp")
+    assert 3.9 < info["epsilon"] <= 4.0
+    assert "target_epsilon" not in DPSGD(batch_size=64, epochs=1, augmult=1).fit(train, ctx).info()
+
+
+def test_target_epsilon_mistakes_are_refused_before_training(tmp_path):
+    from harness.api import evaluate
+    from harness.core.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="replaces defense_params.noise_multiplier"):
+        build_config("quick", {"defense": "dpsgd", "defense_params.target_epsilon": 3.0,
+                               "defense_params.noise_multiplier": 1.0})
+    with pytest.raises(ValueError, match="target_epsilon must be a positive number"):
+        DPSGD(target_epsilon=-1.0)
+    with pytest.raises(ConfigError, match="below what the rdp accountant certifies"):
+        evaluate("dpsgd", "quick", {"defense_params.target_epsilon": 0.001, "run.out": str(tmp_path)})
+    assert not any(tmp_path.iterdir())  # nothing written

@@ -6,6 +6,7 @@
     harness compare RUN_A RUN_B                                                       two runs side by side
     harness plan PLAN; harness import PLAN --outputs DIR                              models trained elsewhere
     harness submit RUN_DIR -o entry.tar.gz; harness leaderboard build|add|verify     the leaderboard
+    harness tune DEFENSE --min-accuracy A                                             the most private setting at a utility target
     harness bound sgm|dpsgd|thudi; harness audit-one-run DEFENSE; harness list
 
 One module per command (each registers itself on :data:`harness.cli.app.app`). User mistakes
@@ -18,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-from harness.cli import attack, audit_one_run, compare, evaluate, external, plugins, report, submit  # noqa: F401 (register)
+from harness.cli import attack, audit_one_run, compare, evaluate, external, plugins, report, submit, tune  # noqa: F401 (register)
 from harness.cli.app import app
 from harness.cli.bound import bound_app
 from harness.cli.leaderboard import leaderboard_app

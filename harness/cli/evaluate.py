@@ -40,6 +40,9 @@ def evaluate(
     run_dir: Optional[Path] = typer.Option(None, "--run-dir", help="use exactly this run directory"),
     level: Optional[str] = typer.Option(None, help="population | sample | both"),
     set_: list[str] = typer.Option([], "--set", help="override any config field: --set train.lr=0.05"),
+    from_tune: Optional[Path] = typer.Option(None, "--from-tune", help="evaluate the setting a `harness tune` chose: "
+                                             "its tune.json gives the defense, preset, overrides and folder (further "
+                                             "flags apply on top)"),
     inner: Optional[str] = typer.Option(None, help="subsample only: the wrapped defense"),
     rate: Optional[float] = typer.Option(None, help="subsample only: fraction of the data each model trains on"),
     details: bool = typer.Option(False, help="list every attack variant"),
@@ -57,6 +60,19 @@ def evaluate(
         from harness.audit.report import print_report
 
         overrides = parse_set_options(set_)
+        if from_tune is not None:
+            from harness.api import tuned_overrides
+
+            if run_dir is not None:
+                raise ConfigError("--from-tune evaluates the tuned setting's run in the tune's folder: leave out --run-dir")
+            tuned_defense, tuned_preset, tuned = tuned_overrides(from_tune)
+            if defense is not None and defense != tuned_defense:
+                raise ConfigError(f"--from-tune {from_tune} tuned {tuned_defense}, not {defense}: leave DEFENSE out")
+            if preset is not None and preset != tuned_preset:
+                raise ConfigError(f"--from-tune {from_tune} tuned on the {tuned_preset} preset, not {preset}: leave "
+                                  "--preset out")
+            defense, preset = tuned_defense, tuned_preset
+            overrides = {**tuned, **overrides}
         if canary is not None and not all(c.strip() for c in canary.split(",")):
             raise ConfigError(f"--canary needs canary names (comma-separated), got {canary!r}")
         if run_dir is not None and out is not None:

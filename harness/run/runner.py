@@ -693,12 +693,17 @@ def heal_signals(prep: Prepared) -> list[str]:
     return notes
 
 
-def pending_jobs(prep: Prepared) -> list[TrainJob]:
+def pending_jobs(prep: Prepared, only: dict[str, int] | None = None) -> list[TrainJob]:
+    """The models without finished signals; ``only``: of the levels it names, each level's first N
+    models (``harness tune`` trains a few models of a run; :func:`train_all`)."""
     jobs = []
     for level in prep.levels:
+        if only is not None and level not in only:
+            continue
         prep.run.clean_temp_files(level)
         done = set(prep.run.finished_models(level, prep.cfg.audit.models))
-        jobs += [TrainJob(str(prep.run.path), level, s) for s in range(prep.cfg.audit.models) if s not in done]
+        upto = prep.cfg.audit.models if only is None else min(only[level], prep.cfg.audit.models)
+        jobs += [TrainJob(str(prep.run.path), level, s) for s in range(upto) if s not in done]
     return jobs
 
 
@@ -724,16 +729,21 @@ def make_groups(jobs: list[TrainJob], size: int, models: int | None = None) -> l
     return out
 
 
+def training_groups(prep: Prepared, only: dict[str, int] | None = None) -> list[TrainGroup]:
+    """The executor jobs of :func:`pending_jobs` (``only`` as there): groups of :func:`group_size`."""
+    defense = make_defense(prep.cfg)
+    size = group_size(prep.cfg, defense)
+    return make_groups(pending_jobs(prep, only), size,
+                       prep.cfg.audit.models if trains_in_groups(defense, prep.cfg.train) else None)
+
+
 def train_all(
     prep: Prepared, executor: Executor, on_done: Callable[[TrainJob, dict], None] | None = None
 ) -> list[dict]:
     """Train every model that has no finished signals file yet, in groups of :func:`group_size`
     (one executor job per group); return their metadata."""
     out = []
-    defense = make_defense(prep.cfg)
-    size = group_size(prep.cfg, defense)
-    groups = make_groups(pending_jobs(prep), size,
-                         prep.cfg.audit.models if trains_in_groups(defense, prep.cfg.train) else None)
+    groups = training_groups(prep)
     for group, metas in executor.map(train_group, groups):
         for meta in metas:
             out.append(meta)
