@@ -106,8 +106,8 @@ class DPSGD(Defense):
     replaces_params = {"target_epsilon": "noise_multiplier"}
     #: the noise multiplier at the preset's batch, epochs and learning rate (a log grid from a tenth of the
     #: noise that barely costs accuracy to several times Tramer and Boneh's epsilon = 3 noise)
-    privacy_knobs = (PrivacyKnob("noise_multiplier", (0.1, 0.2, 0.3, 0.5, 0.7, 1.0, 1.5, 2.0, 3.0, 5.0, 8.0),
-                                 "higher"),)
+    privacy_knobs = (PrivacyKnob("noise_multiplier", (0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.85, 1.0, 1.2, 1.5, 2.0, 3.0,
+                                                      5.0, 8.0), "higher"),)
     recipe_note = ("DP-SGD trains with plain SGD (no momentum, no weight decay) at a constant learning rate, "
                    "as the paper's baselines; its own settings are defense_params.noise_multiplier, max_grad_norm, "
                    "augmult, ema_decay, delta, accountant, poisson_rate, physical_batch_size, target_epsilon")

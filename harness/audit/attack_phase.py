@@ -372,6 +372,16 @@ def _validation_accuracy(metas: list[dict[str, Any]], images: int) -> dict[str, 
                                     **_accuracy_se(metas, "validation_correct", images)}}
 
 
+def _member_accuracy(metas: list[dict[str, Any]]) -> dict[str, Any]:
+    """``member_accuracy``: each model's accuracy on the audit samples it trained on, against the labels
+    it trained with (population level: its train accuracy on those images; sample level: the share of
+    its member canaries it fits, e.g. the wrong label of a mislabeled one); {} where a model lacks it."""
+    accs = [m.get("train_accuracy_audit_members") for m in metas]
+    if not accs or any(a is None for a in accs):
+        return {}
+    return {"member_accuracy": {"mean": float(np.mean(accs)), "per_model": [float(a) for a in accs]}}
+
+
 def _privacy_json(metas: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The DP guarantee the models report (defense_info with an epsilon): the weakest over models.
     For models trained on a random fraction of their data (the ``subsample`` wrapper's
@@ -620,6 +630,7 @@ def evaluate_level(
         "test_accuracy": {"mean": float(accs.mean()), "std": float(accs.std(ddof=1)) if len(accs) > 1 else 0.0,
                           "per_model": accs.tolist(), **_accuracy_se(ls.metas, "test_correct", len(y_test))},
         **_validation_accuracy(ls.metas, len(y_val)),
+        **_member_accuracy(ls.metas),
         "attacks": entries,
         "attack_params": {a.name: a.params() for a in attacks if a.params()},
         "skipped_attacks": skipped,

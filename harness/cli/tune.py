@@ -109,7 +109,9 @@ def print_tune(data: dict[str, Any], out: Any) -> None:
     table.add_column("validation accuracy", justify="right")
     if target is not None:
         table.add_column("P(meets)", justify="right")
-    table.add_column("ε", justify="right")
+    eps_shown = any((s.get("defense_info") or {}).keys() & {"epsilon", "label_epsilon"} for s in data["settings"])
+    if eps_shown:
+        table.add_column("ε", justify="right")
     chosen = (data.get("choice") or {}).get("params")
     for s in data["settings"]:
         acc = s.get("validation_accuracy")
@@ -118,8 +120,9 @@ def print_tune(data: dict[str, Any], out: Any) -> None:
         if target is not None:
             c = s.get("confidence_meets_target")
             cells.append("-" if c is None else f"{c:.3f}")
-        eps = (s.get("defense_info") or {}).get("epsilon", (s.get("defense_info") or {}).get("label_epsilon"))
-        cells.append("-" if eps is None else f"{eps:.3g}")
+        if eps_shown:
+            eps = (s.get("defense_info") or {}).get("epsilon", (s.get("defense_info") or {}).get("label_epsilon"))
+            cells.append("-" if eps is None else f"{eps:.3g}")
         style = "bold" if s["params"] == chosen else None
         table.add_row(*[escape(c) for c in cells], style=style)
     out.print(table)

@@ -81,6 +81,10 @@ def make_spec(defense: str, preset: str | None, overrides: dict[str, Any], min_a
     for key in ("run.out", "run.level", "defense", "preset"):
         if key in overrides:
             raise ConfigError(f"--set {key}=...: harness tune sets it (--out for the folder)")
+    if isinstance(overrides.get("data.path"), str):  # tune.json and its command work from any folder
+        from harness.core.config import absolute_path
+
+        overrides = {**overrides, "data.path": absolute_path(overrides["data.path"])}
     knobs = resolve_knobs(defense, defenses.resolve(defense), grid, private, min_accuracy is not None)
     clash = sorted(set(overrides) & {k.key for k in knobs})
     if clash:
@@ -114,6 +118,20 @@ def _dp_record(run: Any, level: str, count: int) -> dict[str, Any]:
             if isinstance(v, (int, float)) and not isinstance(v, bool):
                 out[key] = max(out.get(key, -math.inf), float(v))
     return out
+
+
+def _images_key(prep: Any) -> str:
+    """A digest of the images a run's models train on and are queried on (its data and each level's
+    canaries and population rows): settings with the same key need the same fixed features."""
+    import hashlib
+
+    h = hashlib.sha256(prep.data.fingerprint().encode())
+    for level in prep.levels:
+        ld = prep.run.load_level(level)
+        c = ld.canaries
+        for a in (c.x, c.extra_x, c.neighbour_x if c.has_neighbours else c.x[:0], ld.population_indices):
+            h.update(np.ascontiguousarray(a).tobytes())
+    return h.hexdigest()
 
 
 def run_tune(spec: TuneSpec, emit: Callable[..., None], wait: bool = False) -> TuneResult:
@@ -150,6 +168,7 @@ def run_tune(spec: TuneSpec, emit: Callable[..., None], wait: bool = False) -> T
     cap = {id(s): min(spec.max_models, plans[id(s)].cfg.audit.models) for s in settings}
     want = {id(s): min(spec.models_per_round, cap[id(s)]) for s in settings}
     rounds = 0
+    featured: set[str] = set()
     while True:
         active = [s for s in settings if s.stop is None and want[id(s)] > s.models]
         if not active:
@@ -162,7 +181,10 @@ def run_tune(spec: TuneSpec, emit: Callable[..., None], wait: bool = False) -> T
                 stack.enter_context(_locked(plan.path, wait, emit))
                 prep = open_run(plan)
                 preps[id(s)] = prep
-                _fixed_features(prep, emit)
+                key = _images_key(prep)
+                if key not in featured:  # settings that query the same images share one check of the cache
+                    _fixed_features(prep, emit)
+                    featured.add(key)
                 groups += training_groups(prep, {prep.levels[0]: want[id(s)]})
             total = sum(len(g.indices) for g in groups)
             if total:
