@@ -12,7 +12,8 @@ Layout of a site folder (everything is regenerated from ``entries/`` by :func:`r
   sortable by any column, in the page itself) and the privacy-utility figure with the DP-SGD
   frontier (Aerni et al., Figure 7); per entry the utility-matched DP-SGD baseline: the DP-SGD
   ranking figure linearly interpolated at the entry's accuracy between the two DP-SGD entries of
-  the same dataset and preset that bracket it;
+  the same dataset and preset around it, at most 2 accuracy points apart ("outside" otherwise:
+  :mod:`harness.audit.matched`);
 - ``entries/<entry_id>/index.html``: a summary (what the index leaves out: epsilons, models,
   compute, full attack names), the warnings, the log-log ROC curves (population and every
   sample-level canary, every attack variant), the per-attack table, the config and the
@@ -180,16 +181,15 @@ def upper_bound(results: dict[str, Any]) -> tuple[float, float]:
     return (1.0, 1.0)
 
 
-def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> float | None:
-    """The DP-SGD TPR at accuracy ``acc``, linearly interpolated between the two frontier points
-    (accuracy, TPR) whose accuracies bracket it; None when no pair brackets it."""
-    pts = sorted(frontier)
-    for (a0, t0), (a1, t1) in zip(pts, pts[1:]):
-        if a0 <= acc <= a1:
-            return t0 if a1 == a0 else t0 + (t1 - t0) * (acc - a0) / (a1 - a0)
-    if len(pts) == 1 and pts[0][0] == acc:
-        return pts[0][1]
-    return None
+def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> tuple[float | None, str]:
+    """(the DP-SGD TPR at accuracy ``acc``, why there is none): linearly interpolated between the two
+    neighbouring frontier points (accuracy, TPR) around it when they lie at most
+    :data:`harness.audit.matched.MAX_GAP` apart (:func:`harness.audit.matched.read_frontier`);
+    (None, "outside the frontier: ...") otherwise."""
+    from harness.audit.matched import FrontierPoint, read_frontier
+
+    reading = read_frontier(acc, [FrontierPoint(a, t, 0.0) for a, t in frontier])
+    return reading.leak, reading.why
 
 
 def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], eid: str) -> dict[str, Any]:
@@ -339,7 +339,7 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
         if r["is_dpsgd"]:
             return '<span class="muted">DP-SGD</span>', "-1", "a DP-SGD entry: one of the baseline's points"
         if b is None:
-            return '<span class="muted">n/a</span>', "-1", "no two DP-SGD entries of this setting bracket its accuracy"
+            return '<span class="muted">outside</span>', "-1", r.get("baseline why") or "outside the frontier"
         beats = isinstance(r["rank TPR"], float) and r["rank TPR"] < b
         mark = ('<span class="beats">&#10003;</span>' if beats else '<span class="loses">&#10007;</span>')
         tip = (f"DP-SGD at the same accuracy: {100 * b:.1f}%; this entry's ranking figure, {_pct(r['rank TPR'])}, "
@@ -374,7 +374,8 @@ LEGEND = (
               "apart from 0 on at least 10 expected true positives)."),
     ("canary, attack", "the canaries of the sample level and the attack that gives its leak; hover for the variant."),
     ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same setting): "
-               "✓ the defense's figure is lower, ✗ it is not; n/a: no DP-SGD entries bracket its accuracy."),
+               "✓ the defense's figure is lower, ✗ it is not; outside: no two DP-SGD entries at most 2 accuracy points "
+               "apart bracket its accuracy (the frontier says nothing there)."),
     ("ε", "DP epsilon (delta 1e-5); label: label-DP, a guarantee for the labels only."),
     ("S×C, date", "S models per level × C audit samples per model; the date the run was prepared (UTC)."),
     ("↗", "the defense's paper or code (what its class declares)."),
@@ -449,8 +450,8 @@ def index_html(rows: list[dict[str, Any]]) -> str:
         if r["is_dpsgd"] and isinstance(r["rank TPR"], float) and not r.get("unranked"):
             frontiers.setdefault(r["setting"], []).append((r["test acc"], r["rank TPR"]))
     for r in rows:
-        r["baseline"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
-                         if not r["is_dpsgd"] else None)
+        r["baseline"], r["baseline why"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
+                                            if not r["is_dpsgd"] else (None, ""))
     for r in rows:  # an entry audited with other attacks or canaries than the preset's: a table of its own, unranked
         r["table"] = r["setting"] + (": not ranked (attacks or canaries other than the preset's)" if r.get("unranked")
                                      else "")

@@ -62,7 +62,7 @@ def read_frontier(accuracy: float, frontier: Sequence[FrontierPoint], max_gap: f
     for a, b in zip(pts, pts[1:]):
         if a.accuracy < accuracy < b.accuracy:
             gap = b.accuracy - a.accuracy
-            if gap > max_gap:
+            if gap > max_gap + 1e-9:  # a gap of exactly max_gap (up to float rounding) is read
                 return FrontierReading(None, None, (a, b), f"outside the frontier: its neighbours ({100 * a.accuracy:.1f}% "
                                                            f"and {100 * b.accuracy:.1f}%) are {100 * gap:.1f} points "
                                                            f"apart (at most {100 * max_gap:g})")
