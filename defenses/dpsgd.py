@@ -225,8 +225,9 @@ class DPSGDEpsilon3(DPSGD):
     """Tramer and Boneh's epsilon = 3 setting for ScatterNet on CIFAR-10 ("Differentially Private
     Learning Needs Better Features (or Much More Data)", ICLR 2021): clipping 0.1, batch 8 192 of
     50 000 images, 60 epochs, lr 4, no augmentation; the noise multiplier 4.82, which Opacus's RDP
-    accountant gives epsilon = 3 at delta 1e-5 for that sampling rate and length (their 5.67 is for
-    their own accountant). Plain SGD with the harness's EMA (they add momentum 0.9). A preset on
+    accountant gives epsilon = 3 at delta 1e-5 for that sampling rate and length (their own RDP
+    accountant, dp_utils.get_epsilon: q = B / N, floor(N / B) x 60 = 360 steps, agrees: 2.97 at 4.82; the
+    5.67 their paper lists gives 2.46 there, not 3). Plain SGD with the harness's EMA (they add momentum 0.9). A preset on
     fewer images sets the batch and noise for its size (``cifar10-scatter``)."""
 
     name = "dpsgd-eps3"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from harness.cli.app import app
 from harness.cli.common import WAIT_HELP, ProgressView, console, guard, table_console
@@ -33,4 +34,4 @@ def attack(
         with ProgressView() as view:
             results = run_attacks(run_dir, overrides, wait=wait, progress=view)
         print_report(results.data, table_console(), details=details)
-        console.print(f"Results: {results.path / 'results.json'}")
+        console.print(f"Results: {escape(str(results.path / 'results.json'))}", highlight=False, soft_wrap=True)

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from harness.cli.app import app
 from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard, table_console
@@ -89,4 +90,4 @@ def evaluate(
         with ProgressView() as view:
             results = run_evaluation(defense, preset, overrides, run_dir=run_dir, wait=wait, progress=view)
         print_report(results.data, table_console(), details=details)
-        console.print(f"Results: {results.path / 'results.json'}")
+        console.print(f"Results: {escape(str(results.path / 'results.json'))}", highlight=False, soft_wrap=True)

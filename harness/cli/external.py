@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.markup import escape
 
 from harness.cli.app import app
 from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard, table_console
@@ -101,4 +102,4 @@ def import_(
                                      overrides=overrides, wait=wait, force=force, probabilities=probabilities,
                                      progress=view)
         print_report(results.data, table_console(), details=details)
-        console.print(f"Results: {results.path / 'results.json'}")
+        console.print(f"Results: {escape(str(results.path / 'results.json'))}", highlight=False, soft_wrap=True)

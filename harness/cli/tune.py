@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
+from rich.markup import escape
 
 from harness.cli.app import app
 from harness.cli.common import WAIT_HELP, ProgressView, console, flag_overrides, guard, table_console
@@ -89,7 +90,7 @@ def tune(
                            private=parse_private(private), models_per_point=models_per_point,
                            max_models_per_point=max_models_per_point, out=out, wait=wait, progress=view)
         print_tune(res.data, table_console())
-        console.print(f"Tune: {res.path}", highlight=False, soft_wrap=True)
+        console.print(f"Tune: {escape(str(res.path))}", highlight=False, soft_wrap=True)
 
 
 def print_tune(data: dict[str, Any], out: Any) -> None:
