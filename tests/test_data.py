@@ -211,3 +211,20 @@ def test_digits_validation_split_leaves_the_test_split_and_normalizes_without_it
     assert np.array_equal(d.x_test, plain.x_test) and len(d.y_train) == 1100 and len(d.y_val) == 200
     assert d.mean[0] == pytest.approx(d.x_train.mean() / 255.0)
     assert not _rows(d.x_val) & _rows(d.x_test)
+
+
+def test_imagenet_normalization_is_a_switch_with_its_own_fingerprint(cifar_subset):
+    """data.normalization=imagenet: Tramer and Boneh's statistics (a new data fingerprint, so runs of
+    the two never mix); refused for one-channel images; the default keeps runs' fingerprints."""
+    from harness.core.config import DataConfig
+    from harness.core.data import IMAGENET_MEAN, IMAGENET_STD, load_dataset
+
+    cfg = DataConfig(name="cifar10", path=str(cifar_subset), download=False)
+    own = load_dataset(cfg, 0)
+    inet = load_dataset(cfg.model_copy(update={"normalization": "imagenet"}), 0)
+    assert (inet.mean, inet.std) == (IMAGENET_MEAN, IMAGENET_STD) and np.array_equal(inet.x_train, own.x_train)
+    assert inet.fingerprint() != own.fingerprint()
+    assert own.fingerprint() == load_cifar10(cifar_subset, download=False).fingerprint()
+    with pytest.raises(DataError, match="needs RGB images"):
+        load_dataset(DataConfig(normalization="imagenet"), 0)
+    assert "normalization" not in build_config("quick").model_determining()["data"]

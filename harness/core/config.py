@@ -51,6 +51,9 @@ class DataConfig(_Strict):
         description="npz only: pixel = value x scale, rounded, for images that are not uint8-range values "
         "(e.g. 255 for floats in [0, 1], 255/1023 for 10-bit integers); None = no conversion but the documented "
         "ones (harness/core/data.py, load_npz)")
+    normalization: Literal["dataset", "imagenet"] = Field(
+        default="dataset", description="the per-channel mean and std images are normalized with: the dataset's own "
+        "(CIFAR-10's, or computed from the digits) or ImageNet's (Tramer and Boneh's before the scattering transform)")
     validation_size: int = Field(
         default=0, ge=0,
         description="images held out of the training pool (a seeded draw, never trained on, never audited, not "
@@ -280,6 +283,8 @@ class ExperimentConfig(_Strict):
             d["data"].pop("scale")
         if d["data"]["validation_size"] == 0:  # the same for no validation split
             d["data"].pop("validation_size")
+        if d["data"]["normalization"] == "dataset":  # and for the dataset's own normalization
+            d["data"].pop("normalization")
         if d["audit"]["signal_dtype"] == "float32":  # the default keeps the fingerprints runs had before the field
             d["audit"].pop("signal_dtype")
         if d["audit"]["repeat_queries"] == DEFAULT_REPEAT_QUERIES:  # the same for the default R

@@ -20,6 +20,7 @@ before they are kept (:func:`download_verified`).
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import hashlib
 import importlib.util
@@ -36,6 +37,10 @@ from harness.core.config import ConfigError, DataConfig
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+#: ImageNet's channel statistics, with which Tramer and Boneh normalize CIFAR-10 before the scattering
+#: transform (``data.normalization: imagenet``)
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
 
 #: the paper's OOD canaries: one ImageNet train image for each of 500 classes, a bare uint8 tensor
 #: [500, 3, 32, 32] that the paper's code loads from its data folder (canaries/ood.py)
@@ -87,6 +92,10 @@ class ImageDataset:
     x_val: np.ndarray | None = None
     y_val: np.ndarray | None = None
     _hash: list[str] = field(default_factory=list, repr=False, compare=False)
+
+    @property
+    def num_channels(self) -> int:
+        return int(self.x_train.shape[1])
 
     @property
     def validation_size(self) -> int:
@@ -165,6 +174,10 @@ def load_dataset(cfg: DataConfig, seed: int) -> ImageDataset:
         data = load_npz(Path(cfg.path or ""), cfg.scale)
     else:  # pragma: no cover - guarded by the config schema
         raise DataError(f"unknown dataset {cfg.name!r}")
+    if cfg.normalization == "imagenet":
+        if data.num_channels != 3:
+            raise DataError(f"data.normalization=imagenet needs RGB images; {cfg.name} has {data.num_channels} channel(s)")
+        data = dataclasses.replace(data, mean=IMAGENET_MEAN, std=IMAGENET_STD, _hash=[])
     return data if cfg.name == "digits" else hold_out_validation(data, cfg.validation_size, seed)
 
 
