@@ -26,7 +26,10 @@ def list_plugins() -> None:
                 if kind == "defenses":
                     dc = cls.default_canary
                     canaries = dc if isinstance(dc, str) else "max of " + ", ".join(dc)
-                    desc += f" [dim](canary: {canaries}; attacks: {', '.join(cls.adaptive_attacks)})[/]"
+                    knobs = ", ".join(f"{k.param} ({k.more_private} is more private)"
+                                      for k in getattr(cls, "privacy_knobs", ()))
+                    desc += (f" [dim](canary: {canaries}; attacks: {', '.join(cls.adaptive_attacks)}"
+                             + (f"; harness tune searches {knobs}" if knobs else "") + ")[/]")
             except ConfigError as e:
                 desc = f"[red]failed to load: {e}[/]"
             table.add_row(kind[:-1] if kind != "canaries" else "canary", name, desc)
