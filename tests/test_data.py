@@ -228,3 +228,22 @@ def test_imagenet_normalization_is_a_switch_with_its_own_fingerprint(cifar_subse
     with pytest.raises(DataError, match="needs RGB images"):
         load_dataset(DataConfig(normalization="imagenet"), 0)
     assert "normalization" not in build_config("quick").model_determining()["data"]
+
+
+def test_a_mistyped_data_dir_is_one_line_and_no_download(tmp_path, monkeypatch):
+    """A --data-dir that does not exist is refused before any download (a mistype); an existing folder
+    without batch files, or the default ./data, still downloads."""
+    from harness.core import data as data_module
+
+    def no_network(root):
+        raise AssertionError(f"a download was attempted into {root}")
+
+    monkeypatch.setattr(data_module, "download_cifar10", no_network)
+    with pytest.raises(DataError, match="no such folder. To download CIFAR-10 there, create it first"):
+        load_cifar10(tmp_path / "cifar10-subsett", download=True)
+    calls = []
+    monkeypatch.setattr(data_module, "download_cifar10", lambda root: calls.append(root) or (_ for _ in ()).throw(
+        DataError("stop")))
+    with pytest.raises(DataError, match="stop"):
+        load_cifar10(tmp_path, download=True)  # exists, empty: the download is what the user asked for
+    assert calls == [tmp_path]

@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 import numpy as np
 
-from harness.core.config import ConfigError, DataConfig
+from harness.core.config import DEFAULT_DATA_DIR, ConfigError, DataConfig
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
 CIFAR10_STD = (0.2023, 0.1994, 0.2010)
@@ -294,13 +294,19 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
 
     When neither holds the batch files and ``download`` is set, torchvision downloads the official
     archive (:func:`download_cifar10`: nothing is created unless it succeeds; no checksum is
-    required when reading, so a subset folder also works).
+    required when reading, so a subset folder also works), into an existing folder or the default
+    one (``./data``); a ``root`` that does not exist is refused as a likely mistype.
     """
     folder = _find_cifar_folder(root)
     if folder is None:
         if not download:
             where = "" if root.is_dir() else " (no such folder)"
             raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}{where}")
+        if not root.exists() and root.absolute() != Path(DEFAULT_DATA_DIR).absolute():
+            # a path that does not exist is most often a mistype: one line, no download attempt
+            raise DataError(f"--data-dir (data.path) {root}: no such folder. To download CIFAR-10 there, create it "
+                            f"first (mkdir -p {root}); `--data-dir {DEFAULT_DATA_DIR}` (the default) downloads into "
+                            "./data")
         folder = download_cifar10(root)
     parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6) if (folder / f"data_batch_{i}").is_file()]
     x_train = np.concatenate([p[0] for p in parts])
