@@ -209,3 +209,20 @@ def test_is_builtin_attack_is_false_for_plugins_named_like_builtins(tmp_path):
     f = _attack_file(tmp_path)
     for cls in ("NoisyLiRA", "LiRASubclass", "FreshName"):
         assert not is_builtin_attack(resolve("attacks", f"{f}:{cls}"))
+
+
+@pytest.mark.parametrize("name", ["LiRA", "lira ", "RMIA", "Label_Only"])
+def test_a_plugin_attack_named_like_a_builtin_up_to_case_and_spaces_is_refused(name):
+    """Names are compared case folded, without spaces, underscores and hyphens: "LiRA" and "lira "
+    would read as LiRA in every table."""
+    from attacks.base import Attack
+    from harness.core.errors import ConfigError
+    from harness.run.attack_set import check_attack_names
+
+    cls = type("Renamed", (Attack,), {"name": name})
+    with pytest.raises(ConfigError, match="a built-in attack's name"):
+        check_attack_names(["my.py:Renamed"], [cls])
+    fresh = type("Fresh", (Attack,), {"name": "mine"})
+    twin = type("Twin", (Attack,), {"name": "MINE "})
+    with pytest.raises(ConfigError, match="both named"):
+        check_attack_names(["a.py:Fresh", "b.py:Twin"], [fresh, twin])

@@ -63,28 +63,35 @@ def check_attack_names(refs: list[str], classes: list[type[Attack]]) -> None:
     reference of another of the run's attacks (``attack.names``, the defense's adaptive and
     ablation attacks); and two of the run's attacks that share a ``name``. An attack's results are
     labelled by its ``name``: a plugin named "lira" would be read as LiRA."""
-    builtins = kind("attacks").builtins
+    builtins = {normalized_name(b) for b in kind("attacks").builtins}
     fix = "give its class another name (name = \"...\")"
     seen: dict[str, str] = {}
     for ref, cls in zip(refs, classes):
         name = getattr(cls, "name", None)
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"attack {ref!r} declares no name: its results are labelled by it; {fix}")
+        key = normalized_name(name)
         if not is_builtin_attack(cls):
-            if name in builtins:
-                raise ConfigError(f"attack {ref!r} is named {name!r}, a built-in attack's name: an attack's "
-                                  f"results are labelled by its name, so a plugin may not take a built-in's or "
-                                  f"another of the run's attacks' name; {fix}")
-            other = next((r for r in refs if r == name and r != ref), None)
+            if key in builtins:
+                raise ConfigError(f"attack {ref!r} is named {name!r}, a built-in attack's name (compared without case "
+                                  f"and spaces): an attack's results are labelled by its name, so a plugin may not "
+                                  f"take a built-in's or another of the run's attacks' name; {fix}")
+            other = next((r for r in refs if normalized_name(r) == key and r != ref), None)
             if other is not None:
                 raise ConfigError(f"attack {ref!r} is named {name!r}, the name of the run's attack {other!r} "
                                   f"(attack.names or the defense's declared attacks): results are labelled by name; "
                                   f"{fix}")
-        if name in seen:
-            raise ConfigError(f"attacks {seen[name]!r} and {ref!r} are both named {name!r}: two attacks of one run "
-                              f"may not share a name (results are labelled by it); give one class another name "
-                              f"(name = \"...\")")
-        seen[name] = ref
+        if key in seen:
+            raise ConfigError(f"attacks {seen[key]!r} and {ref!r} are both named {name!r} (compared without case and "
+                              f"spaces): two attacks of one run may not share a name (results are labelled by it); "
+                              f"give one class another name (name = \"...\")")
+        seen[key] = ref
+
+
+def normalized_name(name: str) -> str:
+    """An attack's name as names are compared: case folded, spaces, underscores and hyphens dropped
+    ("LiRA", "lira ", "L_i-RA" are all "lira")."""
+    return "".join(ch for ch in name.casefold() if ch not in " \t_-")
 
 
 def load_attacks(names: list[str], params: dict[str, dict[str, Any]] | None = None) -> list[Attack]:
