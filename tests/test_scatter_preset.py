@@ -62,8 +62,8 @@ def test_a_toy_run_of_the_preset_fits_and_finds_its_mislabeled_canaries(cifar_su
     data = _small_cifar(cifar_subset, tmp_path / "cifar", per_batch=80, test=120)
     res = runner.invoke(app, ["evaluate", "undefended", "--preset", "cifar10-scatter", "--data-dir", str(data),
                               "--models", "6", "--audit-size", "40", "--set", "audit.population_samples=40",
-                              "--level", "sample", "--set", "attack.bootstrap=20", "--workers", "1",
-                              "--out", str(tmp_path / "runs")])
+                              "--set", "data.validation_size=40", "--level", "sample", "--set",
+                              "attack.bootstrap=20", "--workers", "1", "--out", str(tmp_path / "runs")])
     assert res.exit_code == 0, res.output
     assert "Fixed features of" in res.output  # computed before training, once, in the run's process
     (run_dir,) = (tmp_path / "runs").iterdir()
@@ -73,3 +73,30 @@ def test_a_toy_run_of_the_preset_fits_and_finds_its_mislabeled_canaries(cifar_su
     lira = next(r for r in level["attacks"] if r["name"] == "lira" and r["primary"])
     assert lira["auc"] > 0.8  # the head memorizes its mislabeled members
     assert any((tmp_path / "features").rglob("*.values.npy"))  # the features were cached on disk
+
+
+@pytest.mark.slow
+def test_tune_dpsgd_on_the_preset_meets_its_target_on_validation_and_on_test(cifar_subset, tmp_path, monkeypatch):
+    """Issue 64's done-when at toy scale: `harness tune dpsgd --preset cifar10-scatter --min-accuracy A`
+    picks the noisiest setting whose validation accuracy meets A, and its evaluation (`--from-tune`, the
+    tune's models reused) meets A on the test images within two of its SEs; the tune never reads them."""
+    monkeypatch.setenv("HARNESS_FEATURE_CACHE", str(tmp_path / "features"))
+    data = _small_cifar(cifar_subset, tmp_path / "cifar", per_batch=160, test=300)
+    out = tmp_path / "tune"
+    common = ["--set", "audit.size=40", "--set", "audit.population_samples=40", "--set", "data.validation_size=200",
+              "--set", "audit.canary=mislabeled", "--set", "attack.bootstrap=20", "--workers", "1"]
+    res = runner.invoke(app, ["tune", "dpsgd", "--preset", "cifar10-scatter", "--data-dir", str(data), "--models", "6",
+                              "--min-accuracy", "0.3", "--grid", "noise_multiplier=0.2,2,20", "--out", str(out),
+                              *common])
+    assert res.exit_code == 0, res.output
+    tune = json.loads((out / "tune.json").read_text())
+    by = {s["params"]["defense_params.noise_multiplier"]: s["validation_accuracy"]["mean"] for s in tune["settings"]}
+    chosen = tune["choice"]["params"]["defense_params.noise_multiplier"]
+    assert by[chosen] >= 0.3 and all(by[v] < 0.3 for v in by if v > chosen), by
+    assert by[0.2] > by[20] + 0.1  # the noise costs accuracy
+    res = runner.invoke(app, ["evaluate", "--from-tune", str(out / "tune.json"), "--level", "sample"])
+    assert res.exit_code == 0, res.output
+    assert "Resuming: " in res.output  # the tune's models of that setting
+    results = json.loads(Path(tune["choice"]["run_dir"], "results.json").read_text())
+    test = results["sample"]["test_accuracy"]
+    assert test["mean"] >= 0.3 - 2 * test["se"]
