@@ -121,6 +121,10 @@ class CanaryGenerator(ABC):
     description: ClassVar[str]
     #: whether the canaries carry neighbour images (``Canaries.neighbour_x``) for the neighbour attacks
     provides_neighbours: ClassVar[bool] = False
+    #: whether each canary keeps its pool image and takes a label drawn uniformly from the K - 1 others,
+    #: independently of everything else (``mislabeled``): a model that never trained on a canary predicts
+    #: its label only by chance, which the membership-provenance test reads (harness.core.checks)
+    random_wrong_label: ClassVar[bool] = False
 
     def __init__(self, **params: Any) -> None:
         if params:

@@ -35,6 +35,7 @@ def wrong_labels(y: np.ndarray, ctx: CanaryContext, positions: slice | np.ndarra
 class Mislabeled(CanaryGenerator):
     name = "mislabeled"
     description = "audit samples with a uniformly random wrong label (all evaluated)"
+    random_wrong_label = True
 
     def apply(self, x: np.ndarray, y: np.ndarray, ctx: CanaryContext) -> Canaries:
         return Canaries(x=x.copy(), y=wrong_labels(y, ctx), evaluated=np.ones(len(y), dtype=bool))

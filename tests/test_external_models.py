@@ -94,7 +94,11 @@ def model_like_outputs(plan: Path, name: str, rng: np.random.Generator, right: f
     q, a, _ = e["logits_shape"]
     with np.load(plan / "data.npz") as d, np.load(plan / e["files"]["query"]) as qf, \
             np.load(plan / e["files"]["design"]) as z:
-        y_test, y, pop = d["y_test"], qf["y"], z["population_indices"]
+        y_test, y, pop = d["y_test"], qf["y"].copy(), z["population_indices"]
+        audit = z["audit_indices"]
+        # the audit rows as a model that never trained on them answers: with the image's own label (a
+        # mislabeled canary's random label is known only to the models that trained on it)
+        y[:len(audit)] = d["y_train"][audit]
     shared = np.random.default_rng(zlib.crc32(f"{meta['fingerprint']}/{name}".encode()))
 
     def base(labels: np.ndarray) -> np.ndarray:
@@ -128,10 +132,12 @@ def synthetic_outputs(plan: Path, out: Path, seed: int = 0, models: list[int] | 
     return out
 
 
-def harness_recipe_trainer(plan: Path, out: Path, dtype: str = "float32") -> Path:
+def harness_recipe_trainer(plan: Path, out: Path, dtype: str = "float32",
+                           rows: dict[str, dict[int, np.ndarray]] | None = None) -> Path:
     """An outside trainer that reads nothing but the plan's files and trains each model with the
     harness's own undefended recipe code (one stacked group per model), seeded from plan.json: its
-    models must be the built-in run's."""
+    models must be the built-in run's. ``rows``: per experiment, training rows (of train.npz's x)
+    that replace the plan's for some models (a trainer that does not follow the plan)."""
     from defenses.base import FitContext, LabeledImages
     from defenses.undefended import Undefended
     from harness.core.config import TrainConfig
@@ -148,9 +154,10 @@ def harness_recipe_trainer(plan: Path, out: Path, dtype: str = "float32") -> Pat
         with np.load(plan / e["files"]["train"]) as t, np.load(plan / e["files"]["query"]) as q:
             x, y, idx, off, views = t["x"], t["y"], t["train_indices"], t["train_offsets"], q["views"]
         for i in range(meta["num_models"]):
-            rows = idx[off[i]:off[i + 1]]
+            mine = ((rows or {}).get(name) or {}).get(i)
+            mine = idx[off[i]:off[i + 1]] if mine is None else mine
             ctx = FitContext(seed=meta["models"][i]["seed"], device="cpu", train=cfg)
-            (served,) = Undefended().fit_group([LabeledImages(x[rows], y[rows], k, mean, std, aug)], [ctx])
+            (served,) = Undefended().fit_group([LabeledImages(x[mine], y[mine], k, mean, std, aug)], [ctx])
             # queried part by part and view by view, as the harness's jobs query (same batches, same rounding)
             logits = np.concatenate([np.stack([served.query(views[p["start"]:p["stop"], a]) for a in
                                                range(views.shape[1])], axis=1) for p in e["query_parts"]])

@@ -141,7 +141,9 @@ CASES = {
     "two models swapped": (lambda p, o: _swap(o / "sample-mislabeled" / "model_0003.npz",
                                               o / "sample-mislabeled" / "model_0005.npz"),
                            "model_0003.npz and "),
-    "a model trained on another set": (_shuffled, "model_0002.npz fit its members far less than the other models"),
+    # its membership ignores the plan: it answers canaries the plan says it never saw with their random label
+    "a model trained on another set": (_shuffled, "model_0002.npz predicts the (random) canary label of canaries the "
+                                                  "plan says it never trained on far above chance"),
     "probabilities": (lambda p, o: _probabilities(o), "its logits are probabilities (every row in [0, 1], summing to 1)"),
     "no test outputs": (lambda p, o: _all(o, lambda f: _rewrite(f, test_logits=None)), "lacks 'test_logits'"),
     "two models at chance": (lambda p, o: _at_chance(o), "model_0002.npz, "),

@@ -372,6 +372,21 @@ def _validation_accuracy(metas: list[dict[str, Any]], images: int) -> dict[str, 
                                     **_accuracy_se(metas, "validation_correct", images)}}
 
 
+def level_provenance(ld: Any, outputs: np.ndarray, pool_labels: np.ndarray, cols: np.ndarray) -> Any:
+    """The membership-provenance test (harness.core.checks.provenance_stats) of a level whose canaries
+    keep their pool image and take a random wrong label (``random_wrong_label``); None for others.
+    ``outputs`` (S, len(cols), K): every model's outputs at view 0 on the audit samples ``cols``;
+    ``pool_labels``: the training pool's labels (the canaries' original labels)."""
+    from harness.core.checks import provenance_stats
+    from harness.plugins import resolve
+
+    if not getattr(resolve("canaries", ld.canary), "random_wrong_label", False):
+        return None
+    original = np.asarray(pool_labels)[np.asarray(ld.design.audit_indices)[cols]]
+    return provenance_stats(np.asarray(outputs).argmax(-1), ld.canaries.y[cols], original,
+                            ld.design.membership[:, cols], outputs.shape[-1])
+
+
 def _member_accuracy(metas: list[dict[str, Any]]) -> dict[str, Any]:
     """``member_accuracy``: each model's accuracy on the audit samples it trained on, against the labels
     it trained with (population level: its train accuracy on those images; sample level: the share of
@@ -540,7 +555,7 @@ def evaluate_level(
     the leak's attacks ran is an error."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
-    y_test, y_val = run.load_eval_labels()
+    y_test, y_val, y_train = run.load_eval_labels()
     pop_labels = y_test[ld.population_indices] if len(ld.population_indices) else None
     inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership,
                       population_labels=pop_labels, trained_with_augmentation=trained_with_augmentation(cfg))
@@ -650,7 +665,8 @@ def evaluate_level(
     }
     served = ls.signals["logits"]
     cols = check_columns(served.shape[1])  # at most MAX_CHECK_SAMPLES audit samples, evenly spaced
-    stats = membership_stats(level, label_scores(served[:, cols, 0], ld.canaries.y[cols]), ld.design.membership[:, cols])
+    stats = membership_stats(level, label_scores(served[:, cols, 0], ld.canaries.y[cols]), ld.design.membership[:, cols],
+                             level_provenance(ld, served[:, cols, 0], y_train, cols))
     pop = ls.signals.get("population_logits")
     outputs = LevelOutputs.of(served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
                                                                             pop[i].reshape(-1, pop.shape[-1])])

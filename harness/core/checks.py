@@ -27,8 +27,21 @@ test (normal approximation):
   as DP-SGD's or a defense's with a random mask do, are not outliers). A model whose rows or
   membership are shuffled fits nothing while the others fit alike.
 
-Every test of every experiment (S^2 per experiment: S(S-1) pairs and S own tests) is one family,
-Bonferroni-corrected at :data:`ALPHA`: a z above ``Phi^-1(1 - ALPHA / tests)`` fails the check
+- **provenance** i (experiments whose canaries keep their image and take a uniformly random wrong
+  label, ``mislabeled``): does model i predict the canary label of the canaries the plan says it
+  never trained on more often than chance? A model that never saw canary c's label r answers r only
+  by chance: given its prediction p on c, ``P(p = r) = 1 / (K - 1)`` where ``p`` is not c's original
+  label (r is uniform over the K - 1 other labels, independent of the model) and 0 where it is. So
+  the count ``x_i`` of its plan non-members it answers with their canary label is exactly
+  ``Binomial(n_i, 1 / (K - 1))`` with ``n_i`` its plan non-members answered with another label than
+  their original one, whatever the model; the one-sided binomial p-value is turned into a z
+  (``Phi^-1(1 - p)``). A model trained on its own random half of the canaries instead of the plan's
+  predicts the random labels of the canaries it did train on (the issue-65 case: 11-57% of its plan
+  non-members, against about 5% by chance). This catches membership that ignores the plan, which
+  the pair and own tests cannot where every model ignores it alike.
+
+Every test of every experiment (S^2 per experiment: S(S-1) pairs and S own tests, and S provenance
+tests where they apply) is one family, Bonferroni-corrected at :data:`ALPHA`: a z above ``Phi^-1(1 - ALPHA / tests)`` fails the check
 (4.9 for two experiments of 32 models). Its false-alarm rate is at most ALPHA where every model fits
 its members at least as well as its non-members (measured on simulated runs whose models fit
 unequally too, benchmarks/bench_checks.py);
@@ -114,20 +127,53 @@ def rank_sums(values: np.ndarray, first: np.ndarray, second: np.ndarray) -> tupl
 
 @dataclass(frozen=True)
 class MembershipStats:
-    """One experiment's membership-consistency statistics (:func:`membership_stats`)."""
+    """One experiment's membership-consistency statistics (:func:`membership_stats`), with the
+    provenance test's (:func:`provenance_stats`) where it applies."""
 
     experiment: str
     own_auc: np.ndarray  # (S,) AUC of each model's own members over its non-members
     own_z: np.ndarray  # (S,) (median AUC - AUC_i) / se
     pair_z: np.ndarray  # (S, S) z of "model i's outputs fit model j's members better than its own"; diagonal -inf
+    provenance: "Provenance | None" = None
 
     @property
     def num_tests(self) -> int:
-        return int(len(self.own_auc) ** 2)
+        return int(len(self.own_auc) ** 2) + (len(self.provenance.z) if self.provenance is not None else 0)
 
 
-def membership_stats(experiment: str, scores: np.ndarray, membership: np.ndarray) -> MembershipStats:
-    """The pair and own tests of the module docstring on scores (S, C) and membership (S, C)."""
+@dataclass(frozen=True)
+class Provenance:
+    """The provenance test of each model (module docstring): ``hits`` of its plan non-members answered
+    with their canary label, out of ``trials`` answered with another label than their original one;
+    ``expected`` = trials / (K - 1); ``z`` from the exact binomial upper tail."""
+
+    hits: np.ndarray  # (S,)
+    trials: np.ndarray  # (S,)
+    expected: np.ndarray  # (S,)
+    z: np.ndarray  # (S,)
+
+
+def provenance_stats(predictions: np.ndarray, canary_labels: np.ndarray, original_labels: np.ndarray,
+                     membership: np.ndarray, num_classes: int) -> Provenance:
+    """The provenance test (module docstring) of predictions (S, C) at view 0 on canaries whose
+    labels ``canary_labels`` (C,) were drawn uniformly from the ``num_classes - 1`` labels other than
+    ``original_labels`` (C,), for the plan's ``membership`` (S, C)."""
+    from scipy.stats import binom, norm
+
+    pred = np.asarray(predictions)
+    out = ~np.asarray(membership, bool)
+    trials = (out & (pred != np.asarray(original_labels)[None])).sum(1)
+    hits = (out & (pred == np.asarray(canary_labels)[None])).sum(1)
+    q = 1.0 / (num_classes - 1)
+    p = binom.sf(hits - 1, trials, q)  # P(X >= hits)
+    z = np.clip(norm.isf(np.clip(p, 1e-300, 1.0)), -40.0, 40.0)  # finite: results.json holds numbers
+    return Provenance(hits.astype(np.int64), trials.astype(np.int64), trials * q, z)
+
+
+def membership_stats(experiment: str, scores: np.ndarray, membership: np.ndarray,
+                     provenance: Provenance | None = None) -> MembershipStats:
+    """The pair and own tests of the module docstring on scores (S, C) and membership (S, C), with
+    the experiment's provenance test (:func:`provenance_stats`) where it applies."""
     m = np.asarray(membership, bool)
     s_models, c = m.shape
     z = _standardize(np.asarray(scores, np.float64))
@@ -151,7 +197,7 @@ def membership_stats(experiment: str, scores: np.ndarray, membership: np.ndarray
         spread = max(mad ** 2 - float(np.median(var[valid])), 0.0) if valid.any() else 0.0  # fits that differ
         se = np.sqrt(var * (1 + math.pi / (2 * max(s_models - 1, 1))) + spread)
         own_z = np.where(valid, (np.median(own_auc) - own_auc) / se, 0.0)
-    return MembershipStats(experiment, own_auc, own_z, pair_z)
+    return MembershipStats(experiment, own_auc, own_z, pair_z, provenance)
 
 
 def threshold(num_tests: int, alpha: float = ALPHA) -> float:
@@ -203,9 +249,24 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
                 findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit the members of {_name(j, nm)} "
                                 f"better than its own (z = {st.pair_z[i, j]:.1f} > {t:.1f}): models swapped or "
                                 "permuted?")
+        prov = st.provenance
+        trained_off_plan = set()
+        if prov is not None:
+            bad = [int(i) for i in np.flatnonzero(prov.z > t)]
+            trained_off_plan = set(bad)
+            if bad:
+                worst = max(bad, key=lambda i: prov.z[i])
+                one = len(bad) == 1
+                findings.append(
+                    f"{st.experiment}: {_listing(bad, nm)} {'predicts' if one else 'predict'} the (random) canary label "
+                    f"of canaries the plan says {'it' if one else 'they'} never trained on far above chance "
+                    f"({_name(worst, nm)}: {prov.hits[worst]} of its "
+                    f"{prov.trials[worst]} plan non-members answered with another label than their own, where chance "
+                    f"gives {prov.expected[worst]:.1f}; z = {prov.z[worst]:.1f} > {t:.1f}): trained on another "
+                    "membership than the plan's (each model must train on exactly its plan members)")
         for i in np.flatnonzero(st.own_z > t):
             i = int(i)
-            if any(i in pair for pair in done):
+            if any(i in pair for pair in done) or i in trained_off_plan:
                 continue
             findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit its members far less than the other "
                             f"models fit theirs (AUC {st.own_auc[i]:.2f} against a median of "
@@ -215,6 +276,9 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
         experiments[st.experiment] = {
             "median_auc": float(np.median(st.own_auc)), "min_auc": float(st.own_auc.min()),
             "max_pair_z": float(pair.max()) if pair.size else None, "max_own_z": float(st.own_z.max()),
+            **({"max_provenance_z": float(prov.z.max()),
+                "provenance_hit_rate": float(prov.hits.sum() / max(int(prov.trials.sum()), 1))}
+               if prov is not None else {}),
         }
     record = {"alpha": alpha, "tests": tests, "threshold_z": t, "passed": not findings,
               "experiments": experiments, "findings": findings}

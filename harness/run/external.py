@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from harness.core import jsonio
+from harness.core.accuracy import pack_correct
 from harness.core.config import ExperimentConfig, apply_overrides, validate_config
 from harness.core.data import ImageDataset, load_dataset
 from harness.core.errors import ConfigError
@@ -731,6 +732,7 @@ def _model_signals(job: ImportJob, ld: LevelDesign, level_fp: str, j: int, out: 
         "plan_model_index": job.kept[j],
         "train_size": int(e["train_sizes"][job.kept[j]]),
         "test_accuracy": acc,
+        "test_correct": pack_correct(out.test_logits.argmax(-1) == data.y_test),  # the accuracy's SE
         "test_accuracy_source": source,
         "test_accuracy_claimed": out.claimed_accuracy,
         "train_accuracy_audit_members": float((logits[:len(member)][member, 0].argmax(-1) ==

@@ -363,6 +363,7 @@ class RowLabels:
     population_rows: np.ndarray  # the query rows of the population part
     population_test: np.ndarray  # their indices into x_test
     query_shape: tuple[int, int, int]
+    audit_original: np.ndarray  # (C,) the audit samples' labels in the training pool (before any canary)
 
     @classmethod
     def of(cls, experiment: str, meta: dict[str, Any], level: Any, x_train: np.ndarray, y_train: np.ndarray,
@@ -388,7 +389,7 @@ class RowLabels:
             accepted[p0:p1, 0] = test_labels[pop_test]
             parts["population"] = pop_rows
         return cls(experiment, {k: v for k, v in parts.items() if len(v)}, accepted, np.asarray(test_labels),
-                   pop_rows, pop_test, tuple(int(x) for x in meta["logits_shape"]))
+                   pop_rows, pop_test, tuple(int(x) for x in meta["logits_shape"]), np.asarray(y_train[audit]))
 
     def hits(self, pred: np.ndarray) -> dict[str, tuple[int, int]]:
         """Per part, (rows whose prediction ``pred`` (Q,) is one of their accepted labels, rows)."""
@@ -761,7 +762,8 @@ def check_models(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]], kep
     ConfigError (one line, naming the files) for the first that fails; a failed membership check
     only without ``force``. Returns the checks ``force`` accepted."""
     from harness.core.checks import LevelOutputs, check_columns, degenerate_outputs, label_scores, membership_check, \
-        membership_stats
+        membership_stats, provenance_stats
+    from harness.plugins import resolve
 
     names = {e: [output_name(i) for i in kept] for e in plan.experiments}  # the files of OUTPUTS/<experiment>/
     outputs = degenerate_outputs({e: LevelOutputs.of([np.concatenate([models[e][i].logits.reshape(-1, models[e][i].logits.shape[-1]),
@@ -783,7 +785,12 @@ def check_models(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]], kep
         c = ld.design.audit_size
         cols = check_columns(c)  # as the attack phase: at most MAX_CHECK_SAMPLES audit samples, evenly spaced
         logits = np.stack([models[e][i].logits[cols, 0] for i in kept])
-        stats.append(membership_stats(e, label_scores(logits, ld.canaries.y[cols]), ld.design.membership[kept][:, cols]))
+        prov = None
+        if getattr(resolve("canaries", ld.canary), "random_wrong_label", False):  # the provenance test
+            prov = provenance_stats(logits.argmax(-1), ld.canaries.y[cols], labels[e].audit_original[cols],
+                                    ld.design.membership[kept][:, cols], logits.shape[-1])
+        stats.append(membership_stats(e, label_scores(logits, ld.canaries.y[cols]), ld.design.membership[kept][:, cols],
+                                      prov))
     member = membership_check(stats, names)
     if member.passed:
         return []

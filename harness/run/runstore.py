@@ -484,15 +484,16 @@ class RunDir:
         except Exception as e:  # any failure to read it back means the file is damaged
             raise DamagedFileError(path, _reason(e), self.repair_hint()) from e
 
-    def load_eval_labels(self) -> tuple[np.ndarray, np.ndarray]:
-        """(test labels, validation labels) of the run's dataset, read without its images (the
-        attack phase needs no image); the validation labels are empty where none are held out."""
+    def load_eval_labels(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(test labels, validation labels, training-pool labels) of the run's dataset, read without
+        its images (the attack phase needs no image); the validation labels are empty where none are
+        held out."""
         path = self.path / "data.npz"
         if not path.is_file():
             raise RunDirError(f"{path} is missing; {self.repair_hint()}")
         try:
             with np.load(path) as z:
-                return z["y_test"], z["y_val"] if "y_val" in z.files else np.zeros(0, np.int64)
+                return (z["y_test"], z["y_val"] if "y_val" in z.files else np.zeros(0, np.int64), z["y_train"])
         except Exception as e:  # any failure to read it back means the file is damaged
             raise DamagedFileError(path, _reason(e), self.repair_hint()) from e
 
