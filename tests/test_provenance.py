@@ -66,10 +66,10 @@ def test_models_that_ignore_the_plan_are_named():
     """Every model trained on its own random half (nothing else tells it from a perfectly private
     defense), or half of them: each such model is named, the plan-following ones are not."""
     rng = np.random.default_rng(1)
-    plan, own = _halves(rng, 16, 60), _halves(rng, 16, 60)
+    plan, own = _halves(rng, 16, 100), _halves(rng, 16, 100)
     for trained, named in ((own, set(range(16))), (np.where(np.arange(16)[:, None] % 2 == 0, own, plan),
                                                    set(range(0, 16, 2)))):
-        pred, canary, original, _ = _game(rng, 16, 60, fit=0.6, accuracy=0.5, trained=trained, plan=plan)
+        pred, canary, original, _ = _game(rng, 16, 100, fit=0.8, accuracy=0.5, trained=trained, plan=plan)
         prov = provenance_stats(pred, canary, original, plan, 10)
         st = membership_stats("sample-mislabeled", np.zeros(pred.shape), plan, prov)
         res = membership_check([st])
@@ -77,9 +77,9 @@ def test_models_that_ignore_the_plan_are_named():
         from harness.core.checks import threshold
 
         flagged = set(int(i) for i in np.flatnonzero(prov.z > threshold(st.num_tests)))
-        assert flagged <= named and len(flagged) >= 0.75 * len(named)  # 60 canaries: most, never a plan-follower
+        assert flagged <= named and len(flagged) >= 0.75 * len(named)  # most of them, never a plan-follower
     assert membership_check([membership_stats("s", np.zeros(pred.shape), plan, provenance_stats(
-        *_game(rng, 16, 60, fit=0.6, accuracy=0.5, plan=plan)[:3], plan, 10))]).passed
+        *_game(rng, 16, 100, fit=0.8, accuracy=0.5, plan=plan)[:3], plan, 10))]).passed
 
 
 @pytest.fixture(scope="module")
