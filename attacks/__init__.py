@@ -12,6 +12,7 @@ KIND = PluginKind("attacks", "attack", {
     "lira-offline": "attacks.lira:LiRAOffline",
     "lira-raw": "attacks.lira:LiRARaw",
     "lira-averaged": "attacks.lira:LiRAAveraged",
+    "lira-scaled": "attacks.lira:LiRAScaled",
     "rmia": "attacks.rmia:RMIA",
     "label-only": "attacks.label_only:LabelOnly",
     "threshold": "attacks.threshold:GlobalThreshold",

@@ -371,3 +371,52 @@ class LiRAAveraged(LiRA):
                    "(randomized serving)")
     needs = frozenset({"logits_averaged"})
     signal = "logits_averaged"
+
+
+def model_scales(inp: AttackInput) -> np.ndarray:
+    """Each model's answer scale (S,): the standard deviation, over rows and classes, of its outputs on
+    the rows every model answers, each row centred over its classes; the population rows at view 0
+    (test images no model trained on) where the run saved them, else the audit rows at view 0."""
+    pop = inp.signals.get("population_logits")
+    rows = pop if pop is not None and pop.shape[1] else inp.signals["logits"]
+    out = np.empty(rows.shape[0])
+    for i in range(rows.shape[0]):  # one model at a time: no float64 copy of the whole stack
+        x = np.asarray(rows[i, :, 0], np.float64)
+        out[i] = (x - x.mean(-1, keepdims=True)).std()
+    return np.maximum(out, 1e-12)
+
+
+class LiRAScaled(LiRA):
+    """LiRA on each model's outputs divided by that model's own answer scale (:func:`model_scales`):
+    invariant to a per-model scale of the outputs (a temperature per model, labels served as one-hot
+    or as ten times one-hot), which the fixed Gaussians of :class:`LiRA` are not: a defense or an
+    outside trainer whose models answer at different scales reads private to LiRA for that reason
+    alone (issue 65: logits times a per-model T, log-uniform in [0.1, 10], took LiRA from 92% to 0.3%).
+    The harness adds it to every run's leak (docs/protocol.md, Attacks and their primary variants).
+    Variants and primary as :class:`LiRA`."""
+
+    name = "lira-scaled"
+    description = "LiRA on each model's outputs divided by its own answer scale on the rows every model answers"
+    needs = frozenset({"logits"})
+
+    def score(self, inp: AttackInput) -> dict[str, np.ndarray]:
+        scales = model_scales(inp)
+        # each model's outputs times (the models' geometric mean scale / its own): an honest run's outputs
+        # stay about as they are, and every model answers at one scale
+        factors = np.exp(np.log(scales).mean()) / scales
+        return lira_variants(_Rescaled(inp.signals[self.signal], factors), inp.labels, inp.membership,
+                             online=self.online, balanced=self.shadows == "balanced")
+
+
+class _Rescaled:
+    """(S, C, ...) outputs read as ``x[i] * factors[i]``, slice by slice of the sample axis (what
+    :func:`lira_variants` reads), without a scaled copy of the whole stack."""
+
+    def __init__(self, x: np.ndarray, factors: np.ndarray) -> None:
+        self.x, self.shape, self.dtype = x, x.shape, np.float64
+        self.factors = factors.reshape(-1, *([1] * (x.ndim - 1)))
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        if not (isinstance(key, tuple) and len(key) == 2 and key[0] == slice(None) and isinstance(key[1], slice)):
+            raise TypeError(f"rescaled outputs are read as [:, i:j], got {key!r}")
+        return np.asarray(self.x[key], np.float64) * self.factors

@@ -225,6 +225,9 @@ def load_level_signals(run: RunDir, level: str, num_models: int) -> LevelSignals
     return LevelSignals(signals=signals, metas=metas)
 
 
+#: the scale-invariant LiRA the harness adds to every run's leak (attacks.lira.LiRAScaled)
+SCALED = "lira-scaled"
+
 #: why a run's attack that is neither in the leak's fixed set nor declared is left out of the figures
 ABLATION = ("an ablation: neither a configured built-in attack, an adaptation the harness added, nor a served declared "
             "attack; reported, never in the figures")
@@ -773,9 +776,15 @@ def evaluate_run(
         if "lira-averaged" not in [a.name for a in attacks]:
             attacks = [*attacks, *load_attacks(["lira-averaged"])]
         adapted.append("lira-averaged")
+    prespecified = (adapted or configured or declared or [None])[0]
+    if first is not None:
+        # every run: LiRA on each model's outputs at one scale (a per-model temperature, or labels served
+        # at any scale, would otherwise read private to LiRA for that alone: attacks.lira.LiRAScaled)
+        if SCALED not in [a.name for a in attacks]:
+            attacks = [*attacks, *load_attacks([SCALED])]
+        adapted.append(SCALED)
     roles = AttackRoles(ranked=tuple(dict.fromkeys([*configured, *adapted, *declared])), declared=tuple(declared),
-                        prespecified=(adapted or configured or declared or [None])[0],
-                        own=tuple(dict.fromkeys([*configured, *adapted])))
+                        prespecified=prespecified, own=tuple(dict.fromkeys([*configured, *adapted])))
     results["attack_roles"] = {"configured": configured, "adapted": adapted, "declared": declared,
                                "prespecified": roles.prespecified}
     if serving_lines:
