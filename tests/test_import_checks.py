@@ -131,6 +131,15 @@ def _shuffled(plan: Path, outputs: Path) -> None:
     shutil.copy(other / "sample-mislabeled" / "model_0002.npz", outputs / "sample-mislabeled" / "model_0002.npz")
 
 
+def _copied_test_outputs(outputs: Path) -> None:
+    """Every file's test outputs (and their claimed accuracy) copied from model 0 of its experiment."""
+    for e in outputs.iterdir():
+        with np.load(e / "model_0000.npz") as z:
+            test, acc = z["test_logits"].copy(), z["test_accuracy"].copy()
+        for f in sorted(e.glob("model_*.npz"))[1:]:
+            _rewrite(f, test_logits=test, test_accuracy=acc)
+
+
 #: each kind of bad output folder of issue 46 and 48: (damage, what the error line says)
 CASES = {
     "all-zero logits, claimed accuracy": (lambda p, o: _zeros(o, claim=True),
@@ -150,6 +159,8 @@ CASES = {
     "experiment folders swapped": (lambda p, o: _folders_swapped(o),
                                    "was written for experiment 'sample-mislabeled' but lies in the folder of "
                                    "'population'"),
+    "test outputs copied from one model": (lambda p, o: _copied_test_outputs(o),
+                                           "model_0001.npz's test_logits answer the 497 test images its logits query"),
     "fingerprint saved as bytes": (lambda p, o: _fingerprint_bytes(o),
                                    "plan_fingerprint is the right value saved as bytes (dtype |S64)"),
 }

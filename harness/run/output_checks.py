@@ -604,6 +604,41 @@ def utility_findings(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]],
             "again")
 
 
+def test_outputs_findings(models: dict[str, dict[int, ModelOutputs]], kept: list[int], labels: dict[str, RowLabels],
+                          outputs_dir: Path) -> str | None:
+    """Test outputs that are not the model's own (issue 65: every file's ``test_logits`` copied from one
+    model): the population rows at view 0 are test images, so a model's ``test_logits`` on those images
+    must answer them as its own ``logits`` do. Per model i, ``a_ij`` is the share of the population
+    images on which model i's test predictions equal model j's row predictions; a model whose test
+    outputs agree with another model's rows better than with its own, beyond the binomial noise
+    (``a_ij - a_ii > max(0.02, 4 sqrt(2 a (1 - a) / n))``), or with its own on fewer than half of the
+    images, is refused, naming the model its test outputs belong to."""
+    for e, lab in labels.items():
+        if not len(lab.population_rows):
+            continue
+        test = np.stack([models[e][i].test_logits[lab.population_test].argmax(-1) for i in kept])
+        rows = np.stack([models[e][i].logits[lab.population_rows, 0].argmax(-1) for i in kept])
+        agree = (test[:, None, :] == rows[None, :, :]).mean(-1)  # (S, S): i's test predictions vs j's rows
+        n = test.shape[1]
+        for a, i in enumerate(kept):
+            own = agree[a, a]
+            others = agree[a].copy()
+            others[a] = -1.0
+            b = int(others.argmax())
+            p = (own + others[b]) / 2
+            margin = max(0.02, 4 * float(np.sqrt(2 * p * (1 - p) / n)))
+            if others[b] - own > margin:
+                return (f"{outputs_dir}: {e}/{output_name(i)}'s test_logits answer the {n} test images its logits "
+                        f"query (the population rows at view 0) as {e}/{output_name(kept[b])}'s logits do "
+                        f"({_pct(others[b])} agree), not as its own ({_pct(own)}): test outputs copied from another "
+                        "model? Write each model's own outputs on x_test")
+            if own < 0.5:
+                return (f"{outputs_dir}: {e}/{output_name(i)}'s test_logits agree with its own logits on only "
+                        f"{_pct(own)} of the {n} test images both answer (the population rows at view 0): they are not "
+                        "this model's outputs on x_test")
+    return None
+
+
 #: the axis orders a trainer may have computed its outputs in, other than the plan's (queries, views, classes)
 LAYOUTS = [p for p in permutations(range(3)) if p != (0, 1, 2)]
 
@@ -775,6 +810,7 @@ def check_models(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]], kep
     if copies:
         raise ConfigError(f"{outputs_dir}: {_first(copies)}")
     for finding in (utility_findings(plan, models, kept, labels, names, outputs_dir),
+                    test_outputs_findings(models, kept, labels, outputs_dir),
                     check_rows(models, kept, labels, outputs_dir),
                     check_difference(models, kept, labels, outputs_dir)):
         if finding:
