@@ -140,6 +140,36 @@ def _copied_test_outputs(outputs: Path) -> None:
             _rewrite(f, test_logits=test, test_accuracy=acc)
 
 
+def _classes(outputs: Path, change) -> None:
+    """Every file's logits and test outputs changed along the classes (``change``), no claimed accuracy."""
+    def one(f: Path) -> None:
+        with np.load(f) as z:
+            _rewrite(f, logits=change(z["logits"]), test_logits=change(z["test_logits"]), test_accuracy=None)
+    _all(outputs, one)
+
+
+def _constant_rows(outputs: Path) -> None:
+    def one(f: Path) -> None:
+        with np.load(f) as z:
+            logits = z["logits"].copy()
+        logits[:, 0] = logits[0, 0]
+        _rewrite(f, logits=logits)
+    for f in sorted((outputs / "sample-mislabeled").glob("model_*.npz"))[:2]:
+        one(f)
+
+
+def _complement(plan: Path, outputs: Path) -> None:
+    """Model 2 of the sample level trained on the complement of its plan membership."""
+    meta = json.loads((plan / "plan.json").read_text())
+    member = {}
+    for name, e in meta["experiments"].items():
+        with np.load(plan / e["files"]["train"]) as t:
+            member[name] = t["membership"].copy()
+    member["sample-mislabeled"][2] = ~member["sample-mislabeled"][2]
+    other = fitting_outputs(plan, outputs.with_name("complement"), membership=member)
+    shutil.copy(other / "sample-mislabeled" / "model_0002.npz", outputs / "sample-mislabeled" / "model_0002.npz")
+
+
 #: each kind of bad output folder of issue 46 and 48: (damage, what the error line says)
 CASES = {
     "all-zero logits, claimed accuracy": (lambda p, o: _zeros(o, claim=True),
@@ -161,6 +191,13 @@ CASES = {
                                    "'population'"),
     "test outputs copied from one model": (lambda p, o: _copied_test_outputs(o),
                                            "model_0001.npz's test_logits answer the 497 test images its logits query"),
+    # the right cause of each (issue 65: the first two were told "another plan's files", the third "scrambled")
+    "negated logits": (lambda p, o: _classes(o, lambda a: -a), "its logits look negated: its least likely class is"),
+    "classes rolled by one": (lambda p, o: _classes(o, lambda a: np.roll(a, 1, axis=-1)),
+                              "its classes look rolled by -1 (its class k is the dataset's class k - 1"),
+    "constant query rows": (lambda p, o: _constant_rows(o), "answer every query row at view 0 with the same output"),
+    "a model trained on the complement": (_complement, "it fits its plan non-members better than its plan members "
+                                                       "(AUC 0.00): trained on the complement of its plan membership"),
     "fingerprint saved as bytes": (lambda p, o: _fingerprint_bytes(o),
                                    "plan_fingerprint is the right value saved as bytes (dtype |S64)"),
 }

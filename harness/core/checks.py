@@ -234,26 +234,21 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
     experiments: dict[str, Any] = {}
     for st in stats:
         nm = (names or {}).get(st.experiment)
+        # the most specific cause first: two files swapped (each fits the other's members), then models whose
+        # membership as a whole is not the plan's (provenance; the complement), then the rest
+        named: set[int] = set()
         done: set[tuple[int, int]] = set()
         for i, j in zip(*np.nonzero(st.pair_z > t)):
             i, j = int(i), int(j)
-            if (j, i) in done:
-                continue
-            done.add((i, j))
-            back = st.pair_z[j, i]
-            if back > t:
+            if i < j and st.pair_z[j, i] > t:
+                done.add((i, j))
+                named |= {i, j}
                 findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} and {_name(j, nm)} each fit the "
-                                f"other's members better than their own (z = {st.pair_z[i, j]:.1f}, {back:.1f} > "
-                                f"{t:.1f}): swapped?")
-            else:
-                findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit the members of {_name(j, nm)} "
-                                f"better than its own (z = {st.pair_z[i, j]:.1f} > {t:.1f}): models swapped or "
-                                "permuted?")
+                                f"other's members better than their own (z = {st.pair_z[i, j]:.1f}, "
+                                f"{st.pair_z[j, i]:.1f} > {t:.1f}): swapped?")
         prov = st.provenance
-        trained_off_plan = set()
         if prov is not None:
-            bad = [int(i) for i in np.flatnonzero(prov.z > t)]
-            trained_off_plan = set(bad)
+            bad = [int(i) for i in np.flatnonzero(prov.z > t) if int(i) not in named]
             if bad:
                 worst = max(bad, key=lambda i: prov.z[i])
                 one = len(bad) == 1
@@ -262,11 +257,28 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
                     f"of canaries the plan says {'it' if one else 'they'} never trained on far above chance "
                     f"({_name(worst, nm)}: {prov.hits[worst]} of its "
                     f"{prov.trials[worst]} plan non-members answered with another label than their own, where chance "
-                    f"gives {prov.expected[worst]:.1f}; z = {prov.z[worst]:.1f} > {t:.1f}): trained on another "
-                    "membership than the plan's (each model must train on exactly its plan members)")
+                    f"gives {prov.expected[worst]:.1f}; z = {prov.z[worst]:.1f} > {t:.1f}): "
+                    + (_complement(st.own_auc[worst]) if st.own_auc[worst] < COMPLEMENT_AUC else
+                       "trained on another membership than the plan's") +
+                    " (each model must train on exactly its plan members)")
+                named |= set(bad)
+        complement = {int(i) for i in np.flatnonzero((st.own_z > t) & (st.own_auc < COMPLEMENT_AUC))} - named
+        for i in sorted(complement):
+            findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit its members far less than the other "
+                            f"models fit theirs (AUC {st.own_auc[i]:.2f} against a median of "
+                            f"{float(np.median(st.own_auc)):.2f}, z = {st.own_z[i]:.1f} > {t:.1f}): "
+                            f"{_complement(st.own_auc[i])}")
+        named |= complement
+        for i, j in zip(*np.nonzero(st.pair_z > t)):
+            i, j = int(i), int(j)
+            if i in named or j in named or (j, i) in done:
+                continue
+            done.add((i, j))
+            findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit the members of {_name(j, nm)} "
+                            f"better than its own (z = {st.pair_z[i, j]:.1f} > {t:.1f}): models swapped or permuted?")
         for i in np.flatnonzero(st.own_z > t):
             i = int(i)
-            if any(i in pair for pair in done) or i in trained_off_plan:
+            if any(i in pair for pair in done) or i in named:
                 continue
             findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit its members far less than the other "
                             f"models fit theirs (AUC {st.own_auc[i]:.2f} against a median of "
@@ -283,6 +295,16 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
     record = {"alpha": alpha, "tests": tests, "threshold_z": t, "passed": not findings,
               "experiments": experiments, "findings": findings}
     return CheckResult("membership", findings, record)
+
+
+#: a model whose own-members AUC is below this fits its plan non-members better than its members: named
+#: as trained on the complement of its plan membership
+COMPLEMENT_AUC = 0.35
+
+
+def _complement(auc: float) -> str:
+    return (f"it fits its plan non-members better than its plan members (AUC {auc:.2f}): trained on the complement of "
+            "its plan membership?")
 
 
 def is_constant(outputs: np.ndarray) -> bool:

@@ -441,6 +441,54 @@ def _softmax_top(z: np.ndarray) -> np.ndarray:
     return e.max(-1) / e.sum(-1)
 
 
+def class_order_outputs(test_logits: np.ndarray, labels: RowLabels) -> str | None:
+    """Why a model at or below chance accuracy looks like a trained model whose classes are in another
+    order, or None (issue 65: negated or class-rolled logits were told "another plan's files"):
+
+    - **negated**: its *least* likely class is the label on far more test images than its most likely
+      (the logits' negatives, or losses, were written);
+    - **permuted**: some one-to-one map of its classes onto the dataset's (the best by
+      ``scipy.optimize.linear_sum_assignment`` on the confusion counts) makes it accurate: a roll by r
+      (class k answered as k + r) is named as such.
+
+    Either must beat the accuracy as written by a one-sided binomial test at :data:`ALPHA` and reach at
+    least twice the chance accuracy."""
+    from scipy.optimize import linear_sum_assignment
+    from scipy.stats import binom
+
+    from harness.core.checks import chance_accuracy
+
+    y = np.asarray(labels.test_labels)
+    z = np.asarray(test_logits, np.float64)
+    n, k = z.shape
+    chance = chance_accuracy(y)
+    acc = float((z.argmax(-1) == y).mean())
+
+    def better(rate: float) -> bool:
+        return rate >= 2 * chance and float(binom.sf(round(rate * n) - 1, n, max(acc, chance))) <= ALPHA
+
+    low = float((z.argmin(-1) == y).mean())
+    if better(low):
+        return (f"its logits look negated: its least likely class is the label of {_pct(low)} of the {n} test images, "
+                f"its most likely of {_pct(acc)}: write the logits (higher = more likely), not their negatives or "
+                "per-class losses")
+    pred = z.argmax(-1)
+    counts = np.zeros((k, k), np.int64)
+    np.add.at(counts, (pred, y), 1)
+    rows, cols = linear_sum_assignment(-counts)
+    mapped = float(counts[rows, cols].sum() / n)
+    if better(mapped) and not np.array_equal(rows, cols):
+        shift = {int((c - r) % k) for r, c in zip(rows, cols)}
+        r = shift.pop() if len(shift) == 1 else None
+        r = None if r is None else (r if r <= k // 2 else r - k)
+        how = (f"rolled by {r} (its class k is the dataset's class k {'+' if r > 0 else '-'} {abs(r)}, modulo {k})"
+               if r is not None else
+               "permuted (" + ", ".join(f"its {a} is {b}" for a, b in zip(rows, cols) if a != b)[:120] + ")")
+        return (f"its classes look {how}: read so, it gets {_pct(mapped)} of the {n} test images right, as written "
+                f"{_pct(acc)}: write the outputs in the dataset's class order (data.npz's labels)")
+    return None
+
+
 def foreign_outputs(logits: np.ndarray, test_logits: np.ndarray, claimed: float | None,
                     labels: RowLabels) -> str | None:
     """Why a model's outputs look computed on another plan's images, or None: its test accuracy is at
@@ -596,12 +644,30 @@ def utility_findings(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]],
     for e, bad in utility.record["at_chance"].items():
         for j in bad:
             out = models[e][kept[j]]
+            order = class_order_outputs(out.test_logits, labels[e])
+            if order:
+                return (f"{out.path}: {order} ({len(bad)} of the {len(kept)} files of {e} are at or below chance on "
+                        "this plan's test images)")
             why = foreign_outputs(out.logits, out.test_logits, out.claimed_accuracy, labels[e])
             if why:
                 return (f"{out.path}: {why} Train and query from the files of {plan.path} "
                         f"({len(bad)} of the {len(kept)} files of {e} are at chance on this plan's test images)")
     return (f"{outputs_dir}: {_first(utility.findings)}: a model at chance has learnt nothing to audit; train it "
             "again")
+
+
+def constant_rows_findings(models: dict[str, dict[int, ModelOutputs]], kept: list[int],
+                           outputs_dir: Path) -> str | None:
+    """Models that answer every query row at view 0 alike while their test outputs vary (issue 65: such
+    files were told their rows were scrambled): named as constant rows."""
+    for e, files in models.items():
+        constant = [i for i in kept if (lambda v: (v == v[:1]).all())(np.asarray(files[i].logits)[:, 0])
+                    and not (lambda t: (t == t[:1]).all())(np.asarray(files[i].test_logits))]
+        if constant:
+            return (f"{outputs_dir}: {e}: {_files([files[i].path.name for i in constant])} answer every query row at view "
+                    f"0 with the same output, though their test outputs differ from image to image: write each query "
+                    "row's own output (query.npz's image q at view a)")
+    return None
 
 
 def test_outputs_findings(models: dict[str, dict[int, ModelOutputs]], kept: list[int], labels: dict[str, RowLabels],
@@ -810,6 +876,7 @@ def check_models(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]], kep
     if copies:
         raise ConfigError(f"{outputs_dir}: {_first(copies)}")
     for finding in (utility_findings(plan, models, kept, labels, names, outputs_dir),
+                    constant_rows_findings(models, kept, outputs_dir),
                     test_outputs_findings(models, kept, labels, outputs_dir),
                     check_rows(models, kept, labels, outputs_dir),
                     check_difference(models, kept, labels, outputs_dir)):
