@@ -848,13 +848,14 @@ def evaluate_run(
         rec = test["levels"].get(lv)
         results[lv]["figure"]["flag"] = None if rec is None else {
             "flagged": rec["flagged"], "p_value": rec["p_value"], "top": rec["top"] if rec["flagged"] else None}
+    # an import declares no attack (its "declared headline" is the harness's LiRA, nobody's claim): no warning
     warnings = [headline_test_warning(lv, test, results[lv]["figure"]["declared"]) for lv, rec in test["levels"].items()
-                if rec["flagged"]]
+                if rec["flagged"] and manifest.get("provenance") != "external"]
     if warnings:
         results["warnings"] = warnings
     # the run's one-run epsilon: pre-specified, the sample level's (its first canary experiment), else the population's
     results["one_run_epsilon"] = (results.get("sample") or results.get("population") or {}).get("one_run_epsilon")
-    results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_data().y_test,
+    results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_eval_labels()[0],
                                    (manifest.get("external") or {}).get("forced_checks", []))
     forced = set(results["checks"]["forced"])
     failed = [f"{name} check failed{' (imported with --force)' if name in forced else ''}: {line}"
