@@ -62,6 +62,10 @@ def test_advice_names_the_index_of_the_installed_torch():
     for version in ("2.15.0+cpu", "2.15.0"):  # the CPU index named once, not "... /whl/cpu (or /whl/cpu ...)"
         assert install_advice(version).count("whl/cpu") == 1, install_advice(version)
     assert "(or https://download.pytorch.org/whl/cpu for the CPU build)" in install_advice("2.15.0+cu132")
+    # where download.pytorch.org cannot be reached (a PyPI mirror only): a matching pair of PyPI releases
+    assert "where that index cannot be reached, a matching pair from PyPI: pip install --force-reinstall " \
+           "'torch==2.14.*' 'torchvision==0.29.*'" in install_advice("2.14.1+cu130")
+    assert "'torch==2.9.*' 'torchvision==0.24.*'" in install_advice("2.9.1")  # the pair this project's CI has used
 
 
 def _fake_torchvision(root: Path, version: str, init: str = "") -> Path:

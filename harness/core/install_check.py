@@ -92,9 +92,22 @@ def install_advice(torch_version: str | None) -> str:
     label = _build(torch_version or "") or "cpu"
     index = f"{TORCH_INDEX}/{label}" if re.fullmatch(r"cpu|cu\d+|rocm[\d.]+|xpu", label) else f"{TORCH_INDEX}/cpu"
     cpu = f"{TORCH_INDEX}/cpu"
+    pair = pypi_pair(torch_version)
     return (f"install both from one index: pip install --force-reinstall torch torchvision --index-url {index} "
             + (f"(or {cpu} for the CPU build), " if index != cpu else "")
+            + (f"or, where that index cannot be reached, a matching pair from PyPI: pip install --force-reinstall "
+               f"{pair}; " if pair else "")
             + "then pip install -e . (README, Set up)")
+
+
+def pypi_pair(torch_version: str | None) -> str | None:
+    """``'torch==2.M.*' 'torchvision==0.(M+15).*'`` for an installed torch 2.M: the torchvision release of
+    the same series (0.15 came with torch 2.0, and each torch 2.x minor with the next), or None."""
+    m = re.match(r"2\.(\d+)", torch_version or "")
+    if not m:
+        return None
+    minor = int(m.group(1))
+    return f"'torch==2.{minor}.*' 'torchvision==0.{minor + 15}.*'"
 
 
 def version_mismatch(torch_version: str, torchvision_requires: list[str] | None) -> str | None:
