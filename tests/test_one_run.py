@@ -106,3 +106,22 @@ def test_the_bound_skips_only_guesses_that_cannot_beat_the_best(shift):
     assert got.per_victim_median == float(np.median(medians))
     if shift >= 1.5:
         assert got.epsilon > 0
+
+
+def test_the_attainable_maximum_caps_every_bound_and_perfect_guesses_reach_it():
+    """attainable_epsilon: the bound of every guess right at the best guess count; no scores exceed it,
+    and scores that rank every member first reach it."""
+    from harness.bounds.one_run import attainable_epsilon, epsilon_lower, guess_grid, one_run_bound
+
+    rng = np.random.default_rng(3)
+    s, c = 8, 200
+    member = np.zeros((s, c), bool)
+    for j in range(c):
+        member[rng.permutation(s)[: s // 2], j] = True
+    perfect = one_run_bound(member.astype(float) + rng.random((s, c)) * 0.1, member, delta=1e-5)
+    noisy = one_run_bound(member + rng.normal(0, 2.0, (s, c)), member, delta=1e-5)
+    grid = guess_grid(c)
+    cap = attainable_epsilon(c, grid, 0.05 / (s * len(grid)), 1e-5)
+    assert cap == max(epsilon_lower(c, k, k, 0.05 / (s * len(grid)), 1e-5) for k in grid)
+    assert perfect.attainable_epsilon == noisy.attainable_epsilon == cap
+    assert perfect.epsilon == pytest.approx(cap) and noisy.epsilon < cap

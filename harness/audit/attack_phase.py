@@ -299,6 +299,7 @@ def one_run_record(label: str, bound: dict[str, Any]) -> dict[str, Any]:
     attacks; ``epsilon`` None with a ``reason`` where the design cannot certify any epsilon above 0."""
     out = {"epsilon": bound["epsilon"], "confidence": 1 - ONE_RUN_ALPHA, "delta": bound["delta"], "variant": label,
            "certifiable": bound.get("certifiable", True),
+           **({"attainable_epsilon": bound["attainable_epsilon"]} if "attainable_epsilon" in bound else {}),
            "method": ("Steinke, Nasr, Jagielski 2023 one-run bound of the pre-specified attack's primary variant (the "
                       "adaptation the harness added, else the first configured attack), per victim with Bonferroni "
                       "over victims and guess counts")}

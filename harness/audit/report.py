@@ -241,7 +241,9 @@ def one_run_cell(rec: dict[str, Any] | None) -> str:
         return "-"
     if rec.get("certifiable") is False:
         return "not certifiable at this design"
-    return f"{_eps(rec.get('epsilon'))} ({rec['variant'].split('/')[-1]})"
+    most = rec.get("attainable_epsilon")
+    cap = "" if most is None else f"; at most {_eps(most)} at this design"
+    return f"{_eps(rec.get('epsilon'))} ({rec['variant'].split('/')[-1]}{cap})"
 
 
 def trained_outside(results: dict[str, Any]) -> bool:

@@ -157,6 +157,9 @@ class OneRunBound:
     #: above the per-test level alpha / (S grid), no data can certify an epsilon above 0 at this design
     attainable_p: float = 0.0
     certifiable: bool = True
+    #: the largest bound this design can give: every guess of the best guess count right
+    #: (:func:`attainable_epsilon`); a bound near it says the audit saturated, not that epsilon is near it
+    attainable_epsilon: float = math.inf
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -208,7 +211,17 @@ def one_run_bound(scores: np.ndarray, membership: np.ndarray, *, delta: float, a
     return OneRunBound(epsilon=best[0], victim=best[1], guesses=best[2], correct=best[3], num_canaries=m,
                        num_victims=s, grid=grid, alpha=alpha, delta=delta,
                        per_victim_median=float(np.median(medians)), attainable_p=floor,
-                       certifiable=bool(floor < beta_joint))
+                       certifiable=bool(floor < beta_joint),
+                       attainable_epsilon=attainable_epsilon(m, grid, beta_joint, delta))
+
+
+@lru_cache(maxsize=64)
+def attainable_epsilon(m: int, grid: tuple[int, ...], beta: float, delta: float) -> float:
+    """The largest bound any scores can give at this design: every one of k guesses right, the best
+    over the grid's k, at level ``beta`` (:func:`epsilon_lower` with v = r = k). The one-run bound
+    cannot exceed it whatever the model leaks (with m = 500 canaries and k <= 250 guesses it is a few
+    units), so a bound at this maximum is a bound of the design, not of the defense."""
+    return max((epsilon_lower(m, k, k, beta, delta) for k in grid if k <= m), default=0.0)
 
 
 def attainable_p_value(m: int, grid: tuple[int, ...], delta: float) -> float:
