@@ -100,3 +100,19 @@ def test_tune_dpsgd_on_the_preset_meets_its_target_on_validation_and_on_test(cif
     results = json.loads(Path(tune["choice"]["run_dir"], "results.json").read_text())
     test = results["sample"]["test_accuracy"]
     assert test["mean"] >= 0.3 - 2 * test["se"]
+
+
+def test_the_dpsgd_frontier_recipe_and_the_levels_by_utility_share_one_recipe():
+    """`dpsgd` (the frontier, any noise) and the three levels defined by utility train one recipe; the
+    levels differ only in their tuned noise (harness/presets/cifar10-scatter.yaml)."""
+    from harness.defense_config import build_config
+
+    recipe = {"max_grad_norm": 0.1, "batch_size": 256, "epochs": 30, "lr": 4.0, "augmult": 1, "ema_decay": 0.999}
+    frontier = build_config("cifar10-scatter", {"defense": "dpsgd"}).defense_params
+    assert {k: frontier[k] for k in recipe} == recipe and "noise_multiplier" not in frontier
+    noises = {}
+    for level in ("dpsgd-medium", "dpsgd-high", "dpsgd-veryhigh"):
+        p = build_config("cifar10-scatter", {"defense": level}).defense_params
+        assert {k: p[k] for k in recipe} == recipe
+        noises[level] = p["noise_multiplier"]
+    assert noises["dpsgd-medium"] > noises["dpsgd-high"] > noises["dpsgd-veryhigh"]  # less utility: more noise
