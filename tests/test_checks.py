@@ -235,3 +235,22 @@ def test_a_defense_whose_models_answer_zeros_fails_its_checks_and_no_leaderboard
     assert not (tmp_path / "site" / "entries").exists()
     res = runner.invoke(app, ["leaderboard", "build", str(out), "--out", str(tmp_path / "site2")])
     assert res.exit_code == 2 and "skipped:" in res.output and "failed the checks of its outputs" in res.output
+
+
+def test_trainers_check_size_power_and_ties():
+    """One trainer: no finding on normal or heavy-tailed values at S = 8, 16, 64 (300 runs each, the
+    check's level 1%); two trainers whose answers differ by a few spreads: named; values that tie (a
+    deterministic trainer's) carry no evidence either way."""
+    from harness.core.checks import trainers_check, two_groups_p
+
+    rng = np.random.default_rng(0)
+    flagged = 0
+    for s in (8, 16, 64):
+        for _ in range(300):
+            flagged += not trainers_check({"e": {"scale": np.exp(rng.standard_t(3, s) * 0.05), "loss": rng.normal(1, 0.1, s)}}).passed
+    assert flagged <= 9  # 900 runs at 1% would average 9; the Monte Carlo p-values are exact for the normal ones
+    two = np.r_[rng.normal(1.0, 0.02, 8), rng.normal(1.3, 0.02, 8)]
+    res = trainers_check({"sample": {"loss": two}}, {"sample": [f"m{i}" for i in range(16)]})
+    assert not res.passed and "m8, m9, m10, m11 and 4 more" in res.findings[0] and "two groups" in res.findings[0]
+    assert two_groups_p(np.r_[np.ones(8), 2 * np.ones(8)])[0] < 1e-3  # apart
+    assert two_groups_p(np.ones(16))[0] == 1.0  # all equal: no spread, no evidence

@@ -170,6 +170,14 @@ def _complement(plan: Path, outputs: Path) -> None:
     shutil.copy(other / "sample-mislabeled" / "model_0002.npz", outputs / "sample-mislabeled" / "model_0002.npz")
 
 
+def _two_trainers(outputs: Path) -> None:
+    """Half of every experiment's files from another trainer: its outputs at four times the scale."""
+    for e in outputs.iterdir():
+        for f in sorted(e.glob("model_*.npz"))[:3]:
+            with np.load(f) as z:
+                _rewrite(f, logits=z["logits"] * 4, test_logits=z["test_logits"] * 4)
+
+
 #: each kind of bad output folder of issue 46 and 48: (damage, what the error line says)
 CASES = {
     "all-zero logits, claimed accuracy": (lambda p, o: _zeros(o, claim=True),
@@ -198,6 +206,7 @@ CASES = {
     "constant query rows": (lambda p, o: _constant_rows(o), "answer every query row at view 0 with the same output"),
     "a model trained on the complement": (_complement, "it fits its plan non-members better than its plan members "
                                                        "(AUC 0.00): trained on the complement of its plan membership"),
+    "two trainers in one folder": (lambda p, o: _two_trainers(o), "the models' scale falls in two groups"),
     "fingerprint saved as bytes": (lambda p, o: _fingerprint_bytes(o),
                                    "plan_fingerprint is the right value saved as bytes (dtype |S64)"),
 }

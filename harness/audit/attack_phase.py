@@ -235,21 +235,26 @@ ABLATION = ("an ablation: neither a configured built-in attack, an adaptation th
 EPS_DELTA = 1e-5  # delta of the empirical epsilon lower bounds (the accountants' delta)
 
 #: the checks of a run's saved outputs (harness.core.checks), in the order results.json lists them
-CHECKS = ("membership", "outputs", "utility")
+CHECKS = ("membership", "outputs", "utility", "trainers")
 #: warnings a run's failed checks add at most (the record in results.json has every finding)
 MAX_CHECK_WARNINGS = 3
 
 
 def run_checks(stats: list[MembershipStats], outputs: dict[str, LevelOutputs], accuracies: dict[str, list[float]],
-               test_labels: np.ndarray, forced: list[str]) -> dict[str, Any]:
+               test_labels: np.ndarray, forced: list[str],
+               scales: dict[str, dict[str, list[float]]] | None = None) -> dict[str, Any]:
     """results.json's ``checks``: the membership-consistency, outputs and utility checks of
     :mod:`harness.core.checks` on every experiment, whether all passed, and which failed checks
-    an import was told to accept (``forced``: ``harness import --force``)."""
-    from harness.core.checks import degenerate_outputs, membership_check, utility_check
+    an import was told to accept (``forced``: ``harness import --force``); and the trainers check on
+    ``scales`` (per experiment, each model's answer scale and test loss: two groups of models), recorded
+    and warned of but not part of ``passed``."""
+    from harness.core.checks import degenerate_outputs, membership_check, trainers_check, utility_check
 
     found = {"membership": membership_check(stats).record, "outputs": degenerate_outputs(outputs).record,
              "utility": utility_check(accuracies, test_labels).record}
-    return {**found, "passed": all(r["passed"] for r in found.values()), "forced": list(forced)}
+    groups = {e: by for e, by in (scales or {}).items()}
+    return {**found, "passed": all(r["passed"] for r in found.values()), "forced": list(forced),
+            "trainers": trainers_check(groups).record}
 
 
 def _eps_lower_json(scores: np.ndarray, membership: np.ndarray, roc: Roc | None = None) -> dict[str, Any]:
@@ -543,6 +548,7 @@ class LevelEvaluation:
     excluded: dict[str, str]  # attacks left out of both figures, with the reason
     membership: MembershipStats | None = None  # the membership-consistency statistics (harness.core.checks)
     outputs: LevelOutputs | None = None  # constant and identical models
+    scales: dict[str, list[float]] | None = None  # each model's answer scale and test loss: the trainers check
 
 
 def evaluate_level(
@@ -675,7 +681,21 @@ def evaluate_level(
     outputs = LevelOutputs.of(served[i] if pop is None else np.concatenate([served[i].reshape(-1, served.shape[-1]),
                                                                             pop[i].reshape(-1, pop.shape[-1])])
                               for i in range(len(served)))  # one model's outputs at a time
-    return LevelEvaluation(result, curves, declared, ranked, excluded, stats, outputs)
+    return LevelEvaluation(result, curves, declared, ranked, excluded, stats, outputs, trainer_statistics(inp))
+
+
+def trainer_statistics(inp: AttackInput) -> dict[str, list[float]]:
+    """What the trainers check reads of a level's models: each one's answer scale
+    (attacks.lira.model_scales) and, where population rows were saved, its mean cross-entropy on those
+    test images at view 0 (harness.core.checks.trainers_check)."""
+    from attacks.lira import model_scales
+    from harness.core.checks import mean_cross_entropy
+
+    out = {"scale": [float(x) for x in model_scales(inp)]}
+    pop = inp.signals.get("population_logits")
+    if pop is not None and pop.shape[1] and inp.population_labels is not None:
+        out["loss"] = [mean_cross_entropy(pop[i, :, 0], inp.population_labels) for i in range(len(pop))]
+    return out
 
 
 def _recipe_fields(defense: Defense) -> dict[str, Any]:
@@ -805,12 +825,15 @@ def evaluate_run(
     member_stats: list[MembershipStats] = []
     level_outputs: dict[str, LevelOutputs] = {}
     accuracies: dict[str, list[float]] = {}
+    scales: dict[str, dict[str, list[float]]] = {}
     for level in levels:
         lev = evaluate_level(run, level, cfg, attacks, roles, first if level == levels[0] else None, reading)
         if lev.membership is not None and lev.outputs is not None:
             member_stats.append(lev.membership)
             level_outputs[level] = lev.outputs
         accuracies[level] = list(lev.result["test_accuracy"]["per_model"])
+        if lev.scales is not None:
+            scales[level] = lev.scales
         headline_skips = [f"{level}: declared attack {a} skipped ({why})"
                           for a, why in lev.result["skipped_attacks"].items() if why.endswith(HEADLINE_SKIPPED)]
         if headline_skips:
@@ -857,7 +880,7 @@ def evaluate_run(
     # the run's one-run epsilon: pre-specified, the sample level's (its first canary experiment), else the population's
     results["one_run_epsilon"] = (results.get("sample") or results.get("population") or {}).get("one_run_epsilon")
     results["checks"] = run_checks(member_stats, level_outputs, accuracies, run.load_eval_labels()[0],
-                                   (manifest.get("external") or {}).get("forced_checks", []))
+                                   (manifest.get("external") or {}).get("forced_checks", []), scales)
     forced = set(results["checks"]["forced"])
     failed = [f"{name} check failed{' (imported with --force)' if name in forced else ''}: {line}"
               for name in CHECKS for line in results["checks"][name]["findings"]]

@@ -57,6 +57,7 @@ answering the test set's most frequent class, by a one-sided binomial test at le
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
@@ -423,6 +424,100 @@ def utility_check(accuracies: dict[str, Sequence[float]], test_labels: np.ndarra
     record = {"alpha": alpha, "chance": chance, "test_size": n, "at_chance": flagged, "passed": not findings,
               "findings": findings}
     return CheckResult("utility", findings, record)
+
+
+#: Monte Carlo draws of the two-groups statistic's null distribution (:func:`two_groups_p`)
+TWO_GROUPS_DRAWS = 20_000
+
+
+def two_groups_statistic(values: np.ndarray) -> tuple[float, int]:
+    """(R, j): the largest share of the values' spread that two groups explain,
+    ``R = 1 - (SS_low + SS_high) / SS_total`` over the splits of the sorted values into the j smallest
+    and the rest with at least ``max(3, S // 8)`` a side (the best two-group split of numbers is one of
+    these), and that split. One normal sample gives about 2/pi (0.64) for large S; the models of two
+    trainers give nearly 1."""
+    v = np.sort(np.asarray(values, np.float64))
+    r = _split_shares(v[None])[0]
+    if not np.isfinite(r).any():
+        return 0.0, 0
+    m = max(3, len(v) // 8)
+    j = int(np.nanargmax(r))
+    return float(r[j]), j + m
+
+
+def _split_shares(v: np.ndarray) -> np.ndarray:
+    """For sorted rows ``v`` (N, S): R of every split j = m .. S - m (columns), from cumulative sums."""
+    n, s = v.shape
+    m = max(3, s // 8)
+    c1, c2 = np.cumsum(v, axis=1), np.cumsum(v * v, axis=1)
+    sst = c2[:, -1] - c1[:, -1] ** 2 / s
+    j = np.arange(m, s - m + 1)
+    left = c2[:, j - 1] - c1[:, j - 1] ** 2 / j
+    right = (c2[:, -1:] - c2[:, j - 1]) - (c1[:, -1:] - c1[:, j - 1]) ** 2 / (s - j)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return 1.0 - (left + right) / sst[:, None]
+
+
+@functools.lru_cache(maxsize=32)
+def _two_groups_null(s: int, draws: int = TWO_GROUPS_DRAWS) -> np.ndarray:
+    """Draws of :func:`two_groups_statistic` for S values from one normal distribution (the statistic
+    is location and scale free), from a fixed seed (the check is deterministic)."""
+    rng = np.random.default_rng(np.random.SeedSequence([0x7E0, s]))
+    return _split_shares(np.sort(rng.standard_normal((draws, s)), axis=1)).max(axis=1)
+
+
+def mean_cross_entropy(logits: np.ndarray, labels: np.ndarray) -> float:
+    """The mean of ``-log softmax(logits)[label]`` over rows (logits (N, K) of one model)."""
+    z = np.asarray(logits, np.float64)
+    z = z - z.max(-1, keepdims=True)
+    lse = np.log(np.exp(z).sum(-1))
+    return float((lse - z[np.arange(len(z)), np.asarray(labels)]).mean())
+
+
+def two_groups_p(values: Sequence[float]) -> tuple[float, float, int]:
+    """(p, T, j): the Monte Carlo p-value of :func:`two_groups_statistic` against S values from one
+    normal distribution ((1 + #draws >= T) / (1 + draws), so never below 1 / 20 001)."""
+    s = len(values)
+    if s < 6:
+        return 1.0, 0.0, 0
+    t, j = two_groups_statistic(np.asarray(values))
+    null = _two_groups_null(s)
+    return float((1 + (null >= t).sum()) / (1 + len(null))), t, j
+
+
+def trainers_check(stats: dict[str, dict[str, Sequence[float]]], names: dict[str, Sequence[str]] | None = None,
+                   alpha: float = ALPHA * 10) -> CheckResult:
+    """One trainer per run (issue 65): per experiment and per statistic of its models (``loss``: the mean
+    cross-entropy of its answers on test images; ``scale``: the log of its answer spread on the rows
+    every model answers: both continuous, where accuracies tie on a few hundred images), do the models
+    fall in two groups, as the outputs of two trainers mixed under one run do? The two-groups
+    statistic (:func:`two_groups_statistic`: the share of the spread the best split into two groups of
+    at least max(3, S/8) models explains) against its distribution for one normal sample (Monte Carlo, :func:`two_groups_p`),
+    Bonferroni over every experiment and statistic at ``alpha`` (1%: the Monte Carlo p-value's floor is
+    5e-5). A warning, not a refusal, in a run: seeds alone never split a recipe's models so (the
+    false-alarm rate on the built-in runs is in docs/protocol.md, Checks); ``harness import`` refuses."""
+    tests = sum(len(v) for v in stats.values())
+    level = alpha / max(tests, 1)
+    findings: list[str] = []
+    record: dict[str, Any] = {"alpha": alpha, "tests": tests, "experiments": {}}
+    for e, by in stats.items():
+        rec = {}
+        for what, values in by.items():
+            vals = np.log(np.asarray(values, np.float64)) if what == "scale" else np.asarray(values, np.float64)
+            p, t, j = two_groups_p(vals)
+            rec[what] = {"p_value": p, "explained": t}
+            if p <= level:
+                order = np.argsort(vals)
+                low, high = sorted(int(i) for i in order[:j]), sorted(int(i) for i in order[j:])
+                shown = (lambda idx: "; ".join(f"{float(values[i]):.3g}" for i in idx[:3]))
+                nm = (names or {}).get(e)
+                findings.append(f"{e}: the models' {what} falls in two groups ({_listing(low, nm, 4)}: {shown(low)} ...; "
+                                f"{_listing(high, nm, 4)}: {shown(high)} ...; the split explains {100 * t:.0f}% of its "
+                                f"spread, p = {p:.2g} <= {level:.2g}): "
+                                "the outputs of two trainers or settings under one run?")
+        record["experiments"][e] = rec
+    record.update({"passed": not findings, "findings": findings})
+    return CheckResult("trainers", findings, record)
 
 
 def probability_rows(logits: np.ndarray) -> bool:

@@ -656,6 +656,33 @@ def utility_findings(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]],
             "again")
 
 
+def answer_scale(logits: np.ndarray, rows: np.ndarray | None) -> float:
+    """A model's answer scale, as attacks.lira.model_scales reads it: the spread of its view-0 outputs
+    on ``rows`` (the population rows; all rows where None), each row centred over its classes."""
+    x = np.asarray(logits[:, 0] if rows is None else logits[rows, 0], np.float64)
+    return max(float((x - x.mean(-1, keepdims=True)).std()), 1e-12)
+
+
+def trainers_findings(models: dict[str, dict[int, ModelOutputs]], kept: list[int], labels: dict[str, RowLabels],
+                      names: dict[str, list[str]], outputs_dir: Path) -> str | None:
+    """The trainers check (harness.core.checks.trainers_check) on the outputs' test loss and answer
+    scale: the files of two trainers (or settings) in one outputs folder are refused whatever their
+    run ids say (issue 65: 8 MLPs and 8 logistic regressions with one forged run_id were accepted)."""
+    from harness.core.checks import trainers_check
+
+    from harness.core.checks import mean_cross_entropy
+
+    stats = {e: {"scale": [answer_scale(models[e][i].logits, lab.population_rows if len(lab.population_rows) else None)
+                           for i in kept],
+                 "loss": [mean_cross_entropy(models[e][i].test_logits, lab.test_labels) for i in kept]}
+             for e, lab in labels.items()}
+    res = trainers_check(stats, names)
+    if res.passed:
+        return None
+    return (f"{outputs_dir}: {_first(res.findings)}; the models of one audit come from one trainer and one setting: "
+            "import each trainer's outputs from a folder of its own")
+
+
 def constant_rows_findings(models: dict[str, dict[int, ModelOutputs]], kept: list[int],
                            outputs_dir: Path) -> str | None:
     """Models that answer every query row at view 0 alike while their test outputs vary (issue 65: such
@@ -878,6 +905,7 @@ def check_models(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]], kep
     for finding in (utility_findings(plan, models, kept, labels, names, outputs_dir),
                     constant_rows_findings(models, kept, outputs_dir),
                     test_outputs_findings(models, kept, labels, outputs_dir),
+                    trainers_findings(models, kept, labels, names, outputs_dir),
                     check_rows(models, kept, labels, outputs_dir),
                     check_difference(models, kept, labels, outputs_dir)):
         if finding:
