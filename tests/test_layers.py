@@ -10,6 +10,7 @@ Bottom to top (docs/architecture.md, Layers):
     harness.run                      run store, lock, runner, executors, signals computation
     harness.audit                    attack phase, headline selection, report
     leaderboard                      static site, submissions (on audit, run and core only)
+    harness.tuning                   harness tune: rounds of training at a grid's settings (on run and below)
     harness (the package), .api      the Python API (report(html=True) renders the run's page)
     harness.cli                      the command line
 """
@@ -35,6 +36,7 @@ LAYERS = [
     ("run", 3, ("harness.run",)),
     ("audit", 4, ("harness.audit",)),
     ("leaderboard", 5, ("leaderboard",)),
+    ("tuning", 5, ("harness.tuning",)),
     ("api", 6, ("harness.api", "harness")),
     ("cli", 7, ("harness.cli",)),
 ]

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from canaries.ood import OutOfDistribution
 from harness.cli import app
 from harness.core.config import validate_config
-from harness.core.data import DataError, digits_arrays, load_cifar10
+from harness.core.data import DataError, digits_arrays, download_cifar10, load_cifar10
 from harness.defense_config import build_config
 from harness.run.runner import run_fingerprint
 from harness.run.runstore import RunDir
@@ -110,7 +110,7 @@ def test_a_failed_cifar10_download_creates_no_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", OfflineCIFAR10)
     target = tmp_path / "shared" / "data" / "cifar10-subset"
     with pytest.raises(DataError, match="download failed .*Network is unreachable.*nothing was created"):
-        load_cifar10(target, download=True)
+        download_cifar10(target)  # (load_cifar10 refuses a folder that does not exist before any download)
     assert list(tmp_path.iterdir()) == []  # neither the folders nor the temp download are left
 
 
@@ -127,6 +127,7 @@ def test_a_cifar10_download_lands_in_the_folder_once_complete(tmp_path, monkeypa
             (Path(root) / "cifar-10-python.tar.gz").write_bytes(b"archive")
 
     monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    (tmp_path / "new" / "data").mkdir(parents=True)  # a folder made for the download (a missing one is a mistype)
     d = load_cifar10(tmp_path / "new" / "data", download=True)
     assert d.x_train.shape == (50, 3, 32, 32) and d.x_test.shape == (10, 3, 32, 32)
     assert sorted(p.name for p in (tmp_path / "new" / "data").iterdir()) == ["cifar-10-batches-py"]

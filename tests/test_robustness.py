@@ -445,6 +445,7 @@ def test_one_hot_outputs_get_the_label_only_attack_with_a_note(tmp_path, finishe
     assert any(e["name"] == "label-only" for e in results["population"]["attacks"])
     # an adaptation: one of the leak's candidates, not a declared one
     assert any(c.startswith("population/label-only:") for c in results["population"]["figure"]["leak"]["labels"])
-    assert results["attack_roles"]["adapted"] == ["label-only"] and "label-only" in results["population"]["ranked_attacks"]
+    assert results["attack_roles"]["adapted"] == ["label-only", "lira-scaled"]
+    assert "label-only" in results["population"]["ranked_attacks"]
     assert "label-only attack was added automatically" in " ".join(res.output.split())
     assert "notes" not in json.loads((finished_run / "results.json").read_text())  # real scores: no note

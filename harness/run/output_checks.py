@@ -906,9 +906,9 @@ def check_models(plan: PlanLike, models: dict[str, dict[int, ModelOutputs]], kep
         raise ConfigError(f"{outputs_dir}: {_first(copies)}")
     for finding in (utility_findings(plan, models, kept, labels, names, outputs_dir),
                     constant_rows_findings(models, kept, outputs_dir),
+                    check_rows(models, kept, labels, outputs_dir),
                     test_outputs_findings(models, kept, labels, outputs_dir),
                     trainers_findings(models, kept, labels, names, outputs_dir),
-                    check_rows(models, kept, labels, outputs_dir),
                     check_difference(models, kept, labels, outputs_dir)):
         if finding:
             raise ConfigError(finding)

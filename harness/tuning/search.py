@@ -24,6 +24,7 @@ import numpy as np
 
 from harness.core import jsonio
 from harness.core.accuracy import unpack_correct
+from harness.defense_config import build_config
 from harness.core.errors import ConfigError
 from harness.tuning.grid import Knob, grid_points, resolve_knobs
 from harness.tuning.rule import Choice, Setting, choose, meets_confidence, stop_reason
@@ -120,6 +121,37 @@ def _dp_record(run: Any, level: str, count: int) -> dict[str, Any]:
     return out
 
 
+def _locked(path: Path, wait: bool, emit: Callable[..., None]) -> Any:
+    """The run directory's lock (harness.run.runlock), as ``harness evaluate`` takes it."""
+    from harness.run.runlock import RunLock
+
+    def waiting(holder: Any) -> None:
+        emit("waiting", f"waiting for {holder.describe() if holder is not None else 'another process'} to finish "
+                        f"with {path}")
+
+    return RunLock(path, wait=wait, on_wait=waiting)
+
+
+def _fixed_features(prep: Any, emit: Callable[..., None]) -> None:
+    """A fixed feature map's features the cache lacks, computed before the round trains
+    (:mod:`harness.run.feature_prep`), with a status line at most every 10 s."""
+    from harness.run.feature_prep import precompute_features, uses_fixed_features
+    from harness.run.runner import resolve_device
+
+    if not uses_fixed_features(prep.cfg):
+        return
+    last = [0.0]
+
+    def report(done: int, total: int) -> None:
+        if time.monotonic() - last[0] >= 10 or done == total:
+            last[0] = time.monotonic()
+            emit("status", f"computing the fixed features (once per machine): {done} of {total} new images")
+
+    n, seconds = precompute_features(prep, resolve_device(prep.cfg.run.device), report)
+    if n:
+        emit("info", f"Fixed features of {n} new images computed in {seconds:.0f} s and cached for every later run.")
+
+
 def _images_key(prep: Any) -> str:
     """A digest of the images a run's models train on and are queried on (its data and each level's
     canaries and population rows): settings with the same key need the same fixed features."""
@@ -137,7 +169,6 @@ def _images_key(prep: Any) -> str:
 def run_tune(spec: TuneSpec, emit: Callable[..., None], wait: bool = False) -> TuneResult:
     """Rounds of training until every setting is settled (:func:`harness.tuning.rule.stop_reason`),
     then the choice; writes ``spec.out / tune.json``."""
-    from harness.api import _fixed_features, _locked, configure
     from harness.core.install_check import check_torch_builds
     from harness.run.executors import check_engine, make_executor, start_worker_server
     from harness.run.runner import open_run, plan_run, resolve_device, train_group, training_groups
@@ -146,7 +177,7 @@ def run_tune(spec: TuneSpec, emit: Callable[..., None], wait: bool = False) -> T
     t0 = time.perf_counter()
     points = grid_points(spec.knobs)
     emit("status", f"checking the {len(points)} settings")
-    cfgs = [configure(spec.defense, spec.preset, _point_overrides(spec, p)) for p in points]
+    cfgs = [build_config(spec.preset, {**_point_overrides(spec, p), "defense": spec.defense}) for p in points]
     base = cfgs[0]
     if base.data.validation_size == 0:
         raise ConfigError(f"harness tune reads accuracy on a validation split held out of the training pool, and the "
