@@ -274,7 +274,6 @@ def write_tables(args: argparse.Namespace, record: dict, out: Path) -> None:
 def write_markdown(record: dict, matched: list[str], facts: list[str], frontier: list[FrontierPoint]) -> None:
     command = ("python benchmarks/bench_matched_utility.py --data-dir ../shared/data/cifar10-subset --out runs/matched "
                "--markdown")
-    walls = record.get("walls", {})
     page = REPO / "docs" / "results-matched.md"
     tunes = record.get("dpsgd_tunes", {})
     runs = [*record.get("runs", {}).values(), *record.get("frontier", {}).values(),
