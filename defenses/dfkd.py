@@ -123,6 +123,12 @@ class BNStatistics:
                  for layer, (mu, v) in zip(self.layers, self.blended())]
         return torch.stack(terms).sum()
 
+    def loss_after(self, logits: torch.Tensor, targets: torch.Tensor, ce_weight: float) -> torch.Tensor:
+        """:meth:`loss` (of the forward pass that gave ``logits``) plus ``ce_weight`` times the
+        cross-entropy of ``logits`` on ``targets`` (DeepInversion's class-conditional term)."""
+        out = self.loss()
+        return out + ce_weight * F.cross_entropy(logits, targets) if ce_weight else out
+
     def update_ema(self) -> None:
         """Fold the last recorded statistics into the EMA (the first call sets it)."""
         with torch.no_grad():
@@ -171,12 +177,28 @@ class DFKDFit:
     the per-round synthesis losses (the kept image's) and the served student."""
 
     teacher: nn.Module
-    generator: Generator
-    bank: np.ndarray
+    generator: Generator | None  # None in feature space
+    bank: np.ndarray  # uint8 images, or float32 features in feature space
     synth_losses: list[float]
     student: TorchClassifier
 
 
+
+
+def synthetic_distance_ratio(synthetic: torch.Tensor, real: torch.Tensor, seed: int, sample: int = 500) -> float:
+    """The median, over up to ``sample`` synthetic features, of the distance to the nearest real
+    feature, over the median distance from a held-out half of the real features (up to ``sample``)
+    to the nearest of the other half: 1 where synthetic features sit as close to real ones as real
+    ones to each other, far above it where they lie off the transform's range."""
+    gen = torch.Generator().manual_seed(seed)
+    r = real.flatten(1).float()
+    perm = torch.randperm(len(r), generator=gen).to(r.device)
+    held, ref = r[perm[: len(r) // 2]][:sample], r[perm[len(r) // 2:]]
+    s = synthetic.flatten(1).float()
+    s = s[torch.randperm(len(s), generator=gen).to(s.device)[:sample]]
+    d_syn = torch.cdist(s, ref).min(1).values.median()
+    d_real = torch.cdist(held, ref).min(1).values.median()
+    return float(d_syn / d_real) if float(d_real) > 0 else math.inf
 
 
 class DFKD(Defense):
@@ -210,7 +232,17 @@ class DFKD(Defense):
         "student_weight_decay": 5e-4,
         "student_batch_size": 256,
         "teacher_run": None,
+        # feature space (a teacher on fixed features, e.g. cifar10-scatter's scatter-linear-bn): the synthesized
+        # features' Adam learning rate, the weight of the teacher's cross-entropy on random target classes, and
+        # the student's architecture (None: the teacher's)
+        "feature_lr": 0.05,
+        "ce_weight": 1.0,
+        "student_model": None,
     }
+    #: the generator's parameters, which the feature-space synthesis has no use for (refused there when set)
+    GENERATOR_PARAMS: ClassVar[tuple[str, ...]] = ("latent_dim", "generator_lr", "z_lr")
+    #: the feature-space parameters, which the image synthesis has no use for
+    FEATURE_PARAMS: ClassVar[tuple[str, ...]] = ("feature_lr", "ce_weight", "student_model")
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
@@ -233,21 +265,44 @@ class DFKD(Defense):
             raise ValueError(f"student_weight_decay must be a number >= 0, got {p['student_weight_decay']!r}")
         if p["teacher_run"] is not None and not (isinstance(p["teacher_run"], str) and p["teacher_run"]):
             raise ValueError(f"teacher_run must be the path of an undefended run directory, got {p['teacher_run']!r}")
+        if not is_number(p["feature_lr"]) or not p["feature_lr"] > 0:
+            raise ValueError(f"feature_lr must be a positive number, got {p['feature_lr']!r}")
+        if not is_number(p["ce_weight"]) or p["ce_weight"] < 0:
+            raise ValueError(f"ce_weight must be a number >= 0, got {p['ce_weight']!r}")
+        from defenses.models import MODEL_KINDS
+
+        if p["student_model"] is not None and p["student_model"] not in MODEL_KINDS:
+            raise ValueError(f"student_model must be one of {', '.join(MODEL_KINDS)} or null (the teacher's), got "
+                             f"{p['student_model']!r}")
 
     def check_config(self, cfg: Any) -> None:
-        """The synthesis matches the teacher's BatchNorm statistics: the teacher needs BN layers."""
+        """The synthesis matches the teacher's BatchNorm statistics: the teacher needs BN layers. On fixed
+        features (``scatter-*``) the synthesis is in feature space: the generator's parameters are not
+        read, so setting them is refused, as are the feature-space ones for an image teacher."""
         from defenses.models import BATCHNORM_KINDS
 
         if cfg.train.model not in BATCHNORM_KINDS:
             raise ValueError(f"DFKD's teacher (train.model) needs BatchNorm layers: {', '.join(BATCHNORM_KINDS)}; "
                              f"got train.model={cfg.train.model}")
+        features = str(cfg.train.model).startswith("scatter-")
+        unread = self.GENERATOR_PARAMS if features else self.FEATURE_PARAMS
+        changed = [k for k in unread if self.params[k] != self.param_defaults[k]]
+        if changed:
+            where = ("the synthesis is in feature space (a teacher on fixed features) and has no generator"
+                     if features else "the synthesis makes images with a generator")
+            raise ValueError(f"{', '.join(changed)} {'is' if len(changed) == 1 else 'are'} not read here: {where}")
+        student = self.params["student_model"]
+        if student is not None and str(student).startswith("scatter-") != features:
+            raise ValueError(f"student_model {student} must take the teacher's inputs (train.model {cfg.train.model})")
 
     # --- parts -------------------------------------------------------------------------------
     def make_student(self, image_shape: tuple[int, ...], num_classes: int, ctx: FitContext) -> nn.Module:
-        """The student: the teacher's architecture (``train.model``, ``train.width``), its own init."""
+        """The student: ``student_model`` or the teacher's architecture (``train.model``, ``train.width``),
+        its own init."""
         from defenses.models import build_model
 
-        return seeded_init(lambda: build_model(ctx.train.model, tuple(image_shape), num_classes, ctx.train.width),
+        kind = self.params["student_model"] or ctx.train.model
+        return seeded_init(lambda: build_model(kind, tuple(image_shape), num_classes, ctx.train.width),
                            derived_seed(ctx.seed, _STUDENT_INIT))
 
     def student_lr(self, student_round: int) -> float:
@@ -296,6 +351,10 @@ class DFKD(Defense):
             q.requires_grad_(False)
         if not batchnorm_layers(teacher):
             raise ValueError("DFKD's teacher has no BatchNorm layers: use train.model mlp-bn, cnn or wrn16-4")
+        from defenses.scatter_models import fixed_features
+
+        if fixed_features(teacher) is not None:
+            return self._fit_features(train, ctx, teacher, source, done)
 
         mean = torch.tensor(train.mean, dtype=torch.float32, device=device).view(1, -1, 1, 1)
         std = torch.tensor(train.std, dtype=torch.float32, device=device).view(1, -1, 1, 1)
@@ -367,6 +426,99 @@ class DFKD(Defense):
         served = TorchClassifier(student, train.mean, train.std, ctx.device, record=record)
         return DFKDFit(teacher=teacher, generator=generator, bank=bank_x.cpu().numpy(), synth_losses=losses,
                        student=served)
+
+    def _fit_features(self, train: LabeledImages, ctx: FitContext, teacher: nn.Module, source: str | None,
+                      done: np.ndarray) -> DFKDFit:
+        """DFKD on fixed features (:mod:`defenses.scatter_models`: the teacher is ``head(features(x))``
+        with BatchNorm in its head). Every round: ``synth_batch`` features drawn N(0, 1) in the feature
+        map's shape, with random target classes, optimized for ``synth_steps`` Adam steps (``feature_lr``)
+        on DeepInversion's BatchNorm-statistics loss over the teacher head's BN layers (blended with its
+        EMA as in image space) plus ``ce_weight`` times the teacher's cross-entropy on the targets; the
+        last step's features join the bank. The student head (``student_model``, e.g. ``scatter-linear``)
+        learns from round ``warmup`` on from the bank alone, with the KD loss against the teacher head's
+        outputs, as in image space (no augmentation: features have none). It never sees a real feature.
+        Served on images: the same fixed map, then the student head.
+
+        The caveat this setting carries: synthesized features need not be features of any image (the map
+        is not onto). Recorded, not used in training: each synthetic feature's distance to its nearest
+        real training feature, over the real features' own nearest-neighbour distance (a held-out half
+        against the other half), as the median ratio (``synthetic_to_real_distance``; 1: as close as real
+        features are to one another)."""
+        from defenses.scatter_models import FeatureNet, fixed_features
+
+        p = self.params
+        device = torch.device(ctx.device)
+        head = fixed_features(teacher).head
+        normalize = Normalizer(train.mean, train.std, device)
+        with torch.no_grad():
+            real = torch.cat([teacher.features(normalize(torch.from_numpy(train.x[i: i + 512]).to(device)))
+                              for i in range(0, len(train.x), 512)])
+        shape = tuple(real.shape[1:])
+        rounds, warmup, batch = int(p["rounds"]), int(p["warmup"]), int(p["synth_batch"])
+        synth_gen = torch.Generator().manual_seed(derived_seed(ctx.seed, _SYNTHESIS))
+        student_net = self.make_student(tuple(train.x.shape[1:]), train.num_classes, ctx)
+        student = fixed_features(student_net)
+        if student is None:
+            raise ValueError(f"student_model {p['student_model']} does not read the teacher's fixed features")
+        s_head = student.head.to(device).train()
+        opt_s = torch.optim.SGD(s_head.parameters(), lr=float(p["student_lr"]), momentum=float(p["student_momentum"]),
+                                weight_decay=float(p["student_weight_decay"]))
+        order_gen = torch.Generator().manual_seed(derived_seed(ctx.seed, _STUDENT_ORDER))
+        stats = BNStatistics(head, float(p["bn_momentum"]))
+        bank: list[torch.Tensor] = []
+        losses: list[float] = []
+        t = float(p["temperature"])
+        try:
+            for r in range(rounds):
+                stats.active = True
+                f = torch.randn((batch, *shape), generator=synth_gen).to(device).requires_grad_(True)
+                y = torch.randint(0, train.num_classes, (batch,), generator=synth_gen).to(device)
+                opt_f = torch.optim.Adam([f], lr=float(p["feature_lr"]), betas=(0.5, 0.999))
+                for _ in range(int(p["synth_steps"])):
+                    loss = stats.loss_after(head(f), y, float(p["ce_weight"]))
+                    opt_f.zero_grad(set_to_none=True)
+                    loss.backward()
+                    opt_f.step()
+                with torch.no_grad():
+                    final = stats.loss_after(head(f), y, float(p["ce_weight"]))
+                stats.update_ema()
+                stats.active = False
+                value = float(final)
+                if not math.isfinite(value):
+                    raise RuntimeError(f"DFKD feature synthesis diverged (loss {value}) in round {r}; lower feature_lr")
+                bank.append(f.detach())
+                losses.append(value)
+                if r >= warmup:
+                    lr = self.student_lr(r - warmup)
+                    for g in opt_s.param_groups:
+                        g["lr"] = lr
+                    feats = torch.cat(bank)
+                    for _ in range(int(p["student_passes"])):
+                        perm = torch.randperm(len(feats), generator=order_gen).to(device)
+                        for i in range(0, len(feats), int(p["student_batch_size"])):
+                            fb = feats[perm[i: i + int(p["student_batch_size"])]]
+                            with torch.no_grad():
+                                t_logits = head(fb)
+                            loss = kd_loss(s_head(fb), t_logits, t)
+                            opt_s.zero_grad(set_to_none=True)
+                            loss.backward()
+                            opt_s.step()
+                ctx.report("distill", float(done[r + 1]))
+        finally:
+            stats.remove()
+        s_head.eval()
+        feats = torch.cat(bank)
+        with torch.no_grad():
+            agree = float((s_head(feats).argmax(1) == head(feats).argmax(1)).float().mean())
+        record = {
+            "teacher": "trained" if source is None else "reused", "teacher_source": source, "space": "features",
+            "teacher_bn_layers": len(stats.layers), "bank_size": int(len(feats)), "rounds": rounds,
+            "student_rounds": rounds - warmup, "first_synth_loss": losses[0], "final_synth_loss": losses[-1],
+            "student_teacher_agreement_on_bank": agree,
+            "synthetic_to_real_distance": synthetic_distance_ratio(feats, real, derived_seed(ctx.seed, _SYNTHESIS)),
+        }
+        served = TorchClassifier(FeatureNet(s_head), train.mean, train.std, ctx.device, record=record)
+        return DFKDFit(teacher=teacher, generator=None, bank=feats.cpu().numpy(), synth_losses=losses, student=served)
 
     def _student_round(self, student: nn.Module, teacher: nn.Module, opt: torch.optim.Optimizer, bank: torch.Tensor,
                        spec: AugmentSpec, normalize: Normalizer, gen: torch.Generator, passes: int) -> None:

@@ -17,7 +17,8 @@
   al. 2022): GroupNorm(min(16, C), C), norm after the ReLU (``conv(norm(relu(x)))``), skip
   ``Seq(ReLU, GN, conv1x1)``, head ``norm(relu(x))``, weights trunc_normal(std=1/sqrt(fan_in)),
   biases 0; 2,751,562 parameters.
-- ``scatter-linear``, ``scatter-cnn``: a linear or small CNN head on fixed scattering features of the
+- ``scatter-linear``, ``scatter-linear-bn``, ``scatter-cnn``: a linear head (with BatchNorm before it:
+  DFKD's teacher) or small CNN head on fixed scattering features of the
   image (Tramer and Boneh 2021; :mod:`defenses.scatter_models`), the ``cifar10-scatter`` preset's.
 
 :func:`build_model` records what it built on the module (``net.harness_arch``: kind, image shape,
@@ -249,9 +250,10 @@ class AirbenchNet(nn.Module):
         return self.head(self.body(x)) / 9.0
 
 
-MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear", "scatter-cnn")
+MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear",
+               "scatter-linear-bn", "scatter-cnn")
 #: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
-BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4", "airbench")
+BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4", "airbench", "scatter-linear-bn")
 
 
 def build_model(kind: str, image_shape: tuple[int, int, int], num_classes: int, width: int) -> nn.Module:

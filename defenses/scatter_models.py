@@ -125,6 +125,22 @@ class ScatterLinear(nn.Module):
         return self.fc(f.flatten(1))
 
 
+class ScatterLinearBN(nn.Module):
+    """BatchNorm over the scattering channels (affine, batch statistics in training), then the linear
+    head of :class:`ScatterLinear` (started at zero): a head with BatchNorm statistics for DFKD's teacher
+    on fixed features, whose synthesis matches them (defenses/dfkd.py, feature space)."""
+
+    def __init__(self, channels: int, spatial: int, num_classes: int) -> None:
+        super().__init__()
+        self.bn = nn.BatchNorm2d(channels)
+        self.fc = nn.Linear(channels * spatial, num_classes)
+        nn.init.zeros_(self.fc.weight)
+        nn.init.zeros_(self.fc.bias)
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.bn(f).flatten(1))
+
+
 class ScatterCNN(nn.Module):
     """conv3x3(64)-tanh-maxpool-conv3x3(64)-tanh, one linear layer, on the (normalized) scattering maps."""
 
@@ -139,14 +155,16 @@ class ScatterCNN(nn.Module):
 
 
 def build_scatter_model(kind: str, image_shape: tuple[int, ...], num_classes: int, width: int) -> FeatureNet:
-    """``scatter-linear`` or ``scatter-cnn`` for images of ``image_shape`` (``width``: the CNN's
-    channels; the linear head has none)."""
+    """``scatter-linear``, ``scatter-linear-bn`` (BatchNorm before it: DFKD's teacher) or ``scatter-cnn``
+    for images of ``image_shape`` (``width``: the CNN's channels; the linear heads have none)."""
     c, h, w = output_shape(tuple(image_shape), SCATTER_J, SCATTER_L)  # type: ignore[arg-type]
     if c % SCATTER_GROUPS:
         raise ValueError(f"scattering features of {image_shape[0]}-channel images have {c} channels, "
                          f"not divisible into {SCATTER_GROUPS} groups")
     if kind == "scatter-linear":
         return FeatureNet(ScatterLinear(c, h * w, num_classes))
+    if kind == "scatter-linear-bn":
+        return FeatureNet(ScatterLinearBN(c, h * w, num_classes))
     if kind == "scatter-cnn":
         if h != w or h % 2:
             raise ValueError(f"the scattering CNN head needs square feature maps of even side, not {h} x {w}")

@@ -122,7 +122,7 @@ class TrainConfig(_Strict):
     """The training recipe shared by the supervised defenses (paper section 4.1 for ``paper``)."""
 
     model: Literal["mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear",
-                   "scatter-cnn"] = "mlp"
+                   "scatter-linear-bn", "scatter-cnn"] = "mlp"
     width: int = Field(default=256, ge=1, description="hidden width (mlp) or base channels (cnn)")
     epochs: int = Field(default=60, ge=1)
     batch_size: int = Field(default=64, ge=1)
