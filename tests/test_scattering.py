@@ -102,3 +102,33 @@ def test_bad_inputs_are_one_clear_error():
         scattering.scatter(torch.zeros(1, 3, 32, 32, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"\(N, C, H, W\)"):
         scattering.scatter(torch.zeros(3, 32, 32))
+
+
+def test_the_flip_channel_permutation_from_the_filter_bank_matches_flipped_images(cifar_subset):
+    """Issue 66: a horizontal flip in feature space is a channel permutation read off the filter bank
+    (each filter to its mirror) plus a flip of the maps. On real images flipped before the transform
+    (and rolled 2 px: the subsampling grid's offset), every channel's best-correlated channel of the
+    flipped original features is the one the permutation names, and the permutation brings the
+    features closer than the identity does."""
+    import numpy as np
+    import torch
+
+    from harness.core.data import load_cifar10
+    from harness.core.scattering import flip_filter_map, flip_permutation, scatter
+
+    d = load_cifar10(cifar_subset, download=False)
+    x = torch.from_numpy(d.x_train[:128]).float() / 255
+    perm = np.array(flip_permutation(3, 32, 32))
+    assert sorted(perm) == list(range(243)) and np.array_equal(perm[perm], np.arange(243))  # an involution
+    assert flip_filter_map(32, 32, 2, 8)[:8] == (6, 5, 4, 3, 2, 1, 0, 7)
+    s = scatter(x)
+    flipped = scatter(torch.roll(torch.flip(x, dims=(-1,)), shifts=-2, dims=-1))
+    mine = torch.flip(s, dims=(-1,))
+    a = mine.permute(1, 0, 2, 3).reshape(243, -1).numpy()
+    b = flipped.permute(1, 0, 2, 3).reshape(243, -1).numpy()
+    a = (a - a.mean(1, keepdims=True)) / a.std(1, keepdims=True)
+    b = (b - b.mean(1, keepdims=True)) / b.std(1, keepdims=True)
+    corr = b @ a.T / a.shape[1]
+    assert np.array_equal(corr.argmax(1), perm)
+    err = lambda p: float((flipped - mine[:, p]).norm() / flipped.norm())  # noqa: E731
+    assert err(perm) < 0.8 * err(np.arange(243))
