@@ -15,8 +15,8 @@ Stages (each resumes: every command is a `harness tune` or `harness evaluate` th
    paper's 94.52% undefended accuracy: medium 88.29% -> 6.2 points, high 91.13% -> 3.4, very high 91.89% ->
    2.6, as issue 64 sets them); every target re-reads the same grid's models (one tune.json a target).
 3. ``frontier``: the settings of that grid whose validation accuracy lies between ``a - 10.5`` points and
-   ``a``, at least 1 point apart (:func:`frontier_noises`), audited in full (``--models`` per level, every
-   DP-SGD canary).
+   ``a``, at least 1 point apart, and a skipped one between any two more than 1.5 points apart
+   (:func:`frontier_noises`), audited in full (``--models`` per level, every DP-SGD canary).
 4. ``defenses``: HAMP, RelaxLoss, ALIBI and AGIBI tuned to ``a - 6.5`` points (the paper's "at least 88%"
    where undefended reads 94.52%) and audited; SELENA (no privacy knob) at the preset's setting; each
    for every seed (the tuned setting of seed 0).
@@ -59,6 +59,8 @@ FIXED = ("selena",)
 FRONTIER_SPAN = 0.105
 #: frontier settings at least this far apart in validation accuracy (at most MAX_GAP apart where the grid allows)
 MIN_STEP = 0.01
+#: neighbours further apart than this (validation accuracy) get the skipped setting between them
+MAX_FILL = 0.015
 README_START, README_END = "<!-- matched-table:start -->", "<!-- matched-table:end -->"
 
 
@@ -185,7 +187,15 @@ def frontier_noises(tune: dict, anchor: float) -> list[float]:
     for acc, sigma in pts:
         if not chosen or acc >= chosen[-1][0] + MIN_STEP or sigma == pts[-1][1]:
             chosen.append((acc, sigma))
-    return [sigma for _, sigma in chosen]
+    # where two chosen neighbours lie more than MAX_FILL apart, the skipped setting nearest their middle
+    # joins (test accuracies scatter around the validation ones: a frontier read needs neighbours at most
+    # MAX_GAP apart on the test set)
+    filled = list(chosen)
+    for (a0, s0), (a1, s1) in zip(chosen, chosen[1:]):
+        between = [(acc, sigma) for acc, sigma in pts if s1 < sigma < s0]
+        if a1 - a0 > MAX_FILL and between:
+            filled.append(min(between, key=lambda t: abs(t[0] - (a0 + a1) / 2)))
+    return [sigma for _, sigma in sorted(filled, key=lambda t: -t[1])]
 
 
 def load(path: str) -> dict:
