@@ -269,7 +269,7 @@ class DFKD(Defense):
             raise ValueError(f"feature_lr must be a positive number, got {p['feature_lr']!r}")
         if not is_number(p["ce_weight"]) or p["ce_weight"] < 0:
             raise ValueError(f"ce_weight must be a number >= 0, got {p['ce_weight']!r}")
-        from defenses.models import MODEL_KINDS
+        from harness.core.config import MODEL_KINDS
 
         if p["student_model"] is not None and p["student_model"] not in MODEL_KINDS:
             raise ValueError(f"student_model must be one of {', '.join(MODEL_KINDS)} or null (the teacher's), got "
@@ -279,7 +279,7 @@ class DFKD(Defense):
         """The synthesis matches the teacher's BatchNorm statistics: the teacher needs BN layers. On fixed
         features (``scatter-*``) the synthesis is in feature space: the generator's parameters are not
         read, so setting them is refused, as are the feature-space ones for an image teacher."""
-        from defenses.models import BATCHNORM_KINDS
+        from harness.core.config import BATCHNORM_KINDS
 
         if cfg.train.model not in BATCHNORM_KINDS:
             raise ValueError(f"DFKD's teacher (train.model) needs BatchNorm layers: {', '.join(BATCHNORM_KINDS)}; "

@@ -250,10 +250,8 @@ class AirbenchNet(nn.Module):
         return self.head(self.body(x)) / 9.0
 
 
-MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear",
-               "scatter-linear-bn", "scatter-cnn")
-#: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
-BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4", "airbench", "scatter-linear-bn")
+# the names, read without torch where configs are checked
+from harness.core.config import BATCHNORM_KINDS, MODEL_KINDS  # noqa: E402,F401
 
 
 def build_model(kind: str, image_shape: tuple[int, int, int], num_classes: int, width: int) -> nn.Module:

@@ -122,9 +122,8 @@ def test_the_tutorial_defense_runs_with_its_declared_attacks(tutorial_run):
 def test_the_tutorial_python_usage_and_its_mistakes(tutorial_run, monkeypatch):
     folder, run_dir = tutorial_run
     monkeypatch.chdir(folder)
-    usage = _python_blocks(TUTORIAL)[1]
     call = 'overrides={"defense_params.alpha": 0.8}'
-    assert call in usage
+    (usage,) = [b for b in _python_blocks(TUTORIAL) if call in b]  # the tutorial's Python-API block
     namespace: dict = {}
     exec(usage.replace(call, f'overrides={{"defense_params.alpha": 0.8, "defense_params.start_epoch": 1, **{TINY!r}}}'),
          namespace)

@@ -133,7 +133,9 @@ def test_a_served_argmax_only_output_gets_the_label_only_attack_with_a_note(tmp_
     r = json.loads((run_dir / "results.json").read_text())
     assert LABEL_ONLY_NOTE in r["notes"]
     assert "label-only attack was added automatically" in " ".join(res.output.split())
-    assert r["attack_roles"]["adapted"] == ["label-only"] and "label-only" in r["population"]["ranked_attacks"]
+    # label-only first (the pre-specified attack), then the per-model-scale read every run gets (issue 65)
+    assert r["attack_roles"]["adapted"] == ["label-only", "lira-scaled"]
+    assert "label-only" in r["population"]["ranked_attacks"]
     assert any(c.startswith("population/label-only:") for c in r["population"]["figure"]["leak"]["labels"])
     with np.load(run_dir / "population" / "signals" / "model_0000.npz") as s:
         served = s["logits"]

@@ -391,7 +391,8 @@ def test_selena_reports_lira_neighbour_beside_lira_on_near_duplicate_canaries(tm
     assert sample["canary"] == "near-duplicates" and sample["headline_attacks"] == ["lira"]
     assert r["attack_roles"]["declared"] == ["lira", "lira-neighbour"]
     access = {a["name"]: a["access"] for a in sample["attacks"]}
-    assert access == {"lira": "black-box", "lira-neighbour": "white-box", "lira-neighbour-student": "black-box"}
+    assert access == {"lira": "black-box", "lira-neighbour": "white-box", "lira-neighbour-student": "black-box",
+                      "lira-scaled": "black-box"}  # lira-scaled: every run's per-model-scale read (issue 65)
     leak = sample["figure"]["leak"]
     assert sample["figure"]["excluded_attacks"] == {"lira-neighbour": SPLIT_AI}
     assert not any(c.split("/")[1].startswith("lira-neighbour:") for c in leak["labels"])

@@ -98,7 +98,8 @@ def test_attack_reruns_on_saved_signals_without_training(tmp_path):
     res = runner.invoke(app, ["attack", str(run_dir), "--set", "attack.names=[threshold]", "--set", "attack.fprs=[0.05]"])
     assert res.exit_code == 0, res.output
     changed = json.loads((run_dir / "results.json").read_text())
-    assert {e["name"] for e in changed["sample"]["attacks"]} == {"threshold", "lira"}  # lira: the defense's own
+    # lira: the defense's own; lira-scaled: every run's per-model-scale read (issue 65)
+    assert {e["name"] for e in changed["sample"]["attacks"]} == {"threshold", "lira", "lira-scaled"}
     assert set(changed["sample"]["attacks"][0]["tpr_at_fpr"]) == {"0.0", "0.05"}
     res = runner.invoke(app, ["attack", str(run_dir), "--set", "train.epochs=9"])
     assert res.exit_code == 2 and "only attack.*" in res.output

@@ -461,7 +461,7 @@ def test_ssl_simclr_end_to_end_reports_access(tmp_path):
     for lv in ("population", "sample"):
         access = {e["name"]: e["access"] for e in r[lv]["attacks"]}
         assert access == {"lira": "black-box", "threshold": "black-box", "contrastive": "white-box",
-                          "contrastive-blackbox": "black-box", "lira-sslview": "black-box"}
+                          "contrastive-blackbox": "black-box", "lira-sslview": "black-box", "lira-scaled": "black-box"}
         assert set(r[lv]["headline_attacks"]) == {"lira", "contrastive", "contrastive-blackbox", "lira-sslview"}
         assert r[lv]["best"]["access"] == access[r[lv]["best"]["name"]]
     sig = np.load(run_dir / "sample-ood" / "signals" / "model_0000.npz")

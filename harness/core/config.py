@@ -118,11 +118,17 @@ class AuditConfig(_Strict):
         return v
 
 
+#: the architectures :func:`defenses.models.build_model` builds, by name (here, without torch)
+MODEL_KINDS = ("mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear",
+               "scatter-linear-bn", "scatter-cnn")
+#: the kinds with BatchNorm layers (batch statistics: refused by DP-SGD, needed by DFKD's teacher)
+BATCHNORM_KINDS = ("mlp-bn", "cnn", "wrn16-4", "airbench", "scatter-linear-bn")
+
+
 class TrainConfig(_Strict):
     """The training recipe shared by the supervised defenses (paper section 4.1 for ``paper``)."""
 
-    model: Literal["mlp", "mlp-bn", "cnn", "wrn16-4", "cnn-gn", "wrn16-4-gn", "airbench", "scatter-linear",
-                   "scatter-linear-bn", "scatter-cnn"] = "mlp"
+    model: Literal[MODEL_KINDS] = "mlp"  # type: ignore[valid-type]
     width: int = Field(default=256, ge=1, description="hidden width (mlp) or base channels (cnn)")
     epochs: int = Field(default=60, ge=1)
     batch_size: int = Field(default=64, ge=1)
