@@ -5,6 +5,7 @@ DP-SGD at its accuracy.
 
     python benchmarks/bench_matched_utility.py --data-dir ../shared/data/cifar10-subset --out runs/matched
         [--models 64] [--seeds 0,1] [--stages anchor,dpsgd,frontier,defenses,table] [--markdown]
+    python benchmarks/bench_matched_utility.py ... --stages screenshot   # docs/leaderboard-{390,1280,1920}.png
 
 Stages (each resumes: every command is a `harness tune` or `harness evaluate` that keeps what it trained):
 
@@ -25,6 +26,9 @@ Stages (each resumes: every command is a `harness tune` or `harness evaluate` th
    interval; the verdict) and the real-image table (accuracy with its SE, member fit, train-test gap,
    the leak at 0.1% and 1% FPR, LiRA's own population read, epsilon). ``--markdown`` writes
    docs/results-matched.md and the README's matched-table block.
+6. ``screenshot`` (asked for by name; needs Chromium): the leaderboard of the first seed's runs and the
+   frontier, built and screenshot by benchmarks/screenshot_leaderboard.py into docs/leaderboard-{width}.png
+   (the site in OUT/site).
 
 Every stage's wall time goes to OUT/matched.json (the issue's budget: the whole table under 90 minutes on
 2 cores with the feature cache filled; each tune under 5 minutes).
@@ -39,6 +43,8 @@ import os
 import platform
 import re
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -174,6 +180,13 @@ def main() -> None:
             timed(stage, fn)
     if "table" in stages:
         write_tables(args, record, out)
+    if "screenshot" in stages:
+        first = f"seed{seeds[0]}"
+        runs = [record["runs"][f"undefended/{first}"], *(rec["runs"][first] for rec in record["defenses"].values()
+                                                           if first in rec["runs"]), *record["frontier"].values()]
+        subprocess.run([sys.executable, str(Path(__file__).parent / "screenshot_leaderboard.py"),
+                        *(str(Path(r).parent) for r in runs), "--out", str(out / "site"), "--png",
+                        str(REPO / "docs" / "leaderboard-{width}.png")], check=True)
 
 
 def frontier_noises(tune: dict, anchor: float) -> list[float]:

@@ -218,6 +218,7 @@ def _entry(results: dict[str, Any], source: Path) -> dict[str, Any]:
         # the sample level's leak ranks: every attack variant that ran, whatever the defense declared
         "leak TPR": tpr("sample", "leak"),
         "leak lower": tpr("sample", "leak", "lower"),
+        "leak se": tpr("sample", "leak", "se"),
         "leak attack": attack("sample", "leak"),
         "population leak TPR": tpr("population", "leak"),
         "population leak lower": tpr("population", "leak", "lower"),

@@ -12,8 +12,8 @@ Layout of a site folder (everything is regenerated from ``entries/`` by :func:`r
   sortable by any column, in the page itself) and the privacy-utility figure with the DP-SGD
   frontier (Aerni et al., Figure 7); per entry the utility-matched DP-SGD baseline: the DP-SGD
   ranking figure linearly interpolated at the entry's accuracy between the two DP-SGD entries of
-  the same dataset and preset around it, at most 2 accuracy points apart ("outside" otherwise:
-  :mod:`harness.audit.matched`);
+  the same dataset and preset around it, at most 2 accuracy points apart ("outside" otherwise), and the
+  verdict of the leaks' ratio with its 95% interval (:mod:`harness.audit.matched`, the matched table's rule);
 - ``entries/<entry_id>/index.html``: a summary (what the index leaves out: epsilons, models,
   compute, full attack names), the warnings, the log-log ROC curves (population and every
   sample-level canary, every attack variant), the per-attack table, the config and the
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from html import escape
 from pathlib import Path
@@ -109,7 +110,8 @@ INDEX_COLUMNS = (
     ("canary", "canary", "the canaries of the sample level"),
     ("attack", "attack", "the attack that gives the leak; hover for its variant"),
     ("DP-SGD at same acc", "DP-SGD", "DP-SGD's ranking figure interpolated at this entry's accuracy (same setting); "
-     "✓ the entry's ranking figure is lower, ✗ it is not"),
+     "the ratio of the two with its 95% interval (the matched table's rule): ✓ leaks less, ✗ leaks more, "
+     "≈ not told apart"),
     ("DP ε", "ε", "the DP epsilon of DP-trained models (delta 1e-5); label: a label-DP epsilon, which covers "
      "the labels only"),
     ("setup", "S×C", "S models per level × C audit samples per model (the defense's canaries at the sample level): "
@@ -181,15 +183,25 @@ def upper_bound(results: dict[str, Any]) -> tuple[float, float]:
     return (1.0, 1.0)
 
 
-def matched_baseline(acc: float, frontier: list[tuple[float, float]]) -> tuple[float | None, str]:
-    """(the DP-SGD TPR at accuracy ``acc``, why there is none): linearly interpolated between the two
-    neighbouring frontier points (accuracy, TPR) around it when they lie at most
-    :data:`harness.audit.matched.MAX_GAP` apart (:func:`harness.audit.matched.read_frontier`);
-    (None, "outside the frontier: ...") otherwise."""
+def matched_reading(acc: float, frontier: list[tuple[float, ...]]):  # -> harness.audit.matched.FrontierReading
+    """The DP-SGD leak at accuracy ``acc`` and its SE (:func:`harness.audit.matched.read_frontier`): linearly
+    interpolated between the two neighbouring frontier points (accuracy, TPR[, SE]) around it when they lie at
+    most :data:`harness.audit.matched.MAX_GAP` apart; ``leak`` None ("outside the frontier: ...") otherwise."""
     from harness.audit.matched import FrontierPoint, read_frontier
 
-    reading = read_frontier(acc, [FrontierPoint(a, t, 0.0) for a, t in frontier])
+    return read_frontier(acc, [FrontierPoint(p[0], p[1], p[2] if len(p) > 2 else 0.0) for p in frontier])
+
+
+def matched_baseline(acc: float, frontier: list[tuple[float, ...]]) -> tuple[float | None, str]:
+    """(the DP-SGD TPR at accuracy ``acc``, why there is none): :func:`matched_reading`'s value."""
+    reading = matched_reading(acc, frontier)
     return reading.leak, reading.why
+
+
+#: the DP-SGD column's marks by the verdict of :func:`harness.audit.matched.leak_ratio` (the matched table's rule)
+VERDICT_MARKS = {"leaks less": '<span class="beats">&#10003;</span>',
+                 "leaks more": '<span class="loses">&#10007;</span>',
+                 "not told apart": '<span class="muted">&#8776;</span>'}
 
 
 def _row(results: dict[str, Any], base: dict[str, Any], meta: dict[str, Any], eid: str) -> dict[str, Any]:
@@ -340,11 +352,19 @@ def _cell(col: str, r: dict[str, Any]) -> tuple[str, str, str]:
             return '<span class="muted">DP-SGD</span>', "-1", "a DP-SGD entry: one of the baseline's points"
         if b is None:
             return '<span class="muted">outside</span>', "-1", r.get("baseline why") or "outside the frontier"
-        beats = isinstance(r["rank TPR"], float) and r["rank TPR"] < b
-        mark = ('<span class="beats">&#10003;</span>' if beats else '<span class="loses">&#10007;</span>')
-        tip = (f"DP-SGD at the same accuracy: {100 * b:.1f}%; this entry's ranking figure, {_pct(r['rank TPR'])}, "
-               + ("is lower: it beats DP-SGD" if beats else "is not lower: it does not beat DP-SGD"))
-        return f"{100 * b:.1f}% {mark}", f"{b:.6f}", tip
+        tip = f"DP-SGD at the same accuracy: {100 * b:.1f}%; this entry's ranking figure, {_pct(r['rank TPR'])}"
+        se, b_se = r.get("leak se"), r.get("baseline se")
+        if not (isinstance(r["rank TPR"], float) and isinstance(se, float) and isinstance(b_se, float)):
+            why = "no SE of the leak in this results.json" if isinstance(r["rank TPR"], float) else "no leak"
+            return f'{100 * b:.1f}% <span class="muted">?</span>', f"{b:.6f}", f"{tip}: not compared ({why})"
+        from harness.audit.matched import leak_ratio
+
+        ratio = leak_ratio(r["rank TPR"], se, b, b_se)
+        key = next(k for k in VERDICT_MARKS if ratio.verdict.startswith(k))
+        high = "∞" if math.isinf(ratio.high) else f"{ratio.high:.1f}"
+        verdict = ratio.verdict if ratio.verdict.startswith("leaks") else f"is {ratio.verdict}"
+        tip += f"; ratio {ratio.value:.1f}x [{ratio.low:.1f}, {high}] (95%, Bonferroni box): it {verdict}"
+        return f"{100 * b:.1f}% {VERDICT_MARKS[key]}", f"{b:.6f}", tip
     if col == "DP ε" and not isinstance(v, float) and isinstance(r.get("label ε"), float):
         # label-DP (ALIBI / AGIBI): a guarantee for the labels only, never shown as an example-level epsilon
         return (f'label {r["label ε"]:.3g}', f'{r["label ε"]:.6f}',
@@ -374,7 +394,8 @@ LEGEND = (
               "apart from 0 on at least 10 expected true positives)."),
     ("canary, attack", "the canaries of the sample level and the attack that gives its leak; hover for the variant."),
     ("DP-SGD", "the DP-SGD entries' ranking figure interpolated at the entry's accuracy (same setting): "
-               "✓ the defense's figure is lower, ✗ it is not; outside: no two DP-SGD entries at most 2 accuracy points "
+               "✓ the defense leaks less, ✗ more, ≈ not told apart (the ratio's 95% interval, a Bonferroni box of the "
+               "two leaks' intervals, excludes 1 or not; hover for it); outside: no two DP-SGD entries at most 2 accuracy points "
                "apart bracket its accuracy (the frontier says nothing there)."),
     ("ε", "DP epsilon (delta 1e-5); label: label-DP, a guarantee for the labels only."),
     ("S×C, date", "S models per level × C audit samples per model; the date the run was prepared (UTC)."),
@@ -445,13 +466,16 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     ranked table with short column names (tooltips, and a legend below the tables) and the
     privacy-utility figure. Details (ε bounds, compute, full attack names, warnings) are on each
     entry's page."""
-    frontiers: dict[str, list[tuple[float, float]]] = {}
+    frontiers: dict[str, list[tuple[float, float, float]]] = {}  # (accuracy, leak, its SE) of each DP-SGD entry
     for r in rows:  # every comparison uses the ranking figure (leaderboard.build.rank_value)
         if r["is_dpsgd"] and isinstance(r["rank TPR"], float) and not r.get("unranked"):
-            frontiers.setdefault(r["setting"], []).append((r["test acc"], r["rank TPR"]))
+            se = r.get("leak se")
+            frontiers.setdefault(r["setting"], []).append((r["test acc"], r["rank TPR"],
+                                                           se if isinstance(se, float) else float("nan")))
     for r in rows:
-        r["baseline"], r["baseline why"] = (matched_baseline(r["test acc"], frontiers.get(r["setting"], []))
-                                            if not r["is_dpsgd"] else (None, ""))
+        reading = matched_reading(r["test acc"], frontiers.get(r["setting"], [])) if not r["is_dpsgd"] else None
+        r["baseline"], r["baseline why"] = (reading.leak, reading.why) if reading else (None, "")
+        r["baseline se"] = reading.se if reading and reading.se is not None and math.isfinite(reading.se) else None
     for r in rows:  # an entry audited with other attacks or canaries than the preset's: a table of its own, unranked
         r["table"] = r["setting"] + (": not ranked (attacks or canaries other than the preset's)" if r.get("unranked")
                                      else "")
@@ -463,7 +487,7 @@ def index_html(rows: list[dict[str, Any]]) -> str:
     one = len(settings) == 1
     boards = "".join(("" if one else f'<h2 id="{_q(re.sub(r"[^a-z0-9]+", "-", s.lower()))}">{escape(s)}</h2>')
                      + _board(group) for s, group in by_setting.items())
-    figures = "".join(_figure_of(s, group, frontiers.get(s, [])) for s, group in by_setting.items()
+    figures = "".join(_figure_of(s, group, [p[:2] for p in frontiers.get(s, [])]) for s, group in by_setting.items()
                       if not any(r.get("unranked") for r in group))
     legend = "".join(f"<dt>{escape(k)}</dt><dd>{escape(v)}</dd>" for k, v in LEGEND)
     flagged = any(r.get("sample beats headline") or r.get("population beats headline") for r in rows)

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+from html import escape
 import shutil
 from pathlib import Path
 from typing import Any, Callable
@@ -39,14 +40,14 @@ def results(tmp_path_factory) -> dict:
     return json.loads((run_dir / "results.json").read_text())
 
 
-def _variant(results: dict, defense: str, acc: float, tpr: float, fingerprint: str) -> dict:
+def _variant(results: dict, defense: str, acc: float, tpr: float, fingerprint: str, se: float | None = None) -> dict:
     """A copy of ``results`` as another defense's entry with the given accuracy and sample-level leak
-    (the ranked figure)."""
+    (the ranked figure; its SE 10% of it unless given)."""
     r = copy.deepcopy(results)
     r["defense"], r["fingerprint"] = defense, fingerprint
     for lv in ("population", "sample"):
         r[lv]["test_accuracy"]["mean"] = acc
-    r["sample"]["figure"]["leak"].update(tpr=tpr, lower=0.8 * tpr)
+    r["sample"]["figure"]["leak"].update(tpr=tpr, lower=0.8 * tpr, se=0.1 * tpr if se is None else se)
     return r
 
 
@@ -86,10 +87,14 @@ def test_index_has_a_row_per_entry_the_frontier_and_the_matched_baseline(site):
     assert len(re.findall(r"<tr[ >]", page)) == 1 + 6  # header + one row per entry
     assert 'class="sortable board"' in page and "data-sort=" in page and "addEventListener('click'" in page
     assert 'class="frontier"' in page and page.count('class="point') == 6
-    # hamp at 93% sits between dpsgd-medium (92%, 1%) and dpsgd-high (94%, 8%): 4.5%, and 2% beats it
+    # hamp at 93% sits between dpsgd-medium (92%, 1%) and dpsgd-high (94%, 8%): 4.5% (SE 0.4 points), and
+    # 2% (SE 0.2) leaks less, told apart: the ratio 0.44x, its 95% box [0.29, 0.69]
     cells = _index_cells(page, "hamp")
     html, key, tip = cells["DP-SGD at same acc"]
-    assert html.startswith("4.5% ") and "&#10003;" in html and key == "0.045000" and "it beats DP-SGD" in tip
+    assert html.startswith("4.5% ") and "&#10003;" in html and key == "0.045000"
+    assert "ratio 0.4x [0.3, 0.7]" in tip and "it leaks less than DP-SGD at its utility" in tip
+    html, _, tip = _index_cells(page, escape(HOSTILE))["DP-SGD at same acc"]  # 50% at 93.5%: leaks more
+    assert "&#10007;" in html and "it leaks more than DP-SGD" in tip
     html, key, tip = _index_cells(page, "relaxloss")["DP-SGD at same acc"]
     assert "outside" in html and "outside the frontier" in tip  # 97% is above every DP-SGD entry
     html, _, tip = _index_cells(page, "undefended")["DP-SGD at same acc"]  # 90% at 95%: above every DP-SGD entry
@@ -452,6 +457,28 @@ def test_each_setting_has_its_own_ranked_table_and_figure(results, tmp_path):
 def test_index_rows_each_have_an_upper_bound_only_where_unresolved(site):
     page = (site / "index.html").read_text()
     assert 'class="point bound"' not in page and "unresolved (upper bound)" not in page
+
+
+def test_the_dpsgd_column_says_not_told_apart_where_the_ratios_interval_holds_1(results, tmp_path):
+    """The DP-SGD column's verdict is the matched table's (harness.audit.matched.leak_ratio): 2% against 4.5%
+    with wide SEs is neither a check nor a cross; an entry without the leak's SE is not compared."""
+    files = tmp_path / "in"
+    rows = [("dpsgd-high", 0.94, 0.08, None), ("dpsgd-medium", 0.92, 0.01, None), ("hamp", 0.93, 0.02, 0.02),
+            ("relaxloss", 0.93, 0.03, None)]
+    for i, (name, acc, tpr, se) in enumerate(rows):
+        (files / f"run{i}").mkdir(parents=True)
+        r = _variant(results, name, acc, tpr, f"{i:064x}", se)
+        if name == "relaxloss":
+            del r["sample"]["figure"]["leak"]["se"]
+        (files / f"run{i}" / "results.json").write_text(json.dumps(r))
+    res = runner.invoke(app, ["leaderboard", "build", str(files), "--out", str(tmp_path / "site")])
+    assert res.exit_code == 0, res.output
+    page = (tmp_path / "site" / "index.html").read_text()
+    html, _, tip = _index_cells(page, "hamp")["DP-SGD at same acc"]
+    assert html.startswith("4.5% ") and "&#8776;" in html and "&#10003;" not in html and "&#10007;" not in html
+    assert "it not told apart from DP-SGD" not in tip and "not told apart from DP-SGD at its utility" in tip
+    html, _, tip = _index_cells(page, "relaxloss")["DP-SGD at same acc"]
+    assert "?" in html and "not compared (no SE of the leak in this results.json)" in tip
 
 
 def _index_cells(page: str, defense: str) -> dict[str, tuple[str, str, str]]:
