@@ -142,3 +142,43 @@ def test_a_served_argmax_only_output_gets_the_label_only_attack_with_a_note(tmp_
     assert not is_one_hot(served) and len(np.unique(served)) == 2  # two values: the label's and the rest's
     plain = json.loads((Path(finished_run) / "results.json").read_text())
     assert "label-only" not in plain["attack_roles"]["adapted"] and "notes" not in plain
+
+
+def test_the_same_labels_read_the_same_whatever_their_encoding(tmp_path):
+    """Issue 65: one model's labels served as one-hot rows, as 10 x one-hot and as the softmax of 5 x
+    one-hot read exactly the same: every attack variant's ROC at both levels, the leak, the declared
+    headline (the run's outputs replaced by each encoding of their argmax, then re-attacked). Before
+    the outputs were read as one-hot rows, LiRA's variance floor saw the scale (the issue measured
+    51.9% against 77.5%)."""
+    import shutil
+
+    from harness.audit.attack_phase import evaluate_run
+    from harness.run.runstore import RunDir
+
+    out = tmp_path / "runs"
+    both_levels = [a for a in TINY if a not in ("--level", "population")]
+    res = runner.invoke(app, ["evaluate", "undefended", "--out", str(out), *both_levels])
+    assert res.exit_code == 0, res.output
+    (finished_run,) = out.iterdir()
+    encodings = {"one-hot": lambda hot: hot, "10 x one-hot": lambda hot: 10 * hot,
+                 "softmax of 5 x one-hot": lambda hot: _softmax(5 * hot)}
+    reads = {}
+    for name, encode in encodings.items():
+        run = tmp_path / name.replace(" ", "_")
+        shutil.copytree(finished_run, run)
+        for f in run.glob("*/signals/*.npz"):
+            with np.load(f) as z:
+                arrays = dict(z)
+            logits = arrays["logits"]
+            hot = np.eye(logits.shape[-1], dtype=np.float32)[logits.argmax(-1)]
+            arrays["logits"] = encode(hot).astype(logits.dtype)
+            np.savez(f, **arrays)
+        results, _ = evaluate_run(RunDir(run))
+        assert LABEL_ONLY_NOTE in results["notes"]
+        reads[name] = {lv: ({(a["name"], a["variant"]): (a["auc"], a["tpr_at_fpr"]) for a in results[lv]["attacks"]},
+                            results[lv]["figure"]["leak"]["tpr"], (results[lv]["figure"].get("declared") or {}).get("tpr"))
+                       for lv in ("population", "sample")}
+    first, *others = reads.values()
+    assert first and all(other == first for other in others)
+    assert any(len(attacks) > 3 for attacks, _, _ in first.values())  # LiRA, RMIA, ... all read, not one
+

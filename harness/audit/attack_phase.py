@@ -28,7 +28,8 @@ HEADLINE_SKIPPED = "; it is one of the defense's headline attacks: this level's 
 
 LABEL_ONLY_NOTE = ("the served outputs carry only the predicted label (in every model, one-hot rows, or every answer "
                    "with the same argmax the same answer): the label-only attack was added automatically and is one "
-                   "of the leak's candidates")
+                   "of the leak's candidates; every attack reads them as exact one-hot rows (any encoding of the same "
+                   "labels reads the same)")
 
 
 #: the note of a run whose random-serving check found random answers (:func:`serving_notes`)
@@ -166,6 +167,27 @@ def carries_only_argmax(logits: np.ndarray) -> bool:
         if not (is_one_hot(model) or _same_answer_per_argmax(model.reshape(-1, model.shape[-1]))):
             return False
     return True
+
+
+#: the served-output signals read as exact one-hot rows where a run serves labels only (:func:`one_hot_labels`)
+LABEL_SIGNALS = ("logits", "logits_averaged")
+
+
+def one_hot_labels(signals: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """``signals`` with each of :data:`LABEL_SIGNALS` that carries only its argmax
+    (:func:`carries_only_argmax`) replaced by exact one-hot rows of that argmax, in its dtype. A run that
+    serves labels is then read the same whatever the encoding (one-hot, ``c`` x one-hot, its softmax,
+    a fixed confidence vector per label): the argmax is all such outputs hold, and the attacks whose
+    scores depend on the scale (LiRA's variance floor, RMIA's ratios) no longer read the encoding."""
+    out = dict(signals)
+    for name in LABEL_SIGNALS:
+        x = signals.get(name)
+        if x is None or is_one_hot(x) or not carries_only_argmax(x):
+            continue
+        hot = np.zeros_like(x)
+        np.put_along_axis(hot, x.argmax(axis=-1)[..., None], 1, axis=-1)
+        out[name] = hot
+    return out
 
 
 @dataclass(frozen=True)
@@ -553,7 +575,7 @@ class LevelEvaluation:
 
 def evaluate_level(
     run: RunDir, level: str, cfg: ExperimentConfig, attacks: list[Attack], roles: AttackRoles,
-    signals: LevelSignals | None = None, reading: tuple[float, ...] = (),
+    signals: LevelSignals | None = None, reading: tuple[float, ...] = (), labels_only: bool = False,
 ) -> LevelEvaluation:
     """Run every attack variant on one experiment; every variant is reported in ``attacks``. The
     primary variant of each attack of ``roles.ranked`` is a candidate of the leak, of each served
@@ -562,9 +584,12 @@ def evaluate_level(
     delete-one-victim reads). Attacks whose signals the run lacks (a run trained by an older
     version) are skipped and listed in ``skipped_attacks``, a declared attack too (its reason says
     the declared headline is taken without it; the run's ``notes`` repeat it); a level where none of
-    the leak's attacks ran is an error."""
+    the leak's attacks ran is an error. ``labels_only`` (a run that serves labels): the served outputs
+    are read as exact one-hot rows (:func:`one_hot_labels`)."""
     ld = run.load_level(level)
     ls = signals if signals is not None else load_level_signals(run, level, cfg.audit.models)
+    if labels_only:
+        ls = LevelSignals(one_hot_labels(ls.signals), ls.metas)
     y_test, y_val, y_train = run.load_eval_labels()
     pop_labels = y_test[ld.population_indices] if len(ld.population_indices) else None
     inp = AttackInput(signals=ls.signals, labels=ld.canaries.y, membership=ld.design.membership,
@@ -776,7 +801,8 @@ def evaluate_run(
     declared = [a.name for a in attacks if a.name in defense.adaptive_attacks]
     adapted: list[str] = []
     first = load_level_signals(run, levels[0], cfg.audit.models) if levels else None  # read once, reused below
-    if first is not None and carries_only_argmax(first.signals["logits"]):
+    labels_only = first is not None and carries_only_argmax(first.signals["logits"])
+    if labels_only:
         # a defense that serves labels only is attacked by the attack adapted to labels (the paper's
         # section 5.1): added here, from the saved outputs, whatever the defense declared
         if "label-only" not in [a.name for a in attacks]:
@@ -827,7 +853,8 @@ def evaluate_run(
     accuracies: dict[str, list[float]] = {}
     scales: dict[str, dict[str, list[float]]] = {}
     for level in levels:
-        lev = evaluate_level(run, level, cfg, attacks, roles, first if level == levels[0] else None, reading)
+        lev = evaluate_level(run, level, cfg, attacks, roles, first if level == levels[0] else None, reading,
+                             labels_only)
         if lev.membership is not None and lev.outputs is not None:
             member_stats.append(lev.membership)
             level_outputs[level] = lev.outputs
