@@ -140,17 +140,22 @@ def evaluate(defense: str | None = None, preset: str | None = None, overrides: d
     :mod:`harness.audit.resolution`).
     """
     from harness.audit.resolution import plan_note
+    from harness.core.data import check_data_path
     from harness.core.install_check import check_torch_builds
     from harness.run.executors import check_engine, start_worker_server
-    from harness.run.runner import open_run, plan_run
 
     emit = _emitter(progress)
     overrides = dict(overrides or {})
-    check_torch_builds()
-    if _local_pool_likely(overrides):  # its workers' server imports torch while the config is built
-        start_worker_server()
     run_path = Path(run_dir) if run_dir is not None else None
+    # the configuration first: a mistake in it is refused before torch is imported (seconds)
     cfg = configure(defense, preset, overrides, run_path)
+    if defense is not None:  # a saved run resumed whose data moved gets its own line (plan_run: "data moved")
+        check_data_path(cfg.data)
+    check_torch_builds()
+    if _local_pool_likely(overrides):  # its workers' server imports torch while the data and design are built
+        start_worker_server()
+    from harness.run.runner import open_run, plan_run  # imports torch
+
     check_engine(cfg.run.executor, cfg.run)  # installed and answering, before anything is written
     t0 = time.perf_counter()
     emit("status", "loading data and building the audit design")

@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import t as student_t
 
 from harness.core.config import ExperimentConfig
 from harness.core.figure import (MIN_FALSE_POSITIVES, BestOf, best_of, figure_fpr, fmt_fpr, jackknife_sd, ratio_interval,
@@ -240,6 +239,8 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
     if cfg.attack.bootstrap <= 0:
         out["reason"] = "no bootstrap replicates (attack.bootstrap = 0): the test needs them"
         return out
+    from scipy.stats import t as student_t  # here: scipy.stats takes a second to import, the CLI's errors none
+
     rows: list[tuple[str, Candidate, float, float, float]] = []  # level, candidate, d, z, p
     for level, fam in families.items():
         labels = {c.label for c in fam.declared}

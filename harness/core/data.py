@@ -289,6 +289,30 @@ def _find_cifar_folder(root: Path) -> Path | None:
     return None
 
 
+def refuse_mistyped_root(root: Path) -> None:
+    """A CIFAR-10 ``root`` that does not exist (other than the default ``./data``) is most often a
+    mistype: refused in one line, never a download attempt."""
+    if not root.exists() and root.absolute() != Path(DEFAULT_DATA_DIR).absolute():
+        raise DataError(f"--data-dir (data.path) {root}: no such folder. To download CIFAR-10 there, create it "
+                        f"first (mkdir -p {root}); `--data-dir {DEFAULT_DATA_DIR}` (the default) downloads into "
+                        "./data")
+
+
+def check_data_path(cfg: DataConfig) -> None:
+    """The checks of the data's place that need no reading: a CIFAR-10 folder that does not exist, an npz
+    file that does not exist. Run before anything heavy is imported (``harness evaluate`` and ``harness
+    tune`` refuse such a mistake in a second or two); the loaders repeat them."""
+    if cfg.name == "cifar10":
+        root = Path(cfg.path or DEFAULT_DATA_DIR)
+        if _find_cifar_folder(root) is None:
+            if not cfg.download:
+                where = "" if root.is_dir() else " (no such folder)"
+                raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}{where}")
+            refuse_mistyped_root(root)
+    elif cfg.name == "npz" and cfg.path is not None and not Path(cfg.path).is_file():
+        raise DataError(f"npz file {cfg.path!r} does not exist")
+
+
 def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
     """CIFAR-10 from the official python pickles in ``root`` or ``root/cifar-10-batches-py``.
 
@@ -302,11 +326,7 @@ def load_cifar10(root: Path, *, download: bool = True) -> ImageDataset:
         if not download:
             where = "" if root.is_dir() else " (no such folder)"
             raise DataError(f"no CIFAR-10 batch files (data_batch_1..5, test_batch) under {root}{where}")
-        if not root.exists() and root.absolute() != Path(DEFAULT_DATA_DIR).absolute():
-            # a path that does not exist is most often a mistype: one line, no download attempt
-            raise DataError(f"--data-dir (data.path) {root}: no such folder. To download CIFAR-10 there, create it "
-                            f"first (mkdir -p {root}); `--data-dir {DEFAULT_DATA_DIR}` (the default) downloads into "
-                            "./data")
+        refuse_mistyped_root(root)
         folder = download_cifar10(root)
     parts = [_read_cifar_batch(folder / f"data_batch_{i}") for i in range(1, 6) if (folder / f"data_batch_{i}").is_file()]
     x_train = np.concatenate([p[0] for p in parts])

@@ -90,6 +90,10 @@ def make_spec(defense: str, preset: str | None, overrides: dict[str, Any], min_a
     clash = sorted(set(overrides) & {k.key for k in knobs})
     if clash:
         raise ConfigError(f"{clash[0]} is searched (a knob): give its values with --grid, not --set")
+    from harness.core.data import check_data_path
+
+    # the base configuration and the data's place, before torch is imported: a mistake is refused in seconds
+    check_data_path(build_config(preset, {**overrides, "defense": defense}).data)
     return TuneSpec(defense, preset, dict(overrides), min_accuracy, knobs, models_per_round, max_models,
                     Path(out) if out is not None else default_out(defense, preset))
 
