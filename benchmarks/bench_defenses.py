@@ -191,19 +191,31 @@ def notes_for(d: str, extra: tuple[str, ...], r: dict, args: argparse.Namespace)
 
 
 PAPER_HEAD = ("\n| defense | paper: population / sample TPR | paper: test acc | here: population / sample leak | "
-              "here: test acc | canaries leak more than the population? |\n|---|---|---|---|---|---|")
+              "here: test acc | canaries leak more than the population here? (the ratio's 95% CI) |\n|---|---|---|---|---|---|")
 
 
 def _tpr(level: dict) -> float | None:
     return ((level.get("figure") or {}).get("leak") or {}).get("tpr")
 
 
-def _direction(paper_more: bool, sample: float | None, population: float | None) -> str:
-    """Whether the sample level leaks more than the population here, as in the paper."""
-    if sample is None or population is None:
+def _direction(paper_more: bool, results: dict) -> str:
+    """Whether the sample level leaks more than the population here, told by the ratio's 95% interval.
+
+    Yes where the interval (or the one-sided lower bound, where there is no point ratio) lies above 1, no where
+    the interval lies below 1, not told apart otherwise; then beside it whether the paper's Table 1 agrees.
+    """
+    r = results.get("sample_population_ratio") or {}
+    if r.get("ratio") is not None and r.get("ci"):
+        lo, hi = r["ci"]
+        here = "yes" if lo > 1 else "no" if hi < 1 else None
+    elif r.get("lower") is not None:
+        here = "yes" if r["lower"] > 1 else None
+    else:
         return "unresolved"
-    here = sample > population
-    return ("yes, as in the paper" if here else "no (the paper: yes)") if paper_more else ("yes (the paper: no)" if here else "no, as in the paper")
+    paper = "yes" if paper_more else "no"
+    if here is None:
+        return f"not told apart (the paper: {paper})"
+    return f"{here}, as in the paper" if here == paper else f"{here} (the paper: {paper})"
 
 
 FULL_HEAD = ("| defense | leak, sample (ranked) | declared headline, sample (canaries) | leak, population | "
@@ -259,7 +271,7 @@ def main() -> None:
             pp, ps, pa = PAPER_TABLE1[d]
             lp, ls = _tpr(pop), _tpr(smp)
             paper.append(f"| {name} | {pct(pp)} / {pct(ps)} | {pct(pa)} | {pct(lp)} / {pct(ls)} | "
-                         f"{pct(smp['test_accuracy']['mean'])} | {_direction(ps > pp, ls, lp)} |")
+                         f"{pct(smp['test_accuracy']['mean'])} | {_direction(ps > pp, r)} |")
         warnings += [f"{name}: {w}" for w in r.get("warnings", [])]
     print(f"preset: {args.preset}\n{FULL_HEAD}\n" + "\n".join(full))
     for n in notes:
