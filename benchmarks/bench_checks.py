@@ -22,7 +22,10 @@ Then the false-alarm rate on ``--null`` simulated runs of 32 models, 200 audit s
 experiments, each model's scores drawn as a per-sample difficulty plus noise plus a member shift:
 (a) no member shift (nothing fits: the pair tests are exact there); (b) the same small shift for
 every model (a DP-SGD-like weak fit); (c) a shift drawn per model from 0 to 0.5 noise units
-(models that fit their members unequally). A false alarm is a run the check fails.
+(models that fit their members unequally); (d) a strong shift (3) with a heavy-tailed noise scale per
+model, exp(0.3 t_3) (models whose outputs stray from the others' unequally); (e) the same shift, one
+model's noise x 4 (an honest outlier: it fits its members, far less cleanly than the others). A false
+alarm is a run the check fails.
 """
 
 from __future__ import annotations
@@ -106,14 +109,17 @@ def measure(run_path: Path) -> str:
             + f" | {largest:.2f} | {passed} | {', '.join(swaps) or 'none'} | {', '.join(shuffles) or 'none'} |")
 
 
-def simulate(rng: np.random.Generator, shift: np.ndarray, s: int = 32, c: int = 200, experiments: int = 2) -> bool:
-    """Whether the membership check fails on one simulated run whose masks are right (module docstring)."""
+def simulate(rng: np.random.Generator, shift: np.ndarray, s: int = 32, c: int = 200, experiments: int = 2,
+             noise: np.ndarray | None = None) -> bool:
+    """Whether the membership check fails on one simulated run whose masks are right (module docstring);
+    ``noise``: each model's noise scale (default 1)."""
     stats = []
     for e in range(experiments):
         m = np.zeros((s, c), bool)
         for j in range(c):  # each sample a member of exactly half of the models, as the harness's design
             m[rng.permutation(s)[: s // 2], j] = True
-        scores = rng.normal(size=(1, c)) * 3 + rng.normal(size=(s, c)) + shift[:, None] * m
+        scale = np.ones(s) if noise is None else noise
+        scores = rng.normal(size=(1, c)) * 3 + rng.normal(size=(s, c)) * scale[:, None] + shift[:, None] * m
         stats.append(membership_stats(f"e{e}", scores, m))
     return not membership_check(stats).passed
 
@@ -132,11 +138,16 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(rows))
     if args.null:
         rng = np.random.default_rng(args.seed)
-        scenarios = {"(a) no member shift": lambda: np.zeros(32), "(b) shift 0.2 for every model": lambda: np.full(32, 0.2),
-                     "(c) shift U(0, 0.5) per model": lambda: rng.uniform(0, 0.5, 32)}
+        heavy = lambda: np.exp(rng.standard_t(3, 32) * 0.3)  # noqa: E731  per-model noise scales, heavy-tailed
+        scenarios = {"(a) no member shift": (lambda: np.zeros(32), None),
+                     "(b) shift 0.2 for every model": (lambda: np.full(32, 0.2), None),
+                     "(c) shift U(0, 0.5) per model": (lambda: rng.uniform(0, 0.5, 32), None),
+                     "(d) shift 3 for every model, noise scale exp(0.3 t3) per model": (lambda: np.full(32, 3.0), heavy),
+                     "(e) shift 3 for every model, one model's noise x 4": (lambda: np.full(32, 3.0),
+                                                                            lambda: np.r_[4.0, np.ones(31)])}
         print(f"\nfalse alarms on {args.null} simulated runs each (32 models, 200 audit samples, 2 experiments):")
-        for label, shift in scenarios.items():
-            alarms = sum(simulate(rng, shift()) for _ in range(args.null))
+        for label, (shift, noise) in scenarios.items():
+            alarms = sum(simulate(rng, shift(), noise=None if noise is None else noise()) for _ in range(args.null))
             print(f"  {label}: {alarms} of {args.null} ({100 * alarms / args.null:.2f}%)")
     return 0
 

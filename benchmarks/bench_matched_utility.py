@@ -5,6 +5,7 @@ DP-SGD at its accuracy.
 
     python benchmarks/bench_matched_utility.py --data-dir ../shared/data/cifar10-subset --out runs/matched
         [--models 64] [--seeds 0,1] [--stages anchor,dpsgd,frontier,defenses,table] [--markdown]
+    python benchmarks/bench_matched_utility.py ... --stages selena-paper,table --markdown   # SELENA K = 25, L = 10
     python benchmarks/bench_matched_utility.py ... --stages screenshot   # docs/leaderboard-{390,1280,1920}.png
 
 Stages (each resumes: every command is a `harness tune` or `harness evaluate` that keeps what it trained):
@@ -26,7 +27,10 @@ Stages (each resumes: every command is a `harness tune` or `harness evaluate` th
    interval; the verdict) and the real-image table (accuracy with its SE, member fit, train-test gap,
    the leak at 0.1% and 1% FPR, LiRA's own population read, epsilon). ``--markdown`` writes
    docs/results-matched.md and the README's matched-table block.
-6. ``screenshot`` (asked for by name; needs Chromium): the leaderboard of the first seed's runs and the
+6. ``selena-paper`` (asked for by name: 24 minutes on 2 cores): SELENA at the paper's size, K = 25
+   teachers and L = 10 per query, for the first seed; the table then has its row beside the preset's K = 5,
+   L = 2.
+7. ``screenshot`` (asked for by name; needs Chromium): the leaderboard of the first seed's runs and the
    frontier, built and screenshot by benchmarks/screenshot_leaderboard.py into docs/leaderboard-{width}.png
    (the site in OUT/site).
 
@@ -61,6 +65,9 @@ DPSGD_GAPS = {"medium": 0.062, "high": 0.034, "veryhigh": 0.026}
 HEURISTIC_GAP = 0.065
 TUNED = ("hamp", "relaxloss", "alibi", "agibi")
 FIXED = ("selena",)
+#: the ``selena-paper`` stage: SELENA at the paper's K = 25 teachers, L = 10 per query (the preset's: 5 and 2)
+SELENA_PAPER = ("--set", "defense_params.num_teachers=25", "--set", "defense_params.num_query=10")
+SELENA_PAPER_NAME = "selena K=25 L=10"
 #: the frontier: settings from a - FRONTIER_SPAN to a (validation accuracy)
 FRONTIER_SPAN = 0.105
 #: frontier settings at least this far apart in validation accuracy (at most MAX_GAP apart where the grid allows)
@@ -175,7 +182,15 @@ def main() -> None:
                 record["defenses"][d]["runs"][f"seed{s}"] = r["_path"]
                 save()
 
-    for stage, fn in (("anchor", anchor), ("dpsgd", dpsgd), ("frontier", frontier), ("defenses", heuristics)):
+    def selena_paper() -> None:
+        """SELENA at the paper's size (K = 25 teachers, L = 10 per query; issue 66), the first seed only."""
+        record.setdefault("defenses", {})
+        r = evaluate(args, "selena", out / "selena", seeds[0], *SELENA_PAPER)
+        record["defenses"][SELENA_PAPER_NAME] = {"runs": {f"seed{seeds[0]}": r["_path"]}}
+        save()
+
+    for stage, fn in (("anchor", anchor), ("dpsgd", dpsgd), ("frontier", frontier), ("defenses", heuristics),
+                      ("selena-paper", selena_paper)):
         if stage in stages:
             timed(stage, fn)
     if "table" in stages:
@@ -300,9 +315,16 @@ def write_markdown(record: dict, matched: list[str], facts: list[str], frontier:
     page = REPO / "docs" / "results-matched.md"
     tunes = record.get("dpsgd_tunes", {})
     runs = [*record.get("runs", {}).values(), *record.get("frontier", {}).values(),
-            *(p for rec in record.get("defenses", {}).values() for p in rec.get("runs", {}).values())]
-    run_seconds = sum(sum(load(p)["timings"].get(k, 0.0) for k in ("prepare_seconds", "train_wall_seconds",
-                                                                  "attack_seconds")) for p in runs)
+            *(p for d, rec in record.get("defenses", {}).items() if d != SELENA_PAPER_NAME
+              for p in rec.get("runs", {}).values())]
+
+    def seconds(p: str) -> float:
+        return sum(load(p)["timings"].get(k, 0.0) for k in ("prepare_seconds", "train_wall_seconds", "attack_seconds"))
+
+    run_seconds = sum(seconds(p) for p in runs)
+    paper_selena = record.get("defenses", {}).get(SELENA_PAPER_NAME, {}).get("runs", {})
+    also = (f" The {SELENA_PAPER_NAME} row (SELENA at the paper's size): `--stages selena-paper,table --markdown`, "
+            f"{sum(seconds(p) for p in paper_selena.values()) / 60:.0f} min, not in the budget." if paper_selena else "")
     tune_seconds = sum(t.get("wall", 0.0) for t in tunes.values()) + sum(
         rec.get("tune_wall", 0.0) for rec in record.get("defenses", {}).values())
     lines = [
@@ -310,7 +332,7 @@ def write_markdown(record: dict, matched: list[str], facts: list[str], frontier:
         f"Made by `{command}` on {dt.date.today().isoformat()} ({platform.machine()}, {os.cpu_count()} CPU cores). "
         f"Compute: {len(runs)} audits, {run_seconds / 60:.0f} min (each run's own recorded preparing, training and "
         f"attack time, 64 models per level), and the tunes, {tune_seconds / 60:.0f} min of wall time; "
-        f"{(run_seconds + tune_seconds) / 60:.0f} min in all (the issue's budget: 90).", "",
+        f"{(run_seconds + tune_seconds) / 60:.0f} min in all (the issue's budget: 90).{also}", "",
         f"Anchor (undefended at the preset's recipe, the best validation accuracy): {pct(record.get('anchor_validation'))} "
         "on the 500 validation images.", "",
         "## DP-SGD levels by utility", "",
@@ -332,7 +354,8 @@ def write_markdown(record: dict, matched: list[str], facts: list[str], frontier:
     page.write_text("\n".join(lines))
     readme = (REPO / "README.md").read_text()
     if README_START in readme and README_END in readme:
-        block = f"{README_START}\n" + "\n".join(matched) + f"\n\n`{command}`; every run and the frontier in " \
+        k25 = " (the K=25 row: `--stages selena-paper,table`)" if paper_selena else ""
+        block = f"{README_START}\n" + "\n".join(matched) + f"\n\n`{command}`{k25}; every run and the frontier in " \
                 f"[docs/results-matched.md](docs/results-matched.md).\n{README_END}"
         readme = re.sub(re.escape(README_START) + ".*?" + re.escape(README_END), lambda _: block, readme, flags=re.S)
         (REPO / "README.md").write_text(readme)

@@ -18,14 +18,19 @@ test (normal approximation):
   the right masks a model fits its own members at least as well as anyone else's, so a large z
   says model i's outputs fit model j's membership better than its own: swapped or permuted files.
   Where no model fits its members at all, z is exchangeable across samples and the test is exact.
-- **own** i: is model i's AUC of its own members over its non-members (on z) lower than the median
-  AUC of the level's models, by more than its sampling error and the spread of the models' fits?
-  ``z = (median - AUC_i) / se``, ``se^2 = v_i x (1 + pi / (2 (S - 1))) + tau^2`` with
-  ``v_i = (C + 1) / (12 n_in n_out)`` (the AUC's null variance, and the median's) and
-  ``tau^2 = max(0, (1.4826 MAD(AUC))^2 - median v)``, the between-model variance of the fits (a
-  robust spread of the S AUCs less their sampling variance: models that fit their members unequally,
-  as DP-SGD's or a defense's with a random mask do, are not outliers). A model whose rows or
-  membership are shuffled fits nothing while the others fit alike.
+- **own** i: does model i fit its own members less than half as well as the level's median model,
+  beyond sampling error? The fit is the AUC's excess over 1/2 (its members over its non-members, on
+  z), and ``z = (1/2 + (median - 1/2) / 2 - AUC_i) / se``, ``se^2 = v_i + v_m pi / (8 (S - 1))``
+  with ``v = (C + 1) / (12 n_in n_out)`` (the AUC's null variance; the second term is the
+  median's, quartered). A model that fits nothing reads ``z = (median - 1/2) / (2 se)``: half the
+  statistic of a comparison with the median itself, so it is named where the median model's fit
+  exceeds 2 t se (0.25 at 500 samples, t = 4.9). A model whose rows or membership are shuffled,
+  or that trained on another set than the plan's, fits nothing (AUC 1/2) while the others fit; an
+  honest model that fits its members less cleanly than the others is not named unless it fits
+  them less than half as well, however far it lies from the others' spread (honest fits have heavy
+  tails: one undefended scattering head of 64 reads AUC 0.85, 71% of the median's fit, where the
+  others read 0.95-1.00; the rule this replaced, a comparison with the median over the AUCs'
+  robust spread, named it).
 
 - **provenance** i (experiments whose canaries keep their image and take a uniformly random wrong
   label, ``mislabeled``): does model i predict the canary label of the canaries the plan says it
@@ -43,9 +48,10 @@ test (normal approximation):
 Every test of every experiment (S^2 per experiment: S(S-1) pairs and S own tests, and S provenance
 tests where they apply) is one family, Bonferroni-corrected at :data:`ALPHA`: a z above ``Phi^-1(1 - ALPHA / tests)`` fails the check
 (4.9 for two experiments of 32 models). Its false-alarm rate is at most ALPHA where every model fits
-its members at least as well as its non-members (measured on simulated runs whose models fit
-unequally too, benchmarks/bench_checks.py);
-the measured statistics of every built-in defense's quick run are in docs/protocol.md (Checks).
+its members at least as well as its non-members and at least half as well as the median model
+(measured on simulated runs whose models fit unequally, or stray from one another unequally,
+benchmarks/bench_checks.py; and on 37 honest cifar10-scatter runs, benchmarks/bench_check_false_alarms.py);
+the measured statistics are in docs/protocol.md (Checks).
 
 **Outputs** (:func:`degenerate_outputs`): a model whose outputs are the same for every query image
 and view (e.g. all zeros), and models whose scores are identical to another model's (models that
@@ -66,6 +72,10 @@ import numpy as np
 
 #: family-wise false-alarm rate of the membership check, and the level of the chance-accuracy test
 ALPHA = 1e-3
+
+#: the own test names a model shown to fit its members less than this fraction as well as the level's median
+#: model (fit: the AUC's excess over 1/2)
+OWN_FIT_FRACTION = 0.5
 
 
 #: the membership check reads at most this many audit samples (evenly spaced): at a population level of
@@ -133,7 +143,7 @@ class MembershipStats:
 
     experiment: str
     own_auc: np.ndarray  # (S,) AUC of each model's own members over its non-members
-    own_z: np.ndarray  # (S,) (median AUC - AUC_i) / se
+    own_z: np.ndarray  # (S,) (1/2 + (median AUC - 1/2) / 2 - AUC_i) / se
     pair_z: np.ndarray  # (S, S) z of "model i's outputs fit model j's members better than its own"; diagonal -inf
     provenance: "Provenance | None" = None
 
@@ -194,10 +204,11 @@ def membership_stats(experiment: str, scores: np.ndarray, membership: np.ndarray
     valid = (n_in > 0) & (n_out > 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         var = np.where(valid, (c + 1) / (12 * n_in * n_out), 0.0)  # the AUC's null (sampling) variance
-        mad = 1.4826 * np.median(np.abs(own_auc[valid] - np.median(own_auc[valid]))) if valid.any() else 0.0
-        spread = max(mad ** 2 - float(np.median(var[valid])), 0.0) if valid.any() else 0.0  # fits that differ
-        se = np.sqrt(var * (1 + math.pi / (2 * max(s_models - 1, 1))) + spread)
-        own_z = np.where(valid, (np.median(own_auc) - own_auc) / se, 0.0)
+        median = float(np.median(own_auc[valid])) if valid.any() else 0.5
+        median_var = float(np.median(var[valid])) * math.pi / (2 * max(s_models - 1, 1)) if valid.any() else 0.0
+        floor = 0.5 + OWN_FIT_FRACTION * (median - 0.5)
+        se = np.sqrt(var + OWN_FIT_FRACTION ** 2 * median_var)
+        own_z = np.where(valid, (floor - own_auc) / np.where(valid, se, 1.0), 0.0)
     return MembershipStats(experiment, own_auc, own_z, pair_z, provenance)
 
 
@@ -267,8 +278,8 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
         for i in sorted(complement):
             findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit its members far less than the other "
                             f"models fit theirs (AUC {st.own_auc[i]:.2f} against a median of "
-                            f"{float(np.median(st.own_auc)):.2f}, z = {st.own_z[i]:.1f} > {t:.1f}): "
-                            f"{_complement(st.own_auc[i])}")
+                            f"{float(np.median(st.own_auc)):.2f}: less than half the median's fit, z = "
+                            f"{st.own_z[i]:.1f} > {t:.1f}): {_complement(st.own_auc[i])}")
         named |= complement
         for i, j in zip(*np.nonzero(st.pair_z > t)):
             i, j = int(i), int(j)
@@ -283,7 +294,8 @@ def membership_check(stats: list[MembershipStats], names: dict[str, Sequence[str
                 continue
             findings.append(f"{st.experiment}: the outputs of {_name(i, nm)} fit its members far less than the other "
                             f"models fit theirs (AUC {st.own_auc[i]:.2f} against a median of "
-                            f"{float(np.median(st.own_auc)):.2f}, z = {st.own_z[i]:.1f} > {t:.1f}): trained on another "
+                            f"{float(np.median(st.own_auc)):.2f}: less than half the median's fit, z = "
+                            f"{st.own_z[i]:.1f} > {t:.1f}): trained on another "
                             "set than the plan's, or its rows shuffled?")
         pair = st.pair_z[np.isfinite(st.pair_z)]
         experiments[st.experiment] = {
