@@ -72,7 +72,9 @@ PAPER_TABLE1 = {
 def run(defense: str, args: argparse.Namespace, *extra: str) -> tuple[dict, float]:
     out = Path(args.out) / (defense + ("-" + "-".join(e.strip("-") for e in extra) if extra else ""))
     data = ["--data-dir", args.data_dir] if args.data_dir else []
-    run_dir, _ = evaluate_into(out, defense, "--preset", args.preset, "--workers", str(args.workers), *extra, *data)
+    models = ["--models", str(args.models_of[defense])] if defense in args.models_of else []
+    run_dir, _ = evaluate_into(out, defense, "--preset", args.preset, "--workers", str(args.workers), *extra, *data,
+                               *models)
     results = jsonio.loads((run_dir / "results.json").read_text())
     return results, run_seconds(results)
 
@@ -144,6 +146,8 @@ def primary_tpr(level: dict, attack: str, fpr: str | None = None) -> str:
     e = primary(level, attack)
     f = fpr if fpr is not None else repr(float((level.get("figure") or {}).get("fpr") or 0.001))
     v = None if e is None else (e.get("reading") or {}).get(f)
+    if v is None and e is not None and fpr is not None:  # not a figure FPR of the run: the paper-style read
+        v = (e.get("tpr_at_fpr") or {}).get(fpr)
     return "-" if v is None else pct(v)
 
 
@@ -174,7 +178,8 @@ def notes_for(d: str, extra: tuple[str, ...], r: dict, args: argparse.Namespace)
                    f"canaries {leak(m['sample'])} (`--level sample --canary mislabeled`, {wall_m:.0f} s).")
     if d.startswith("ssl-"):
         for fpr in ("0.001", "0.01"):
-            out.append(f"{d}, TPR@{100 * float(fpr):g}% FPR (primary variants, each its own), population / sample by canary: "
+            how = "each its own" if fpr == "0.001" else "each its own paper-style read, (floor(tN) + 1) / (N + 1)"
+            out.append(f"{d}, TPR@{100 * float(fpr):g}% FPR (primary variants, {how}), population / sample by canary: "
                        + "; ".join(f"{name} ({primary(pop, name)['access']}) {primary_tpr(pop, name, fpr)} / "
                                    + ", ".join(f"{c} {primary_tpr(v, name, fpr)}" for c, v in r["sample_by_canary"].items())
                                    for name in ("contrastive", "contrastive-blackbox", "lira", "lira-sslview", "rmia")) + ".")
@@ -235,10 +240,17 @@ def main() -> None:
     ap.add_argument("--no-comparisons", action="store_true",
                     help="skip the comparison runs of the notes (SELENA with plain mislabeled canaries, each DP-SGD "
                          "level with uniform-noise canaries)")
+    ap.add_argument("--models-of", action="append", default=[], metavar="DEFENSE=S",
+                    help="train S models per level for this defense instead of the preset's (its row says so); "
+                         "repeatable")
     ap.add_argument("--markdown", action="store_true",
                     help="write the preset's results page (docs/results.md for quick, docs/results-PRESET.md "
                          f"otherwise) and, for {README_PRESET}, the README's results table, from these runs")
     args = ap.parse_args()
+    try:
+        args.models_of = {k: int(v) for k, v in (item.split("=") for item in args.models_of)}
+    except ValueError:
+        ap.error("--models-of takes DEFENSE=S, S an even number of models")
     if args.defenses is None:
         args.defenses = ",".join(PRESET_DEFENSES.get(args.preset, DEFENSES))
     from harness.core.config import load_preset_mapping, not_applicable
@@ -255,7 +267,7 @@ def main() -> None:
         r, wall = run(d, args, *extra)
         versions.add(r["harness_version"])
         pop, smp = r["population"], r["sample"]
-        name = ROW_NAMES.get(d, " ".join((d, *extra)))
+        name = ROW_NAMES.get(d, " ".join((d, *extra))) + (f" ({args.models_of[d]} models)" if d in args.models_of else "")
         decl = (smp.get("figure") or {}).get("declared") or {}
         full.append(
             f"| {name} | {leak(smp, with_attack=True)} | {headline(smp)} "
@@ -290,7 +302,8 @@ def write_markdown(args: argparse.Namespace, full: list[str], compact: list[str]
         f" --{k.replace('_', '-')} {v}" for k, v in (("preset", args.preset), ("data_dir", args.data_dir),
                                                      ("defenses", args.defenses), ("workers", args.workers))
         if v is not None and v != {"preset": "quick", "defenses": ",".join(PRESET_DEFENSES.get(args.preset, DEFENSES)),
-                                   "workers": 2}.get(k)) + (" --no-comparisons" if args.no_comparisons else "")
+                                   "workers": 2}.get(k)) + (" --no-comparisons" if args.no_comparisons else "") + "".join(
+        f" --models-of {d}={n}" for d, n in args.models_of.items())
     made = (f"Made by `{command}` on {dt.date.today().isoformat()}: harness {', '.join(sorted(versions))}, torch "
             f"{torch.__version__}, {os.cpu_count()} CPU cores ({platform.machine()}), {args.workers} workers, seed 0. "
             "Every number on this page comes from that command's runs; re-running it resumes them (or trains them "

@@ -37,7 +37,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from defenses.base import Defense, FitContext, LabeledImages, Normalizer, ServedModel, TorchClassifier
-from defenses.encoder_names import ENCODER_KINDS
+from defenses.encoder_names import ENCODER_KINDS, MAP_ENCODERS
 from defenses.training import seeded_init
 from harness.core.data import AugmentSpec
 from harness.core.lazy import LazyModule
@@ -154,6 +154,7 @@ class SSLDefense(Defense):
         "probe_weight_decay": 5e-4,
         "probe_step_every": 30,
         "crop_scale": [0.08, 1.0],
+        "feature_noise": 0.0,  # scatter-conv only: the SD of the feature-space views' Gaussian noise
     }
 
     def __init__(self, **params: Any) -> None:
@@ -171,10 +172,20 @@ class SSLDefense(Defense):
         if not (isinstance(scale, (list, tuple)) and len(scale) == 2 and all(isinstance(v, (int, float)) for v in scale)):
             raise ValueError(f"crop_scale must be [low, high], got {scale!r}")
         SSLAugment(crop_scale=(float(scale[0]), float(scale[1])))  # checks the range
+        fn = p["feature_noise"]
+        if not isinstance(fn, (int, float)) or isinstance(fn, bool) or fn < 0:
+            raise ValueError(f"feature_noise must be a number >= 0, got {fn!r}")
 
     def check_config(self, cfg: Any) -> None:
         """The ResNet-18 encoder is torchvision's: a missing or mismatched torchvision stops the run
-        here, before training, with one line (harness.core.install_check)."""
+        here, before training, with one line (harness.core.install_check). An encoder on scattering
+        maps needs RGB 32 x 32 images (CIFAR-10, or an npz of that shape)."""
+        if self.params["encoder"] in MAP_ENCODERS and cfg.data.name == "digits":
+            raise ValueError(f"encoder {self.params['encoder']} reads the scattering maps of RGB 32 x 32 images; "
+                             "digits are 1 x 8 x 8 (use --preset cifar10-scatter, or encoder mlp / cnn)")
+        if self.params["encoder"] not in MAP_ENCODERS and self.params["feature_noise"] != self.param_defaults["feature_noise"]:
+            raise ValueError(f"feature_noise applies to the encoders on scattering maps ({', '.join(MAP_ENCODERS)}); "
+                             f"encoder {self.params['encoder']} draws its views on images")
         if self.params["encoder"] == "resnet18":
             from harness.core.install_check import import_torchvision
 
@@ -211,6 +222,8 @@ class SSLDefense(Defense):
 
         p = self.params
         self.check_train_size(len(train))  # the runner checked the smallest; a direct call is checked here
+        if p["encoder"] in MAP_ENCODERS:
+            return self._fit_maps(train, ctx)
         device = torch.device(ctx.device)
         augment = self.augmentation(train.augment)
         shape = tuple(train.x.shape[1:])
@@ -248,6 +261,74 @@ class SSLDefense(Defense):
         record = {"ssl_method": self.name, "encoder": p["encoder"], "feature_dim": encoder.out_dim,
                   "pretrain_final_loss": last_loss}
         return SSLServed(encoder, probe, train.mean, train.std, ctx.device, record, augment)
+
+    # --- on fixed scattering maps (defenses/scatter_ssl.py) -----------------------------------------
+    def _fit_maps(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        """The same pre-training and probe on the fixed scattering maps of the training images, with
+        feature-space views (:class:`defenses.scatter_ssl.FeatureViewAugment`) and the
+        :class:`defenses.scatter_ssl.ScatterConvEncoder`; served on images (the same fixed map first)."""
+        from defenses.scatter_ssl import MAP_SHAPE, FeatureViewAugment, MapsServed, ScatterConvEncoder
+
+        p = self.params
+        if tuple(train.x.shape[1:]) != (3, 32, 32):
+            raise ValueError(f"encoder {p['encoder']} reads the scattering maps of RGB 32 x 32 images, got images of "
+                             f"shape {tuple(train.x.shape[1:])}")
+        device = torch.device(ctx.device)
+        lo, hi = p["crop_scale"]
+        augment = FeatureViewAugment(crop_scale=(float(lo), float(hi)), flip=train.augment.flip,
+                                     noise=float(p["feature_noise"]), mean=tuple(train.mean), std=tuple(train.std))
+        with torch.no_grad():
+            maps = torch.cat([augment.base_maps(train.x[i: i + 512]) for i in range(0, len(train.x), 512)]).to(device)
+        encoder = seeded_init(lambda: ScatterConvEncoder(MAP_SHAPE[0], p["width"]), ctx.seed).to(device)
+        heads = {k: m.to(device) for k, m in seeded_init(lambda: nn.ModuleDict(self.init_heads(encoder.out_dim)),
+                                                         ctx.seed + 1).items()}
+        gen = torch.Generator().manual_seed(ctx.seed)
+        state = self.pretrain_state(encoder, heads, gen, device)
+        params = [*encoder.parameters(), *(q for h in heads.values() for q in h.parameters())]
+        opt = torch.optim.SGD(params, lr=p["lr"], momentum=p["momentum"], weight_decay=p["weight_decay"])
+        n, b = len(train), p["batch_size"]
+        last_loss = float("nan")
+        encoder.train()
+        for h in heads.values():
+            h.train()
+        for epoch in range(p["epochs"]):
+            for g in opt.param_groups:
+                g["lr"] = cosine_epoch_lr(p["lr"], epoch, p["epochs"])
+            perm = torch.randperm(n, generator=gen).to(device)
+            for i in range(0, n - b + 1, b):  # drop_last
+                fb = maps[perm[i: i + b]].cpu()
+                v1, v2 = augment(fb, gen).to(device), augment(fb, gen).to(device)
+                loss = self.pretrain_step(encoder, heads, v1, v2, state)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                last_loss = float(loss.detach())
+            ctx.report("pretrain", 0.9 * (epoch + 1) / p["epochs"])
+        if not math.isfinite(last_loss):
+            raise RuntimeError(f"{self.name}: pre-training diverged (loss {last_loss}); lower defense_params.lr")
+        encoder.eval()
+        for q in encoder.parameters():
+            q.requires_grad_(False)
+        probe = seeded_init(lambda: nn.Linear(encoder.out_dim, train.num_classes), ctx.seed + 2).to(device)
+        opt = torch.optim.SGD(probe.parameters(), lr=p["probe_lr"], momentum=0.0, weight_decay=p["probe_weight_decay"])
+        y_all = torch.from_numpy(train.y).to(device)
+        pb = p["probe_batch_size"]
+        for epoch in range(p["probe_epochs"]):
+            for g in opt.param_groups:
+                g["lr"] = p["probe_lr"] * 0.1 ** (epoch // p["probe_step_every"])
+            perm = torch.randperm(n, generator=gen).to(device)
+            for i in range(0, n, pb):
+                idx = perm[i: i + pb]
+                with torch.no_grad():
+                    h = encoder(augment(maps[idx].cpu(), gen).to(device))
+                loss = F.cross_entropy(probe(h), y_all[idx])
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+            ctx.report("probe", 0.9 + 0.1 * (epoch + 1) / p["probe_epochs"])
+        record = {"ssl_method": self.name, "encoder": p["encoder"], "feature_dim": encoder.out_dim,
+                  "pretrain_final_loss": last_loss, "views": "feature space (scattering maps)"}
+        return MapsServed(encoder, probe.eval(), train.mean, train.std, ctx.device, record, augment)
 
     # --- linear probe ----------------------------------------------------------------------------
     def train_probe(self, encoder: nn.Module, train: LabeledImages, ctx: FitContext, normalize: Normalizer,

@@ -89,11 +89,23 @@ def ssl_view_pairs(x: np.ndarray, spec: AugmentSpec, seed: int, repetitions: int
     the served model's own ``view_augmentation()`` (an adaptive attack knows the training recipe);
     None for a model without one: the paper's SSL augmentation with flips only where ``spec``
     allows them. The draws depend on ``seed``, r, the view and the batch only, never on the model's
-    weights: every model of a run sees the same views, and every signal built on them the same pairs."""
+    weights: every model of a run sees the same views, and every signal built on them the same pairs.
+    An augmentation in feature space (``space == "features"``: :class:`defenses.scatter_ssl.FeatureViewAugment`)
+    yields float32 feature maps drawn from the query view's fixed maps, which the served model reads."""
     from harness.core.augment import shift_flip
 
     aug = augment if augment is not None else SSLAugment(flip=spec.flip)
     xt = torch.from_numpy(x)
+    if getattr(aug, "space", "images") == "features":  # float32 maps of each query view, the views drawn on them
+        for a, (flip, dy, dx) in enumerate(spec.query_offsets()):
+            maps = aug.base_maps(shift_flip(xt, dy, dx, flip))
+            for r in range(repetitions):
+                g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, a]).generate_state(1)[0]))
+                for i in range(0, len(x), batch_size):
+                    fb = maps[i : i + batch_size]
+                    v1, v2 = (aug(fb, g).numpy() for _ in range(2))
+                    yield r, a, slice(i, i + batch_size), v1, v2
+        return
     for r in range(repetitions):
         for a, (flip, dy, dx) in enumerate(spec.query_offsets()):
             g = torch.Generator().manual_seed(int(np.random.SeedSequence([seed, r, a]).generate_state(1)[0]))
