@@ -218,6 +218,8 @@ class SSLDefense(Defense):
                              f"set ({smallest} samples; pre-training batches drop the last partial one)")
 
     def fit(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
+        """Pre-training (:meth:`pretrain`) and the probe (:meth:`train_probe`) on views of the training
+        images; with an encoder on scattering maps, on feature-space views of their maps (:meth:`_fit_maps`)."""
         from defenses.encoders import build_encoder
 
         p = self.params
@@ -228,15 +230,31 @@ class SSLDefense(Defense):
         augment = self.augmentation(train.augment)
         shape = tuple(train.x.shape[1:])
         encoder = seeded_init(lambda: build_encoder(p["encoder"], shape, p["width"]), ctx.seed).to(device)
-        heads = {k: m.to(device) for k, m in seeded_init(lambda: nn.ModuleDict(self.init_heads(encoder.out_dim)),
-                                                         ctx.seed + 1).items()}
         gen = torch.Generator().manual_seed(ctx.seed)
-        state = self.pretrain_state(encoder, heads, gen, device)
         normalize = Normalizer(train.mean, train.std, device)
         x_all = torch.from_numpy(train.x).to(device)
+
+        def view(idx: torch.Tensor) -> torch.Tensor:
+            return normalize(augment(x_all[idx].float() / 255.0, gen) * 255.0)
+
+        last_loss = self.pretrain(encoder, len(train), view, gen, ctx)
+        probe = self._probe(encoder, train.y, train.num_classes, view, gen, ctx)
+        record = {"ssl_method": self.name, "encoder": p["encoder"], "feature_dim": encoder.out_dim,
+                  "pretrain_final_loss": last_loss}
+        return SSLServed(encoder, probe, train.mean, train.std, ctx.device, record, augment)
+
+    def pretrain(self, encoder: nn.Module, n: int, view: Any, gen: torch.Generator, ctx: FitContext) -> float:
+        """The self-supervised objective over ``epochs`` (cosine per-epoch schedule, SGD), each batch of
+        ``batch_size`` sample indices (the last partial one dropped) seen as two views ``view(idx)``,
+        drawn from ``gen``; returns the last batch's loss (RuntimeError where it is not finite)."""
+        p = self.params
+        device = next(encoder.parameters()).device
+        heads = {k: m.to(device) for k, m in seeded_init(lambda: nn.ModuleDict(self.init_heads(encoder.out_dim)),
+                                                         ctx.seed + 1).items()}
+        state = self.pretrain_state(encoder, heads, gen, device)
         params = [*encoder.parameters(), *(q for h in heads.values() for q in h.parameters())]
         opt = torch.optim.SGD(params, lr=p["lr"], momentum=p["momentum"], weight_decay=p["weight_decay"])
-        n, b = len(train), p["batch_size"]
+        b = p["batch_size"]
         last_loss = float("nan")
         encoder.train()
         for h in heads.values():
@@ -246,9 +264,9 @@ class SSLDefense(Defense):
                 g["lr"] = cosine_epoch_lr(p["lr"], epoch, p["epochs"])
             perm = torch.randperm(n, generator=gen).to(device)
             for i in range(0, n - b + 1, b):  # drop_last
-                xb = x_all[perm[i : i + b]].float() / 255.0
-                v1 = normalize(augment(xb, gen) * 255.0)
-                v2 = normalize(augment(xb, gen) * 255.0)
+                idx = perm[i : i + b]
+                v1 = view(idx)
+                v2 = view(idx)
                 loss = self.pretrain_step(encoder, heads, v1, v2, state)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
@@ -257,10 +275,7 @@ class SSLDefense(Defense):
             ctx.report("pretrain", 0.9 * (epoch + 1) / p["epochs"])
         if not math.isfinite(last_loss):
             raise RuntimeError(f"{self.name}: pre-training diverged (loss {last_loss}); lower defense_params.lr")
-        probe = self.train_probe(encoder, train, ctx, normalize, augment, gen)
-        record = {"ssl_method": self.name, "encoder": p["encoder"], "feature_dim": encoder.out_dim,
-                  "pretrain_final_loss": last_loss}
-        return SSLServed(encoder, probe, train.mean, train.std, ctx.device, record, augment)
+        return last_loss
 
     # --- on fixed scattering maps (defenses/scatter_ssl.py) -----------------------------------------
     def _fit_maps(self, train: LabeledImages, ctx: FitContext) -> ServedModel:
@@ -280,71 +295,38 @@ class SSLDefense(Defense):
         with torch.no_grad():
             maps = torch.cat([augment.base_maps(train.x[i: i + 512]) for i in range(0, len(train.x), 512)]).to(device)
         encoder = seeded_init(lambda: ScatterConvEncoder(MAP_SHAPE[0], p["width"]), ctx.seed).to(device)
-        heads = {k: m.to(device) for k, m in seeded_init(lambda: nn.ModuleDict(self.init_heads(encoder.out_dim)),
-                                                         ctx.seed + 1).items()}
         gen = torch.Generator().manual_seed(ctx.seed)
-        state = self.pretrain_state(encoder, heads, gen, device)
-        params = [*encoder.parameters(), *(q for h in heads.values() for q in h.parameters())]
-        opt = torch.optim.SGD(params, lr=p["lr"], momentum=p["momentum"], weight_decay=p["weight_decay"])
-        n, b = len(train), p["batch_size"]
-        last_loss = float("nan")
-        encoder.train()
-        for h in heads.values():
-            h.train()
-        for epoch in range(p["epochs"]):
-            for g in opt.param_groups:
-                g["lr"] = cosine_epoch_lr(p["lr"], epoch, p["epochs"])
-            perm = torch.randperm(n, generator=gen).to(device)
-            for i in range(0, n - b + 1, b):  # drop_last
-                fb = maps[perm[i: i + b]].cpu()
-                v1, v2 = augment(fb, gen).to(device), augment(fb, gen).to(device)
-                loss = self.pretrain_step(encoder, heads, v1, v2, state)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-                last_loss = float(loss.detach())
-            ctx.report("pretrain", 0.9 * (epoch + 1) / p["epochs"])
-        if not math.isfinite(last_loss):
-            raise RuntimeError(f"{self.name}: pre-training diverged (loss {last_loss}); lower defense_params.lr")
-        encoder.eval()
-        for q in encoder.parameters():
-            q.requires_grad_(False)
-        probe = seeded_init(lambda: nn.Linear(encoder.out_dim, train.num_classes), ctx.seed + 2).to(device)
-        opt = torch.optim.SGD(probe.parameters(), lr=p["probe_lr"], momentum=0.0, weight_decay=p["probe_weight_decay"])
-        y_all = torch.from_numpy(train.y).to(device)
-        pb = p["probe_batch_size"]
-        for epoch in range(p["probe_epochs"]):
-            for g in opt.param_groups:
-                g["lr"] = p["probe_lr"] * 0.1 ** (epoch // p["probe_step_every"])
-            perm = torch.randperm(n, generator=gen).to(device)
-            for i in range(0, n, pb):
-                idx = perm[i: i + pb]
-                with torch.no_grad():
-                    h = encoder(augment(maps[idx].cpu(), gen).to(device))
-                loss = F.cross_entropy(probe(h), y_all[idx])
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            ctx.report("probe", 0.9 + 0.1 * (epoch + 1) / p["probe_epochs"])
+
+        def view(idx: torch.Tensor) -> torch.Tensor:
+            return augment(maps[idx].cpu(), gen).to(device)
+
+        last_loss = self.pretrain(encoder, len(train), view, gen, ctx)
+        probe = self._probe(encoder, train.y, train.num_classes, view, gen, ctx)
         record = {"ssl_method": self.name, "encoder": p["encoder"], "feature_dim": encoder.out_dim,
                   "pretrain_final_loss": last_loss, "views": "feature space (scattering maps)"}
-        return MapsServed(encoder, probe.eval(), train.mean, train.std, ctx.device, record, augment)
+        return MapsServed(encoder, probe, train.mean, train.std, ctx.device, record, augment)
 
     # --- linear probe ----------------------------------------------------------------------------
     def train_probe(self, encoder: nn.Module, train: LabeledImages, ctx: FitContext, normalize: Normalizer,
                     augment: SSLAugment, gen: torch.Generator) -> nn.Module:
-        """A linear classifier on the frozen encoder's features of one SSL view per sample and epoch,
-        with the training labels. The encoder stays in eval mode (its BatchNorm statistics fixed)."""
+        """The probe (:meth:`_probe`) on SSL views of the training images."""
+        x_all = torch.from_numpy(train.x).to(torch.device(ctx.device))
+        return self._probe(encoder, train.y, train.num_classes,
+                           lambda idx: normalize(augment(x_all[idx].float() / 255.0, gen) * 255.0), gen, ctx)
+
+    def _probe(self, encoder: nn.Module, y: np.ndarray, num_classes: int, view: Any, gen: torch.Generator,
+               ctx: FitContext) -> nn.Module:
+        """A linear classifier on the frozen encoder's features of one view ``view(idx)`` per sample and
+        epoch, with the training labels ``y``. The encoder stays in eval mode (its BatchNorm statistics fixed)."""
         p = self.params
         device = torch.device(ctx.device)
         encoder.eval()
         for q in encoder.parameters():
             q.requires_grad_(False)
-        probe = seeded_init(lambda: nn.Linear(encoder.out_dim, train.num_classes), ctx.seed + 2).to(device)
+        probe = seeded_init(lambda: nn.Linear(encoder.out_dim, num_classes), ctx.seed + 2).to(device)
         opt = torch.optim.SGD(probe.parameters(), lr=p["probe_lr"], momentum=0.0, weight_decay=p["probe_weight_decay"])
-        x_all = torch.from_numpy(train.x).to(device)
-        y_all = torch.from_numpy(train.y).to(device)
-        n, b = len(train), p["probe_batch_size"]
+        y_all = torch.from_numpy(y).to(device)
+        n, b = len(y), p["probe_batch_size"]
         for epoch in range(p["probe_epochs"]):
             for g in opt.param_groups:
                 g["lr"] = p["probe_lr"] * 0.1 ** (epoch // p["probe_step_every"])
@@ -352,7 +334,7 @@ class SSLDefense(Defense):
             for i in range(0, n, b):
                 idx = perm[i : i + b]
                 with torch.no_grad():
-                    h = encoder(normalize(augment(x_all[idx].float() / 255.0, gen) * 255.0))
+                    h = encoder(view(idx))
                 loss = F.cross_entropy(probe(h), y_all[idx])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
