@@ -11,13 +11,16 @@ from that JSON; ``--docs`` rewrites the tables between the ``<!-- headline-json:
 
 1. **size** (harness.audit.calibration: leave-one-out LiRA with heterogeneous victims): how often the
    headline test fires under its null (no candidate's expected read above the declared headline's),
-   at S = 8, 16, 32, 64 x C = 20, 50, 200, for three nulls: two exchangeable variants; the same with
-   tied scores; and victims that differ for one variant only (per-victim noise scale SD 0.8 and
-   offset SD 0.3), its noise tuned until the two expected reads are equal.
+   at S = 8, 16, 32, 64 x C = 20, 50, 200, for five nulls: two exchangeable variants; the same with
+   tied scores; victims that differ for one variant only (per-victim noise scale SD 0.8 and offset
+   SD 0.3), its noise tuned until the two expected reads are equal; the same, strongly (scale SD 1.5,
+   offset SD 0.8), once for a leak candidate and once for the declared variant. Beside the rule,
+   on the same simulations, the rule it replaced (:func:`previous_rule_p`).
 2. **power**: the declared variant's noise tuned so that the other's expected read is 1.5x or 3x
-   its own, at S = 16, 32, 64 (C = 100), with the gap achieved and two oracles of what any test of
-   the printed difference could reach (:func:`envelope`). **one_sd_rules**: the test with the bootstrap's SD alone
-   or the jackknife's SD alone (not the rule): size under the heterogeneous null, power at 1.5x.
+   its own, at S = 16, 32, 64 (C = 100), with plain victims and with the declared variant's victims
+   differing strongly (a weak declaration whose read a few victims swing), with the gap achieved
+   and two oracles of what any test of the printed difference could reach (:func:`envelope`), and
+   the replaced rule beside.
 3. **coverage**: the leak (the plain maximum of K candidates) against the largest expected read (the
    estimand): its bias, which is the maximum's selection bias, with its Monte Carlo SE, and the
    coverage of its one-sided lower bound and its CI; beside it, how far the expected read lies from
@@ -65,6 +68,11 @@ PROTOCOL = HERE.parent / "docs" / "protocol.md"
 SIZE_CELLS = [(s, c) for s in (8, 16, 32, 64) for c in (20, 50, 200)]
 #: victims that differ for one variant only (the heterogeneous null)
 HET = dict(victim_scale=(0.0, 0.8), victim_offset=(0.0, 0.3))
+#: the same, strongly: for the leak's candidate (variant 1) or for the declared variant (variant 0)
+STRONG = dict(victim_scale=(0.0, 1.5), victim_offset=(0.0, 0.8))
+STRONG_DECLARED = dict(victim_scale=(1.5, 0.0), victim_offset=(0.8, 0.0))
+#: the nulls of the size part, in the tables' order
+NULLS = ("exchangeable", "ties", "heterogeneous", "strongly heterogeneous (leak)", "strongly heterogeneous (declared)")
 #: the pools of the coverage part: name -> (variants, world keywords)
 POOLS: dict[str, tuple[Variants, dict[str, Any]]] = {
     "dominant + near-copies": (Variants((0.3, 0.45, 0.5, 0.6)), {}),
@@ -88,64 +96,58 @@ def _mc(p: float, n: int) -> float:
     return float(np.sqrt(max(p * (1 - p), 1e-12) / n))
 
 
+def previous_rule_p(fam: Any, cfg: Any) -> float:
+    """The rule the headline test replaced (issue 65): d over the larger of the paired bootstrap's and
+    the delete-one-victim jackknife's SD of the difference, one-sided p from Hesterberg's expanded
+    t_{S-1}, Bonferroni over the comparisons; measured beside the rule, never used by the harness."""
+    from scipy.stats import t as student_t
+
+    from harness.core.figure import read_sd
+
+    ps = []
+    decl = fam.declared
+    s = decl[0].num_models
+    for c in fam.ranked:
+        if c.label in {h.label for h in decl}:
+            continue
+        d = c.reading[fam.fpr] - max(h.reading[fam.fpr] for h in decl)
+        reps = c.samples[fam.fpr] - np.nanmax(np.stack([h.samples[fam.fpr] for h in decl]), axis=0)
+        jack = c.jack(fam.fpr) - np.max(np.stack([h.jack(fam.fpr) for h in decl]), axis=0)
+        sd = read_sd(reps, jack)
+        if sd > 0:
+            ps.append(float(student_t.sf(d / sd / np.sqrt(s / (s - 1)), s - 1)))
+    return min(1.0, len(ps) * min(ps)) if ps else 1.0
+
+
+PREVIOUS = {"previous rule": previous_rule_p}
+
+
+def _null(name: str, world: ToyWorld, s: int, fpr: float) -> Variants:
+    """The size part's null ``name`` (:data:`NULLS`) at S = ``s``: the heterogeneous ones tuned to
+    equal expected reads."""
+    if name == "exchangeable":
+        return Variants((1.0, 1.0))
+    if name == "ties":
+        return Variants((1.0, 1.0), ties=True)
+    het, j = {"heterogeneous": (HET, 1), "strongly heterogeneous (leak)": (STRONG, 1),
+              "strongly heterogeneous (declared)": (STRONG_DECLARED, 0)}[name]
+    return tune_noise(world, s, Variants((1.0, 1.0), **het), j, fpr, runs=150, steps=10)
+
+
 def size(sims: int) -> list[dict[str, Any]]:
     cfg, rows = _cfg(), []
     for s, c in SIZE_CELLS:
         seed = s * 1000 + c
         world = ToyWorld.draw(c, seed)
         fpr = level_fpr(cfg, s * c // 2)
-        het = tune_noise(world, s, Variants((1.0, 1.0), **HET), 1, fpr, runs=150, steps=10)
-        for null, v in (("exchangeable", Variants((1.0, 1.0))), ("ties", Variants((1.0, 1.0), ties=True)),
-                        ("heterogeneous", het)):
-            r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=seed, world=world)
+        for null in NULLS:
+            v = _null(null, world, s, fpr)
+            r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=seed, world=world, also=PREVIOUS)
             rows.append({"S": s, "C": c, "null": null, "fpr": fpr, "rate": r.rate, "mc_se": _mc(0.05, sims),
-                         "simulations": sims, "untestable": r.untestable, "noise": list(v.noise)})
-            print(f"size S={s} C={c} {null}: {100 * r.rate:.1f}% of {sims}", flush=True)
-    return rows
-
-
-def _bootstrap_sd_only(samples: np.ndarray, jackknife: np.ndarray | None = None) -> float:
-    """The rule the test's standard error replaced: the paired bootstrap's SD alone."""
-    s = np.asarray(samples, np.float64).ravel()
-    s = s[np.isfinite(s)]
-    return float(np.std(s, ddof=1)) if len(s) > 1 else float("nan")
-
-
-def _jackknife_sd_only(samples: np.ndarray, jackknife: np.ndarray | None = None) -> float:
-    """An alternative standard error for the test: the delete-one-victim jackknife's SD alone."""
-    from harness.core.figure import jackknife_sd
-
-    s = np.asarray(samples, np.float64).ravel()
-    return jackknife_sd(jackknife) if np.isfinite(s).sum() > 1 else float("nan")
-
-
-def one_sd_rules(sims: int) -> list[dict[str, Any]]:
-    """The headline test with one source of standard error instead of the larger of the two: the
-    bootstrap's SD alone, the jackknife's SD alone; each rule's size under the heterogeneous null at
-    32 and 64 models and its power at a 1.5x gap (C = 100), the cells of size() and power()."""
-    import harness.audit.headline as headline
-
-    cfg, rows, real = _cfg(), [], headline.read_sd
-    try:
-        for rule, fn in (("bootstrap SD alone", _bootstrap_sd_only), ("jackknife SD alone", _jackknife_sd_only)):
-            headline.read_sd = fn
-            for s, c in [cell for cell in SIZE_CELLS if cell[0] >= 32]:
-                world = ToyWorld.draw(c, s * 1000 + c)
-                het = tune_noise(world, s, Variants((1.0, 1.0), **HET), 1, level_fpr(cfg, s * c // 2), runs=150,
-                                 steps=10)
-                r = flag_rate(cfg, sims, models=s, samples=c, variants=het, seed=s * 1000 + c, world=world)
-                rows.append({"rule": rule, "what": "size", "S": s, "C": c, "rate": r.rate, "simulations": sims})
-                print(f"{rule}: size S={s} C={c} heterogeneous {100 * r.rate:.1f}%", flush=True)
-            for s in (16, 32, 64):
-                c = 100
-                world = ToyWorld.draw(c, s * 1000 + c)
-                v = tune_noise(world, s, Variants((1.0, 0.0)), 0, level_fpr(cfg, s * c // 2), runs=150, steps=10,
-                               ratio=1.5)
-                r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=s * 1000 + c, world=world)
-                rows.append({"rule": rule, "what": "power 1.5x", "S": s, "C": c, "rate": r.rate, "simulations": sims})
-                print(f"{rule}: power 1.5x S={s} {100 * r.rate:.1f}%", flush=True)
-    finally:
-        headline.read_sd = real
+                         "previous_rule": r.also["previous rule"], "simulations": sims, "untestable": r.untestable,
+                         "noise": list(v.noise)})
+            print(f"size S={s} C={c} {null}: {100 * r.rate:.1f}% of {sims} (previous rule "
+                  f"{100 * r.also['previous rule']:.1f}%)", flush=True)
     return rows
 
 
@@ -170,21 +172,28 @@ def envelope(world: ToyWorld, s: int, v: Variants, fpr: float, runs: int = ENVEL
             "oracle_null": float(np.mean(d > np.quantile(d0, 0.95))), "envelope_runs": runs}
 
 
+#: the power part's declarations: plain victims, and a declared variant whose victims differ strongly
+POWER_KINDS = {"plain": {}, "declared victims differ": dict(victim_scale=(1.5, 0.0), victim_offset=(0.8, 0.0))}
+
+
 def power(sims: int) -> list[dict[str, Any]]:
     cfg, rows = _cfg(), []
-    for s in (16, 32, 64):
-        c = 100
-        world = ToyWorld.draw(c, s * 1000 + c)
-        fpr = level_fpr(cfg, s * c // 2)
-        for gap in (1.5, 3.0):
-            v = tune_noise(world, s, Variants((1.0, 0.0)), 0, fpr, runs=150, steps=10, ratio=gap)
-            r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=s * 1000 + c, world=world)
-            env = envelope(world, s, v, fpr)
-            rows.append({"S": s, "C": c, "gap": gap, "fpr": fpr, "rate": r.rate, "simulations": sims,
-                         "mc_se": _mc(r.rate, sims), "noise": list(v.noise), **env})
-            print(f"power S={s} gap {gap}x (reads {env['reads'][0]:.4f} / {env['reads'][1]:.4f}): "
-                  f"{100 * r.rate:.1f}% of {sims}; oracles {100 * env['oracle_z']:.1f}% / "
-                  f"{100 * env['oracle_null']:.1f}%", flush=True)
+    for kind, het in POWER_KINDS.items():
+        for s in (16, 32, 64):
+            c = 100
+            world = ToyWorld.draw(c, s * 1000 + c)
+            fpr = level_fpr(cfg, s * c // 2)
+            for gap in (1.5, 3.0):
+                v = tune_noise(world, s, Variants((1.0, 0.0), **het), 0, fpr, runs=150, steps=10, ratio=gap)
+                r = flag_rate(cfg, sims, models=s, samples=c, variants=v, seed=s * 1000 + c, world=world,
+                              also=PREVIOUS)
+                env = envelope(world, s, v, fpr)
+                rows.append({"kind": kind, "S": s, "C": c, "gap": gap, "fpr": fpr, "rate": r.rate,
+                             "previous_rule": r.also["previous rule"], "simulations": sims,
+                             "mc_se": _mc(r.rate, sims), "noise": list(v.noise), **env})
+                print(f"power {kind} S={s} gap {gap}x (reads {env['reads'][0]:.4f} / {env['reads'][1]:.4f}): "
+                      f"{100 * r.rate:.1f}% of {sims} (previous rule {100 * r.also['previous rule']:.1f}%); oracles "
+                      f"{100 * env['oracle_z']:.1f}% / {100 * env['oracle_null']:.1f}%", flush=True)
     return rows
 
 
@@ -339,31 +348,22 @@ def tables(data: dict[str, Any]) -> dict[str, str]:
         by: dict[tuple[int, int], dict[str, Any]] = {}
         for r in data["size"]:
             by.setdefault((r["S"], r["C"]), {})[r["null"]] = r
-        nulls = ("exchangeable", "ties", "heterogeneous")
-        lines = _table(["S x C", "figure FPR", "exchangeable", "ties", "heterogeneous victims"],
-                       [[f"{s} x {c}", f"{100 * d['exchangeable']['fpr']:g}%", *(_pct(d[k]["rate"]) for k in nulls)]
+        lines = _table(["S x C", "figure FPR", *(f"{k} (the rule replaced)" for k in NULLS)],
+                       [[f"{s} x {c}", f"{100 * d['exchangeable']['fpr']:g}%",
+                         *(f"{_pct(d[k]['rate'])} ({_pct(d[k]['previous_rule'])})" for k in NULLS)]
                         for (s, c), d in by.items()])
         n = data["size"][0]["simulations"]
         lines.append(f"\n{n} simulations per cell (Monte Carlo SE at 5%: {_pct(_mc(0.05, n))}).")
         out["size"] = "\n".join(lines)
-    if "one_sd_rules" in data:
-        rules = list(dict.fromkeys(r["rule"] for r in data["one_sd_rules"]))
-        body = []
-        for rule in rules:
-            mine = [r for r in data["one_sd_rules"] if r["rule"] == rule]
-            size_ = [r for r in mine if r["what"] == "size"]
-            pw = {r["S"]: r["rate"] for r in mine if r["what"] == "power 1.5x"}
-            body.append([rule, ", ".join(f"{r['S']} x {r['C']}: {_pct(r['rate'])}" for r in size_),
-                         " / ".join(_pct(pw[k]) for k in sorted(pw))])
-        out["one_sd_rules"] = "\n".join(_table(["standard error", "size, heterogeneous victims",
-                                                 "power at 1.5x, 16 / 32 / 64 models"], body))
     if "power" in data:
         out["power"] = "\n".join(_table(
-            ["S x C", "figure FPR", "gap", "expected reads: declared / other (achieved gap)", "the test flags",
-             "oracle: d / its true SD", "oracle: the exchangeable null's 95% point"],
-            [[f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", f"{r['gap']:g}x",
+            ["declared", "S x C", "figure FPR", "gap", "expected reads: declared / other (achieved gap)",
+             "the test flags (Monte Carlo SE)", "the rule replaced", "oracle: d / its true SD",
+             "oracle: the exchangeable null's 95% point"],
+            [[r.get("kind", "plain"), f"{r['S']} x {r['C']}", f"{100 * r['fpr']:g}%", f"{r['gap']:g}x",
               f"{_pct(r['reads'][0], 2)} / {_pct(r['reads'][1], 2)} ({r['reads'][1] / r['reads'][0]:.2f}x)",
-              f"{_pct(r['rate'])} ({_pct(r['mc_se'])})", _pct(r["oracle_z"]), _pct(r["oracle_null"])]
+              f"{_pct(r['rate'])} ({_pct(r['mc_se'])})", _pct(r.get("previous_rule")), _pct(r["oracle_z"]),
+              _pct(r["oracle_null"])]
              for r in data["power"]]))
     if "coverage" in data:
         out["coverage"] = "\n".join(_table(
@@ -425,8 +425,7 @@ def write_docs(data: dict[str, Any], path: Path = PROTOCOL) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--parts", default="size,power,one_sd_rules,coverage,resolution,variant_ci,ratio,"
-                                       "verification,runs")
+    ap.add_argument("--parts", default="size,power,coverage,resolution,variant_ci,ratio,verification,runs")
     ap.add_argument("--sims", type=int, default=400, help="size and power: simulations per cell")
     ap.add_argument("--cover-sims", type=int, default=200, help="coverage and ratio: simulations per row")
     ap.add_argument("--worlds", type=int, default=200, help="runs averaged for each expected read (and pooled for "
@@ -436,6 +435,7 @@ def main() -> None:
     ap.add_argument("--docs", action="store_true", help="only rewrite docs/protocol.md's tables from the JSON")
     a = ap.parse_args()
     data = json.loads(a.json.read_text()) if a.json.exists() else {}
+    data.pop("one_sd_rules", None)  # a part of the rule the headline test replaced (issue 65)
     if not a.docs:
         parts = [p.strip() for p in a.parts.split(",") if p.strip()]
         t0 = time.time()
@@ -445,8 +445,7 @@ def main() -> None:
                        "resolution": lambda: resolution_part(a.cover_sims, a.worlds),
                        "ratio": lambda: ratio_part(a.cover_sims, a.worlds), "runs": lambda: runs_part(a.out),
                        "variant_ci": lambda: variant_ci_part(a.cover_sims, a.worlds),
-                       "verification": lambda: verification_part(a.cover_sims),
-                       "one_sd_rules": lambda: one_sd_rules(a.sims)}[p]()
+                       "verification": lambda: verification_part(a.cover_sims)}[p]()
             a.json.parent.mkdir(parents=True, exist_ok=True)
             a.json.write_text(json.dumps(data, indent=1) + "\n")  # each part saved as soon as it is done
         print(f"wrote {a.json} ({time.time() - t0:.0f} s)")

@@ -94,6 +94,18 @@ def test_no_declaration_lowers_the_leak_or_its_lower_bound():
     assert got["tpr"] == alone["tpr"] and got["lower"] >= alone["lower"] - 1e-12
 
 
+def test_too_few_replicates_say_the_test_cannot_flag():
+    """The percentile's smallest p-value is 1 / (B + 1): with 20 replicates and 2 comparisons the
+    smallest adjusted p-value is 2/21 > 5%, so even a large gap is not flagged, and the record says
+    why and how many replicates would do."""
+    cfg = _cfg(**{"attack.bootstrap": 20})
+    cands = _candidates(cfg)
+    test = headline_test({"sample": LevelFamily(cands[:1], cands, 0.01)}, cfg)
+    assert not test["levels"]["sample"]["flagged"] and test["p_value"] == pytest.approx(2 / 21)
+    assert "cannot flag" in test["reason"] and "at least 40" in test["reason"]
+    assert "reason" not in headline_test({"sample": LevelFamily(cands[:1], cands, 0.01)}, _cfg())
+
+
 def test_the_test_compares_the_leaks_candidates_with_the_printed_declared_headline():
     cfg = _cfg()
     cands = _candidates(cfg)
@@ -103,17 +115,13 @@ def test_the_test_compares_the_leaks_candidates_with_the_printed_declared_headli
     assert rec["top"]["tpr"] == pytest.approx(cands[1].reading[0.01])
     assert rec["top"]["headline_tpr"] == pytest.approx(cands[0].reading[0.01])  # the printed declared figure
     assert test["comparisons"] == 2 and rec["comparisons"] == 2
-    # by hand: z = d / sd, sd the larger of the paired replicates' and the delete-one-victim reads' SDs of the
-    # difference, p from Hesterberg's expanded t_15, Bonferroni over 2 comparisons
-    from scipy.stats import t as student_t
-
-    from harness.core.figure import jackknife_sd
-
+    # by hand: d and its paired replicates, p the share of replicates at or below 0 (plus one over B + 1),
+    # Bonferroni over 2 comparisons
     d = cands[1].reading[0.01] - cands[0].reading[0.01]
-    sd = max(np.std(cands[1].samples[0.01] - cands[0].samples[0.01], ddof=1),
-             jackknife_sd(cands[1].jackknife[0.01] - cands[0].jackknife[0.01]))
-    p = student_t.sf(d / sd / np.sqrt(16 / 15), 15)
-    assert rec["p_value"] == pytest.approx(min(1.0, 2 * p)) and rec["top"]["statistic"] == pytest.approx(d / sd)
+    reps = cands[1].samples[0.01] - cands[0].samples[0.01]
+    p = (1 + np.sum(reps <= 0)) / (1 + len(reps))
+    assert rec["p_value"] == pytest.approx(min(1.0, 2 * p)) and rec["top"]["difference"] == pytest.approx(d)
+    assert rec["top"]["p_value_one"] == pytest.approx(p)
     line = headline_test_warning("sample", test, {"name": "a0", "variant": "v"})
     assert "at 1% FPR" in line and "adjusted p = " in line
     # the strong candidate declared: nothing beats it
@@ -173,17 +181,19 @@ def sixteen(tmp_path_factory) -> dict[str, tuple[Path, str]]:
 def test_declaring_only_the_weak_attack_ranks_as_leaky_as_undefended(sixteen, tmp_path):
     """Issue 44's case: at 16 models, undefended training whose plugin declares only the threshold
     attack. Its leak, hence its rank, is that of undefended training declaring LiRA: the same models,
-    and the harness's own candidates (LiRA, RMIA) in both. The headline test's largest comparison is
-    RMIA or LiRA against the threshold attack (99% against about 42% at 0.2% FPR), but at 16 models it
-    is not significant here (measured p = 0.27): three victims hold the threshold attack's false
-    positives, so its read moves by 0.3 with each of them left out, and the test's standard error
-    (the larger of the bootstrap's and the jackknife's) says so. The declared headline's CI shows it."""
+    and the harness's own candidates (LiRA, RMIA) in both. The headline test flags it: RMIA or LiRA
+    read about 99% against the threshold attack's 42% at 0.2% FPR. Three of the 16 victims hold the
+    threshold attack's false positives, so its read moves by 0.3 with each of them left out; the
+    rule before (d over the larger of the bootstrap's and the jackknife's SD, p = 0.83) let that
+    jackknife SD (0.49) hide the gap, the bootstrap percentile does not (no replicate reverses it).
+    The declared headline's CI shows how uncertain the threshold's read is."""
     thr = json.loads((sixteen["threshold"][0] / "results.json").read_text())
     und = json.loads((sixteen["undefended"][0] / "results.json").read_text())
     fig = thr["sample"]["figure"]
     assert fig["fpr"] == 0.002 and fig["declared"]["name"] == "threshold" and fig["leak"]["name"] in ("lira", "rmia")
     top = thr["headline_test"]["levels"]["sample"]["top"]
-    assert top["name"] in ("lira", "rmia") and top["statistic"] > 0 and top["tpr"] > 0.9 > 0.6 > top["headline_tpr"]
+    assert top["name"] in ("lira", "rmia") and top["difference"] > 0 and top["tpr"] > 0.9 > 0.6 > top["headline_tpr"]
+    assert thr["headline_test"]["levels"]["sample"]["flagged"] and "understates" in " ".join(thr.get("warnings", []))
     assert fig["declared"]["ci"][1] - fig["declared"]["ci"][0] > 0.5  # the threshold's read is that uncertain
     # the rank cannot depend on the declaration: the threshold attack is configured at the quick preset
     # (attack.names), so declaring it adds no candidate and the leak is the same record
@@ -199,7 +209,9 @@ def test_declaring_only_the_weak_attack_ranks_as_leaky_as_undefended(sixteen, tm
     assert 'data-col="leak TPR"' in page and 'data-col="declared TPR"' in page
     flagged = [cell for row in re.split(r"<tr[ >]", page)[2:] for cell in row.split("<td")
                if 'data-col="declared TPR"' in cell and 'class="flag"' in cell]
-    assert len(flagged) == int(fig["flag"]["flagged"])
+    # one flag cell per flagged run: the threshold run's, and the LiRA-declaring run's where RMIA reads above
+    # LiRA on these audit samples (docs/protocol.md, Headlines: Runs)
+    assert len(flagged) == int(fig["flag"]["flagged"]) + int(und["sample"]["figure"]["flag"]["flagged"])
 
 
 @pytest.mark.slow

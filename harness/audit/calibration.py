@@ -230,28 +230,35 @@ class SizeResult:
     simulations: int
     p_values: np.ndarray
     untestable: float = 0.0
+    #: the same rate for each rule of ``flag_rate(also=...)`` on the same simulations
+    also: dict[str, float] = field(default_factory=dict)
 
 
 def flag_rate(cfg: ExperimentConfig, simulations: int, *, models: int, samples: int, variants: Variants,
-              seed: int = 0, world: ToyWorld | None = None) -> SizeResult:
+              seed: int = 0, world: ToyWorld | None = None, also: dict[str, Any] | None = None) -> SizeResult:
     """How often the headline test rejects at ``cfg.attack.alpha`` with variant 0 as the declared
     headline and every variant a candidate of the leak: a false-alarm rate where no variant has a
     larger expected read (the null), the power where one has. Each simulation draws new models and
-    new bootstrap draws; the world (the audit samples) is drawn once per call."""
+    new bootstrap draws; the world (the audit samples) is drawn once per call. ``also``: other rules
+    (name -> ``f(family, cfg) -> p``) measured on the same simulations (a rule a review compares)."""
     from harness.audit.headline import LevelFamily, headline_test, level_fpr
 
     world = world if world is not None else ToyWorld.draw(samples, seed)
     fpr = level_fpr(cfg, models * samples // 2)
-    ps, unt = [], []
+    ps, unt, other = [], [], {k: [] for k in (also or {})}
     for i in range(simulations):
         sim_cfg = cfg.model_copy(update={"seed": seed * 100_003 + i})
         cands = toy_candidates(sim_cfg, world, models, variants, np.random.default_rng([seed, i, 1]))
-        test = headline_test({"sample": LevelFamily(cands[:1], cands, fpr)}, sim_cfg)
+        fam = LevelFamily(cands[:1], cands, fpr)
+        test = headline_test({"sample": fam}, sim_cfg)
         ps.append(test["p_value"] if test["p_value"] is not None else 1.0)
         lv = test["levels"]["sample"]
         unt.append(lv["untestable"] / max(lv["comparisons"], 1))
+        for k, rule in (also or {}).items():
+            other[k].append(rule(fam, sim_cfg))
     p = np.array(ps)
-    return SizeResult(float(np.mean(p <= cfg.attack.alpha)), simulations, p, float(np.mean(unt)))
+    return SizeResult(float(np.mean(p <= cfg.attack.alpha)), simulations, p, float(np.mean(unt)),
+                      {k: float(np.mean(np.array(v) <= cfg.attack.alpha)) for k, v in other.items()})
 
 
 @dataclass

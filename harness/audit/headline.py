@@ -198,40 +198,48 @@ class LevelFamily:
 TEST_ESTIMAND = ("H0: no candidate of the leak has a larger expected read than the declared headline at the figure FPR, "
                  "the expectation taken over runs of the design (S victim models on the run's audit samples, each "
                  "attacked with the others as shadows)")
-TEST_METHOD = ("each leak candidate's read minus the declared headline's (the largest declared read), on the same "
-               "victims; studentized by the larger of the paired victim bootstrap's and the delete-one-victim jackknife's "
-               "SD of that difference; one-sided p-value from Hesterberg's expanded t_{S-1}; Bonferroni "
-               "over every comparison of every level (family-wise error at most alpha)")
+TEST_METHOD = ("each leak candidate's read minus the declared headline's (the largest declared read), d, on the same "
+               "victims; one-sided p-value from the paired victim bootstrap's percentile: (1 + the replicates whose "
+               "difference is at or below 0) / (1 + the replicates); Bonferroni over every comparison of every level "
+               "(family-wise error at most alpha)")
 
 #: what a level without a flag says: the test's power is limited, silence is not proof
 NO_FLAG_NOTE = ("no flag is not evidence that the declared headline is the strongest attack: the test finds a 1.5x gap "
-                "in about a fifth to a half of runs at 16-64 models (docs/protocol.md, Headlines); the leak, not the "
+                "in about a third to two thirds of runs at 16-64 models (docs/protocol.md, Headlines); the leak, not the "
                 "declared headline, is what ranks")
 
 
-def comparison(c: Candidate, declared: list[Candidate], fpr: float) -> tuple[float, float]:
-    """(d, sd): candidate ``c``'s read minus the declared headline's at ``fpr`` and the standard error
-    of that difference on the same victims, by the intervals' rule (:func:`harness.core.figure.read_sd`:
-    the larger of the paired victim bootstrap's SD and the delete-one-victim jackknife's; the declared
-    headline's replicate is the largest declared read in it). The bootstrap's SD alone held the size
-    with exchangeable variants but not where one variant's victims differ more (docs/protocol.md,
-    Headlines)."""
+def comparison(c: Candidate, declared: list[Candidate], fpr: float) -> tuple[float, np.ndarray]:
+    """(d, replicates): candidate ``c``'s read minus the declared headline's at ``fpr``, and the same
+    difference in every paired victim-bootstrap replicate (the declared headline's replicate is the
+    largest declared read in it; replicates that weigh no member or non-member guess left out)."""
     d = c.reading[fpr] - max(h.reading[fpr] for h in declared)
     with np.errstate(invalid="ignore"):
         reps = c.samples[fpr] - np.nanmax(np.stack([h.samples[fpr] for h in declared]), axis=0)
-    jd = [h.jack(fpr) for h in declared]
-    jack = None if c.jack(fpr) is None or any(j is None for j in jd) else c.jack(fpr) - np.max(np.stack(jd), axis=0)
-    return float(d), read_sd(reps, jack)
+    return float(d), reps[np.isfinite(reps)]
+
+
+def percentile_p(replicates: np.ndarray) -> float:
+    """The one-sided bootstrap percentile p-value of "the expected difference is at most 0":
+    ``(1 + #{d*_b <= 0}) / (1 + B)`` over the B finite replicates (Efron and Tibshirani, An
+    Introduction to the Bootstrap, 1993, sec. 16.4: the achieved significance level of the
+    percentile interval). No standard error enters: a read that a few victims can swing (the
+    threshold's false positives held by three of 16 victims) is judged by how often the replicates
+    that resample those victims reverse the difference, not by a jackknife SD that a non-smooth read
+    inflates (docs/protocol.md, Headlines: its size and power by simulation)."""
+    r = np.asarray(replicates, np.float64)
+    return float((1 + np.sum(r <= 0)) / (1 + len(r)))
 
 
 def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> dict[str, Any]:
     """Test :data:`TEST_ESTIMAND` at every level at once, family-wise error at most ``attack.alpha``.
 
-    Each comparison j (a leak candidate that is not a declared one): ``z_j = d_j / sd_j``
-    (:func:`comparison`), one-sided
-    ``p_j = P(T_{S-1} > z_j / sqrt(S / (S - 1)))``; a level's adjusted p-value is ``min(1, m min_j
-    p_j)`` over its comparisons, m the run's comparisons (Bonferroni). A comparison whose SD is 0
-    (the two reads equal in every replicate, e.g. twins) is untestable and left out. Returns
+    Each comparison j (a leak candidate that is not a declared one): d_j and its paired replicates
+    (:func:`comparison`), one-sided ``p_j`` = :func:`percentile_p`; a level's adjusted p-value is
+    ``min(1, m min_j p_j)`` over its comparisons, m the run's comparisons (Bonferroni). A comparison
+    with fewer than 2 finite replicates, or whose difference is 0 in every replicate and the run (a
+    twin), is untestable and left out. With B replicates the smallest adjusted p-value is
+    ``m / (B + 1)``: where that exceeds alpha the record says the test cannot flag. Returns
     results.json's ``headline_test``."""
     alpha = cfg.attack.alpha
     out: dict[str, Any] = {"estimand": TEST_ESTIMAND, "method": TEST_METHOD, "alpha": alpha,
@@ -239,21 +247,17 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
     if cfg.attack.bootstrap <= 0:
         out["reason"] = "no bootstrap replicates (attack.bootstrap = 0): the test needs them"
         return out
-    from scipy.stats import t as student_t  # here: scipy.stats takes a second to import, the CLI's errors none
-
-    rows: list[tuple[str, Candidate, float, float, float]] = []  # level, candidate, d, z, p
+    rows: list[tuple[str, Candidate, float, float]] = []  # level, candidate, d, p
     for level, fam in families.items():
         labels = {c.label for c in fam.declared}
         others = [c for c in fam.ranked if c.label not in labels]
-        s = fam.declared[0].num_models
         untestable = 0
         for c in others:
-            d, sd = comparison(c, fam.declared, fam.fpr)
-            if not sd > 0:
+            d, reps = comparison(c, fam.declared, fam.fpr)
+            if len(reps) < 2 or (d == 0 and not np.any(reps)):
                 untestable += 1
                 continue
-            z = d / sd
-            rows.append((level, c, d, z, float(student_t.sf(z / np.sqrt(s / (s - 1)), s - 1))))
+            rows.append((level, c, d, percentile_p(reps)))
         out["levels"][level] = {"p_value": 1.0, "flagged": False, "comparisons": len(others),
                                 "untestable": untestable, "fpr": fam.fpr, "top": None, "note": NO_FLAG_NOTE}
     m = len(rows)
@@ -261,25 +265,30 @@ def headline_test(families: dict[str, LevelFamily], cfg: ExperimentConfig) -> di
     if not m:
         out["p_value"] = 1.0
         return out
-    out["p_value"] = float(min(1.0, m * min(r[4] for r in rows)))
+    smallest = m / (cfg.attack.bootstrap + 1)
+    if smallest > alpha:
+        out["reason"] = (f"with {cfg.attack.bootstrap} bootstrap replicates and {m} comparisons the smallest adjusted "
+                         f"p-value is {smallest:.3g} > alpha = {alpha:g}: the test cannot flag; raise attack.bootstrap "
+                         f"to at least {int(np.ceil(m / alpha))}")
+    out["p_value"] = float(min(1.0, m * min(r[3] for r in rows)))
     for level, rec in out["levels"].items():
         mine = [r for r in rows if r[0] == level]
         if not mine:
             continue
-        _, c, d, z, p = max(mine, key=lambda r: r[3])
+        _, c, d, p = min(mine, key=lambda r: (r[3], -r[2]))
         fam = families[level]
         rec.update({"p_value": float(min(1.0, m * p)), "flagged": bool(m * p <= alpha)})
         if rec["flagged"]:
             rec.pop("note")
         rec["top"] = {"candidate": c.label, "name": c.entry["name"], "variant": c.entry["variant"],
                       "access": c.entry.get("access", "black-box"), "fpr": fam.fpr, "tpr": c.reading[fam.fpr],
-                      "headline_tpr": c.reading[fam.fpr] - d, "statistic": float(z)}
+                      "headline_tpr": c.reading[fam.fpr] - d, "difference": float(d), "p_value_one": float(p)}
     return out
 
 
 def headline_test_warning(level: str, test: dict[str, Any], declared: dict[str, Any]) -> str:
-    """The report's line for a level the headline test flags: the comparison with the largest
-    statistic, both TPRs and the adjusted p-value."""
+    """The report's line for a level the headline test flags: the comparison with the smallest
+    p-value, both TPRs and the adjusted p-value."""
     rec = test["levels"][level]
     top = rec["top"]
     f = top["fpr"]
