@@ -2,6 +2,7 @@
 faults, and on simulated runs without any fault. docs/protocol.md (Checks) quotes its output.
 
     python benchmarks/bench_checks.py [RUNS...] [--null 2000] [--seed 0] [--markdown]
+    python benchmarks/bench_checks.py --cost RUN_DIR   # the checks' CPU share of RUN_DIR's attack phase
 
 For every finished run under RUNS (default runs/bench, where benchmarks/bench_defenses.py puts every
 built-in defense's quick run):
@@ -124,13 +125,49 @@ def simulate(rng: np.random.Generator, shift: np.ndarray, s: int = 32, c: int = 
     return not membership_check(stats).passed
 
 
+#: the attack phase's functions that are the checks (harness.core.checks and the attack phase's calls into it)
+CHECK_FUNCTIONS = {("checks.py", "membership_stats"), ("checks.py", "of"), ("checks.py", "label_scores"),
+                   ("attack_phase.py", "run_checks"), ("attack_phase.py", "trainer_statistics"),
+                   ("attack_phase.py", "level_provenance")}
+
+
+def cost(run_dir: Path) -> None:
+    """The checks' share of one attack phase (``harness attack RUN_DIR``'s work, in process, under
+    cProfile): each check function's cumulative CPU seconds and their sum over the phase's. Run it on
+    ``benchmarks/bench_attack_phase.py --work DIR``'s 64 x 50 000 case for the population scale."""
+    import cProfile
+    import pstats
+    import time
+
+    from harness.audit.attack_phase import evaluate_run
+    from harness.run.runstore import RunDir
+
+    prof = cProfile.Profile()
+    t0 = time.process_time()
+    prof.enable()
+    evaluate_run(RunDir(run_dir))
+    prof.disable()
+    total = time.process_time() - t0
+    rows = {f"{f.split('/')[-1]}:{fn}": ct for (f, _, fn), (_, _, _, ct, _) in pstats.Stats(prof).stats.items()
+            if (f.split("/")[-1], fn) in CHECK_FUNCTIONS}
+    checks = sum(rows.values())
+    print(f"attack phase of {run_dir}: {total:.1f} CPU-s under cProfile; the checks {checks:.2f} CPU-s "
+          f"({100 * checks / total:.1f}% of it, {100 * checks / (total - checks):.1f}% added to the rest)")
+    for k, v in sorted(rows.items(), key=lambda kv: -kv[1]):
+        print(f"  {k}: {v:.2f} s")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("runs", nargs="*", type=Path, default=[REPO / "runs" / "bench"])
     ap.add_argument("--null", type=int, default=2000, help="simulated runs per false-alarm scenario (0: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--markdown", action="store_true", help="print a markdown table of the runs (docs/protocol.md)")
+    ap.add_argument("--cost", type=Path, default=None, help="only measure the checks' share of RUN_DIR's attack phase")
     args = ap.parse_args(argv)
+    if args.cost is not None:
+        cost(args.cost)
+        return 0
     rows = [measure(path) for path in run_dirs(args.runs)]
     if args.markdown and rows:
         print("\n| defense (canaries) | models | threshold z | median own-members AUC | largest z | checks "

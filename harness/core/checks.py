@@ -123,6 +123,15 @@ def rank_sums(values: np.ndarray, first: np.ndarray, second: np.ndarray) -> tupl
     order = np.argsort(values, kind="stable")
     v = values[order]
     starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])  # the tie groups of the sorted values
+    if len(starts) == len(v):  # no ties (continuous scores): integer counts, no tie groups to sum
+        fa, fb = first[:, order].astype(bool), second[:, order].astype(bool)
+        below = np.cumsum(fa | fb, axis=1, dtype=np.int64)  # through each element: its rank among the two groups
+        n1, n2 = fa.sum(1).astype(np.float64), fb.sum(1).astype(np.float64)
+        u = np.where(fa, below, 0).sum(1).astype(np.float64) - n1 * (n1 + 1) / 2
+        with np.errstate(divide="ignore", invalid="ignore"):
+            var = n1 * n2 / 12 * (n1 + n2 + 1)
+            z = np.where((n1 > 0) & (n2 > 0) & (var > 0), (u - n1 * n2 / 2) / np.sqrt(var), 0.0)
+        return u, z
     a = np.add.reduceat(first[:, order].astype(np.float64), starts, axis=1)  # (R, G): first's count per tie group
     b = np.add.reduceat(second[:, order].astype(np.float64), starts, axis=1)
     t = a + b
@@ -378,7 +387,7 @@ class LevelOutputs:
                     zeros.append(i)
             if not label_rows(o):
                 a = np.ascontiguousarray(o)
-                groups.setdefault((hashlib.sha256(a.tobytes()).hexdigest(), a.shape), []).append(i)
+                groups.setdefault((hashlib.sha256(a.data).hexdigest(), a.shape), []).append(i)
         return cls(const, [g for g in groups.values() if len(g) > 1], zeros, n)
 
 
