@@ -1,30 +1,29 @@
-"""The CNN head on the fixed scattering features beside the linear head (issue 66): is "a convex head
-on fixed features" why DP-SGD protects less on cifar10-scatter than in the paper?
+"""The CNN head on the fixed scattering features beside the linear head (issue 66): the heuristic
+defenses and DP-SGD's frontier on both heads, and is "a convex head on fixed features" why DP-SGD
+protects less on cifar10-scatter than in the paper?
 
     python benchmarks/bench_cnn_head.py --data-dir ../shared/data/cifar10-subset --out runs/cnn
-        [--linear runs/matched] [--stages tune,undefended,dpsgd,throughput,table] [--dp-models 16]
-        [--noise 0.3] [--markdown]
+        [--stages tune,runs,throughput,table] [--models 16] [--defenses undefended,relaxloss,hamp]
+        [--noises 0.3,1] [--cnn-lr LR] [--markdown]
 
 Stages (each resumes: a finished run or tune is read back at no cost):
 
 - ``tune``: ``harness tune undefended --preset cifar10-scatter --set train.model=scatter-cnn --grid
   train.lr=0.005,0.01,0.02,0.05 --models 64`` (the preset's 10 epochs; the CNN head's anchor is its
-  recipe of best validation accuracy, as the linear head's is; the test set chooses nothing);
-- ``undefended``: ``harness evaluate --from-tune OUT/tune-undefended/tune.json undefended`` at 64
-  models per level;
-- ``dpsgd``: ``harness evaluate dpsgd --set train.model=scatter-cnn --set
-  defense_params.noise_multiplier=NOISE --models DP_MODELS`` (the preset's ``dpsgd`` recipe, the
-  linear head's frontier recipe: clipping 0.1, batch 256, 30 epochs, lr 4, EMA 0.999; the same
-  sampling rate, steps and noise give the same epsilon whatever the head). DP-SGD's per-sample
-  gradients through the CNN head take about 100 s a model on one core (``throughput``), so the
-  default is 16 models per level, not the linear frontier's 64;
-- ``throughput``: one model of each recipe on the cached features of the 4 585-image pool, one thread,
-  nothing else asked of the process: seconds, and training images per second (epochs x images /
-  seconds), for both heads;
-- ``table``: one row per run (test accuracy, the leak at both levels with the sample leak's lower
-  bound, epsilon) beside the linear head's runs of the same recipes from ``--linear`` (the matched
-  comparison's folder, benchmarks/bench_matched_utility.py: its anchor and its frontier run at
-  NOISE); ``--markdown`` writes docs/results-cnn-head.md.
+  recipe of best validation accuracy, as the linear head's is; the test set chooses nothing). Its
+  choice is the CNN's ``train.lr`` in every later stage, unless ``--cnn-lr`` names one (on
+  2026-12-07 the tune chose 0.02: docs/results-cnn-head.md);
+- ``runs``: for each head (``scatter-linear`` at the preset's recipe, ``scatter-cnn`` at its anchor's
+  lr) and each of ``--defenses``, ``harness evaluate DEFENSE --preset cifar10-scatter --set
+  train.model=HEAD --models MODELS --canary mislabeled``; then for each of ``--noises``, ``harness
+  evaluate dpsgd --set defense_params.noise_multiplier=NOISE`` the same way (the preset's ``dpsgd``
+  recipe: clipping 0.1, batch 256, 30 epochs, lr 4, EMA 0.999; the same sampling rate, steps and
+  noise give the same epsilon whatever the head). Every run has the same audit design (seed 0,
+  mislabeled canaries), so the two heads' rows differ in the head only;
+- ``throughput``: one model of each head and recipe (undefended, DP-SGD at the first noise) on the
+  cached features of the 4 585-image pool, one thread: seconds and training images per second;
+- ``table``: one row per run (test accuracy, the leak at both levels with lower bounds, epsilon);
+  ``--markdown`` writes docs/results-cnn-head.md.
 """
 
 from __future__ import annotations
@@ -33,6 +32,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,18 +46,13 @@ LR_GRID = "train.lr=0.005,0.01,0.02,0.05"
 DOC = REPO / "docs" / "results-cnn-head.md"
 
 
-#: the results of a run attacked on its population and mislabeled levels only (``evaluate_run(levels=...)``):
-#: a DP-SGD run started with every DP canary experiment, its other experiments unfinished
-PARTIAL = "results-mislabeled.json"
-
-
 def _finished(folder: Path) -> Path | None:
-    runs = [p for name in ("results.json", PARTIAL) for p in folder.glob(f"*/{name}")] if folder.is_dir() else []
+    runs = list(folder.glob("*/results.json")) if folder.is_dir() else []
     return runs[0].parent if len(runs) == 1 else None
 
 
 def _results(run: Path) -> dict[str, Any]:
-    return json.loads((run / ("results.json" if (run / "results.json").is_file() else PARTIAL)).read_text())
+    return json.loads((run / "results.json").read_text())
 
 
 def tune(data: Path, out: Path) -> Path:
@@ -68,30 +63,36 @@ def tune(data: Path, out: Path) -> Path:
     return target / "tune.json"
 
 
-def undefended(data: Path, out: Path) -> Path:
-    folder = out / "undefended"
-    if _finished(folder) is None:
-        run_cli("evaluate", "--from-tune", str(out / "tune-undefended" / "tune.json"), "undefended", "--preset",
-                PRESET, "--data-dir", str(data), "--out", str(folder), "--workers", "2")
-    return _finished(folder)
-
-
-#: glibc's allocator told to serve every allocation from the heap and keep what is freed: DP-SGD's
-#: per-sample gradients of the CNN head (about 140 MB a step at batch 256) are otherwise mapped and
-#: faulted in afresh at every step (two epochs of one model: 11.5 s user + 8.7 s system with glibc's
-#: thresholds, 13.1 + 1.6 s with these; the children inherit it)
+#: glibc's allocator told to serve every allocation from the heap and keep what is freed (the children
+#: inherit it): DP-SGD's clipped sums allocate and free tens of MB a step, which glibc otherwise maps
+#: and faults in afresh at every step
 DP_MALLOC = {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(2 ** 36)}
 
+HEADS = ("scatter-linear", "scatter-cnn")
 
-def dpsgd(data: Path, out: Path, noise: float, models: int) -> Path:
-    folder = out / f"dpsgd-{noise:g}"
+
+def run_folder(out: Path, head: str, defense: str, noise: float | None) -> Path:
+    return out / head / (defense if noise is None else f"dpsgd-{noise:g}")
+
+
+def evaluate(data: Path, out: Path, head: str, cnn_lr: float, models: int, defense: str,
+             noise: float | None = None) -> Path:
+    """One run (resumed when finished) of ``defense`` on ``head``; ``noise``: DP-SGD's noise multiplier."""
+    folder = run_folder(out, head, defense, noise)
     if _finished(folder) is None:
-        os.environ.update(DP_MALLOC)
-        run_cli("evaluate", "dpsgd", "--preset", PRESET, "--data-dir", str(data), "--set", CNN, "--set",
-                f"defense_params.noise_multiplier={noise:g}", "--models", str(models), "--canary", "mislabeled",
-                "--out", str(folder),
-                "--workers", "2")
-    return _finished(folder)
+        args = ["evaluate", defense, "--preset", PRESET, "--data-dir", str(data), "--set", f"train.model={head}",
+                "--models", str(models), "--canary", "mislabeled", "--out", str(folder), "--workers", "2"]
+        if head == "scatter-cnn":
+            args += ["--set", f"train.lr={cnn_lr:g}"]
+        if noise is not None:
+            os.environ.update(DP_MALLOC)
+            args += ["--set", f"defense_params.noise_multiplier={noise:g}"]
+        t = time.perf_counter()
+        run_cli(*args)
+        print(f"{head} {folder.name}: {time.perf_counter() - t:.0f} s", flush=True)
+    run = _finished(folder)
+    assert run is not None, folder
+    return run
 
 
 def throughput(data: Path, noise: float, cnn_lr: float) -> list[dict[str, Any]]:
@@ -158,107 +159,107 @@ def _row(run: Path, head: str, what: str) -> dict[str, Any]:
             / (2 * c["audit"]["models"])}
 
 
-def linear_runs(linear: Path, noise: float) -> dict[str, Path]:
-    """The linear head's anchor (seed 0, the preset's recipe and pool) and frontier run at ``noise``."""
-    out = {}
-    for f in sorted(linear.glob("*/*/results.json")):
-        c = json.loads(f.read_text())["config"]
-        if c["seed"] != 0 or c["data"].get("validation_size") != 500 or c["data"].get("normalization", "dataset") != \
-                "dataset" or c["train"]["model"] != "scatter-linear":
-            continue
-        if c["defense"] == "undefended" and c["train"]["lr"] == 0.0005 and c["train"]["epochs"] == 10:
-            out["undefended"] = f.parent
-        if c["defense"] == "dpsgd" and c.get("defense_params", {}).get("noise_multiplier") == noise:
-            out["dpsgd"] = f.parent
-    return out
-
-
 def _pct(v: float | None) -> str:
     return "-" if v is None else f"{100 * v:.1f}%"
 
 
-def markdown(rows: list[dict[str, Any]], speed: list[dict[str, Any]], noise: float, argv: str) -> str:
+def markdown(rows: list[dict[str, Any]], speed: list[dict[str, Any]], argv: str) -> str:
     lines = [
         "# The CNN head beside the linear head on cifar10-scatter",
         "",
+        "<!-- generated by benchmarks/bench_cnn_head.py --markdown: edit that script, not this file -->",
+        "",
         f"Made by `python benchmarks/bench_cnn_head.py {argv}` on {dt.date.today().isoformat()} (2 CPU cores). "
         "Tramer and Boneh's CNN on the scattering maps (`scatter-cnn`: two 3x3 convolutions of 64 channels, "
-        "tanh, a max-pool, a linear layer) against the preset's linear head (`scatter-linear`), same features, "
-        "same 4 585-image pool, same audit design (seed 0); sample level: mislabeled canaries.",
+        "tanh, a max-pool, a linear layer) against the preset's linear head (`scatter-linear`): same features, "
+        "same 4 585-image pool, same audit design (seed 0, mislabeled canaries at the sample level), the same "
+        "defense recipes; the linear head trains at the preset's lr (0.0005), the CNN at its own anchor's "
+        "(the `tune` stage's choice by validation accuracy), every heuristic defense at its head's lr.",
         "",
-        "| head | run | models per level | test accuracy | validation accuracy | member mislabeled canaries fitted | "
-        "sample leak, mislabeled (lower bound) | population leak (lower bound) | epsilon | training s a model |",
+        "| recipe | head | models per level | test accuracy | validation accuracy | member mislabeled canaries "
+        "fitted | sample leak, mislabeled (lower bound) | population leak (lower bound) | epsilon | training s a model |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
-        eps = "-" if r["epsilon"] is None else f"{r['epsilon']:.0f}"
-        lines.append(f"| {r['head']} | {r['what']} | {r['models']} | {_pct(r['test_accuracy'])} | "
+        eps = "-" if r["epsilon"] is None else f"{r['epsilon']:.3g}"
+        lines.append(f"| {r['what']} | {r['head']} | {r['models']} | {_pct(r['test_accuracy'])} | "
                      f"{_pct(r['validation_accuracy'])} | {_pct(r['member_canaries_fitted'])} | {_pct(r['sample_leak'])} "
                      f"at {100 * r['sample_fpr']:g}% (>= {_pct(r['sample_lower'])}) | {_pct(r['population_leak'])} at "
                      f"{100 * r['population_fpr']:g}% (>= {_pct(r['population_lower'])}) | {eps} | "
                      f"{r['train_seconds_per_model']:.0f} |")
-    lines += ["", "Leaks at 0.1% FPR, the mislabeled experiment's (the linear DP-SGD run also has OOD and blank canaries, "
-              "left out here); both DP-SGD rows are the `dpsgd` recipe (clipping 0.1, batch 256, 30 epochs, lr 4, EMA "
-              f"0.999) at noise {noise:g}: one sampling rate, step count and noise, so one epsilon. A row with fewer models "
-              "per level reads each figure from fewer guesses (its lower bound is looser). A DP-SGD row read from "
-              f"`{PARTIAL}` comes from a run started with every DP canary experiment and attacked on its population and "
-              "mislabeled levels only (`harness.audit.attack_phase.evaluate_run(run, levels=...)`); the `dpsgd` stage "
-              "trains `--canary mislabeled` alone. Training seconds a model: the runs' own record (two workers on two "
-              "cores, other jobs beside them)."]
+    lines += ["", "Leaks: the ranked figure (the plain maximum of the fixed set of primary attacks) at 0.1% FPR, with "
+              "its one-sided 95% lower bound. DP-SGD rows: the preset's `dpsgd` recipe (clipping 0.1, batch 256, 30 "
+              "epochs, lr 4, EMA 0.999) at the noise named; one sampling rate, step count and noise give one epsilon "
+              "(Opacus RDP, delta 1e-5) for both heads. Training seconds a model: the runs' own record (two workers "
+              "on two cores)."]
     if speed:
-        lines += ["", "Training throughput on cached features, one model, one thread (`throughput` stage; in one "
-                  "process with glibc's default allocator thresholds: DP-SGD on the CNN head spends about 40% of its "
-                  "time in the kernel there, mapping its per-sample gradients afresh each step, which the `dpsgd` "
-                  "stage's `MALLOC_MMAP_MAX_=0` avoids):", "",
+        lines += ["", "Training throughput on cached features, one model, one thread (`throughput` stage; DP-SGD's "
+                  "clipped sums layer by layer, defenses/dpsgd_layers.py):", "",
                   "| head | recipe | seconds | training images per second |", "|---|---|---|---|"]
         lines += [f"| {r['head']} | {r['recipe']} | {r['seconds']:.1f} | {r['images_per_second']:.0f} |" for r in speed]
     return "\n".join(lines) + "\n"
+
+
+def cnn_lr(out: Path, given: float | None) -> float:
+    if given is not None:
+        return given
+    f = out / "tune-undefended" / "tune.json"
+    if not f.is_file():
+        sys.exit(f"no {f}: run the tune stage first (--stages tune), or name the CNN's lr with --cnn-lr "
+                 "(the tune chose 0.02 on 2026-12-07, docs/results-cnn-head.md)")
+    return float(json.loads(f.read_text())["choice"]["params"]["train.lr"])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, required=True)
     ap.add_argument("--out", type=Path, default=Path("runs/cnn"))
-    ap.add_argument("--linear", type=Path, default=Path("runs/matched"))
-    ap.add_argument("--stages", default="tune,undefended,dpsgd,throughput,table")
-    ap.add_argument("--noise", type=float, default=0.3)
-    ap.add_argument("--dp-models", type=int, default=16)
+    ap.add_argument("--stages", default="tune,runs,throughput,table")
+    ap.add_argument("--models", type=int, default=16, help="models per level of every run")
+    ap.add_argument("--defenses", default="undefended,relaxloss,hamp")
+    ap.add_argument("--noises", default="0.3,1", help="DP-SGD noise multipliers, comma-separated")
+    ap.add_argument("--cnn-lr", type=float, default=None, help="the CNN head's lr (default: the tune stage's choice)")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
     stages = [s.strip() for s in a.stages.split(",") if s.strip()]
+    unknown = set(stages) - {"tune", "runs", "throughput", "table"}
+    if unknown:
+        sys.exit(f"unknown stages: {', '.join(sorted(unknown))} (stages: tune, runs, throughput, table)")
+    defenses = [d.strip() for d in a.defenses.split(",") if d.strip()]
+    noises = [float(v) for v in a.noises.split(",") if v.strip()]
     data, out = a.data_dir.resolve(), a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     if "tune" in stages:
         tune(data, out)
-    if "undefended" in stages:
-        undefended(data, out)
-    if "dpsgd" in stages:
-        dpsgd(data, out, a.noise, a.dp_models)
+    lr = cnn_lr(out, a.cnn_lr) if {"runs", "throughput"} & set(stages) else None
+    recipes: list[tuple[str, str, float | None]] = [(d, d, None) for d in defenses] + [
+        ("dpsgd", f"DP-SGD noise {v:g}", v) for v in noises]
+    if "runs" in stages:
+        for defense, _, noise in recipes:
+            for head in HEADS:
+                evaluate(data, out, head, lr, a.models, defense, noise)  # type: ignore[arg-type]
     speed_file = out / "throughput.json"
     if "throughput" in stages:
-        chosen = json.loads((out / "tune-undefended" / "tune.json").read_text())["choice"]["params"]["train.lr"]
-        speed_file.write_text(json.dumps(throughput(data, a.noise, float(chosen)), indent=1) + "\n")
+        speed_file.write_text(json.dumps(throughput(data, noises[0], lr), indent=1) + "\n")  # type: ignore[arg-type]
     if "table" in stages:
         rows = []
-        lin = linear_runs(a.linear.resolve(), a.noise) if a.linear.is_dir() else {}
-        for head, what, run in (("linear", "undefended (the preset's anchor)", lin.get("undefended")),
-                                ("CNN", "undefended (its own anchor, tuned)", _finished(out / "undefended")),
-                                ("linear", f"DP-SGD noise {a.noise:g}", lin.get("dpsgd")),
-                                ("CNN", f"DP-SGD noise {a.noise:g}", _finished(out / f"dpsgd-{a.noise:g}"))):
-            if run is None:
-                print(f"table: no {head} {what} run (skipped)")
-                continue
-            rows.append(_row(run, head, what))
-            r = rows[-1]
-            print(f"{head:6s} {what}: {r['models']} models, test {_pct(r['test_accuracy'])}, sample leak "
-                  f"{_pct(r['sample_leak'])} (>= {_pct(r['sample_lower'])}), population {_pct(r['population_leak'])}, "
-                  f"epsilon {r['epsilon']}")
+        for defense, what, noise in recipes:
+            for head in HEADS:
+                run = _finished(run_folder(out, head, defense, noise))
+                if run is None:
+                    print(f"table: no {head} {what} run (skipped)")
+                    continue
+                rows.append(_row(run, head, what))
+                r = rows[-1]
+                print(f"{head:15s} {what}: {r['models']} models, test {_pct(r['test_accuracy'])}, sample leak "
+                      f"{_pct(r['sample_leak'])} (>= {_pct(r['sample_lower'])}), population {_pct(r['population_leak'])}, "
+                      f"epsilon {r['epsilon']}")
         speed = json.loads(speed_file.read_text()) if speed_file.is_file() else []
         (out / "cnn-head.json").write_text(json.dumps({"rows": rows, "throughput": speed}, indent=1) + "\n")
         if a.markdown:
-            argv = (f"--data-dir {a.data_dir} --out {a.out} --linear {a.linear} --noise {a.noise:g} "
-                    f"--dp-models {a.dp_models} --markdown")
-            DOC.write_text(markdown(rows, speed, a.noise, argv))
+            argv = (f"--data-dir {a.data_dir} --out {a.out} --models {a.models} --defenses {a.defenses} "
+                    f"--noises {a.noises}" + (f" --cnn-lr {a.cnn_lr:g}" if a.cnn_lr is not None else "") + " --markdown")
+            DOC.write_text(markdown(rows, speed, argv))
             print(f"wrote {DOC}")
 
 

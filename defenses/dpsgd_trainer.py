@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from defenses.base import FitContext, LabeledImages, Normalizer
+from defenses.dpsgd_layers import LayerClipper
+from defenses.dpsgd_layers import supports as supports_layer_clipping
 from defenses.training import RowGather
 from harness.core.lazy import LazyModule
 
@@ -329,6 +331,13 @@ class DPSGDTrainer:
         self.sample_gen = torch.Generator().manual_seed(int(s_sample))  # Poisson sampling, augmentations
         self.noise_gen = torch.Generator(device=self.device).manual_seed(int(s_noise))
         self._grad_fn = per_sample_grad_fn(self.net)
+        # a network of Linear and Conv2d layers: the clipped sum layer by layer, without per-sample
+        # gradients (defenses/dpsgd_layers.py); rows fixed for the whole training (features, no
+        # augmentation) let its first layer's patch inner products be computed once
+        self._layers = None
+        if not self._linear_head and supports_layer_clipping(self.net):
+            self._layers = LayerClipper(self.net, fixed_inputs=self._x if self._fixed is not None and self.k == 1
+                                        else None)
 
     def _inputs(self, idx: torch.Tensor) -> torch.Tensor:
         """Normalized inputs (n, K, C, H, W): K independently augmented copies of each sample."""
@@ -342,10 +351,22 @@ class DPSGDTrainer:
 
     def clipped_sum(self, idx: torch.Tensor) -> Grads:
         """Sum over the samples ``idx`` of their clipped per-sample gradients, in physical batches
-        (a linear head on fixed features: :func:`linear_clipped_sum`, the same sum in closed form)."""
+        (a linear head on fixed features: :func:`linear_clipped_sum`, the same sum in closed form; a
+        network of Linear and Conv2d layers: :class:`defenses.dpsgd_layers.LayerClipper`)."""
         if self._linear_head:
             return linear_clipped_sum(self.net.fc, self._rows(idx), self._y[idx],
                                       self.settings.max_grad_norm, self._sq_norms[idx])
+        if self._layers is not None:
+            total = None
+            fixed = self._fixed is not None and self.k == 1
+            for i in range(0, len(idx), self.settings.physical_batch_size):
+                chunk = idx[i : i + self.settings.physical_batch_size]
+                part = self._layers.clipped_sum(self._inputs(chunk), self._y[chunk], self.settings.max_grad_norm,
+                                                chunk if fixed else None)
+                total = part if total is None else {k: total[k] + g for k, g in part.items()}
+            if total is None:  # an empty Poisson batch: a zero sum
+                total = {k: torch.zeros_like(p) for k, p in self.net.named_parameters()}
+            return total
         params = {k: p.detach() for k, p in self.net.named_parameters()}
         buffers = {k: b.detach() for k, b in self.net.named_buffers()}
         total = {k: torch.zeros_like(p) for k, p in params.items()}
