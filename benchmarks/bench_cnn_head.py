@@ -12,7 +12,7 @@ Stages (each resumes: a finished run or tune is read back at no cost):
   train.lr=0.005,0.01,0.02,0.05 --models 64`` (the preset's 10 epochs; the CNN head's anchor is its
   recipe of best validation accuracy, as the linear head's is; the test set chooses nothing). Its
   choice is the CNN's ``train.lr`` in every later stage, unless ``--cnn-lr`` names one (on
-  2026-12-07 the tune chose 0.02: docs/results-cnn-head.md);
+  2026-12-07 the tune chose 0.02: docs/defenses.md, the CNN head);
 - ``runs``: for each head (``scatter-linear`` at the preset's recipe, ``scatter-cnn`` at its anchor's
   lr) and each of ``--defenses``, ``harness evaluate DEFENSE --preset cifar10-scatter --set
   train.model=HEAD --models MODELS --canary mislabeled``; then for each of ``--noises``, ``harness
@@ -46,9 +46,13 @@ LR_GRID = "train.lr=0.005,0.01,0.02,0.05"
 DOC = REPO / "docs" / "results-cnn-head.md"
 
 
-def _finished(folder: Path) -> Path | None:
-    runs = list(folder.glob("*/results.json")) if folder.is_dir() else []
-    return runs[0].parent if len(runs) == 1 else None
+def _finished(folder: Path, models: int) -> Path | None:
+    """The finished run of ``models`` models per level in ``folder`` (runs of other sizes may sit beside it)."""
+    runs = [f.parent for f in folder.glob("*/results.json")
+            if json.loads(f.read_text())["config"]["audit"]["models"] == models] if folder.is_dir() else []
+    if len(runs) > 1:
+        sys.exit(f"{folder} holds {len(runs)} finished runs of {models} models: leave one")
+    return runs[0] if runs else None
 
 
 def _results(run: Path) -> dict[str, Any]:
@@ -79,10 +83,10 @@ def evaluate(data: Path, out: Path, head: str, cnn_lr: float, models: int, defen
              noise: float | None = None) -> Path:
     """One run (resumed when finished) of ``defense`` on ``head``; ``noise``: DP-SGD's noise multiplier."""
     folder = run_folder(out, head, defense, noise)
-    if _finished(folder) is None:
+    if _finished(folder, models) is None:
         args = ["evaluate", defense, "--preset", PRESET, "--data-dir", str(data), "--set", f"train.model={head}",
                 "--models", str(models), "--canary", "mislabeled", "--out", str(folder), "--workers", "2"]
-        if head == "scatter-cnn":
+        if head == "scatter-cnn" and noise is None:  # DP-SGD's recipe has its own lr (train.lr would set it)
             args += ["--set", f"train.lr={cnn_lr:g}"]
         if noise is not None:
             os.environ.update(DP_MALLOC)
@@ -90,7 +94,7 @@ def evaluate(data: Path, out: Path, head: str, cnn_lr: float, models: int, defen
         t = time.perf_counter()
         run_cli(*args)
         print(f"{head} {folder.name}: {time.perf_counter() - t:.0f} s", flush=True)
-    run = _finished(folder)
+    run = _finished(folder, models)
     assert run is not None, folder
     return run
 
@@ -174,7 +178,7 @@ def markdown(rows: list[dict[str, Any]], speed: list[dict[str, Any]], argv: str)
         "tanh, a max-pool, a linear layer) against the preset's linear head (`scatter-linear`): same features, "
         "same 4 585-image pool, same audit design (seed 0, mislabeled canaries at the sample level), the same "
         "defense recipes; the linear head trains at the preset's lr (0.0005), the CNN at its own anchor's "
-        "(the `tune` stage's choice by validation accuracy), every heuristic defense at its head's lr.",
+        "(the `tune` stage's choice by validation accuracy), every heuristic defense at its head's lr; DP-SGD at its recipe's own (lr 4) on both heads.",
         "",
         "| recipe | head | models per level | test accuracy | validation accuracy | member mislabeled canaries "
         "fitted | sample leak, mislabeled (lower bound) | population leak (lower bound) | epsilon | training s a model |",
@@ -206,7 +210,7 @@ def cnn_lr(out: Path, given: float | None) -> float:
     f = out / "tune-undefended" / "tune.json"
     if not f.is_file():
         sys.exit(f"no {f}: run the tune stage first (--stages tune), or name the CNN's lr with --cnn-lr "
-                 "(the tune chose 0.02 on 2026-12-07, docs/results-cnn-head.md)")
+                 "(the tune chose 0.02 on 2026-12-07, docs/defenses.md)")
     return float(json.loads(f.read_text())["choice"]["params"]["train.lr"])
 
 
@@ -218,6 +222,8 @@ def main() -> None:
     ap.add_argument("--models", type=int, default=16, help="models per level of every run")
     ap.add_argument("--defenses", default="undefended,relaxloss,hamp")
     ap.add_argument("--noises", default="0.3,1", help="DP-SGD noise multipliers, comma-separated")
+    ap.add_argument("--models-of", action="append", default=[], metavar="RECIPE=S",
+                    help="another model count for one recipe (a defense, or dpsgd-NOISE), e.g. undefended=64")
     ap.add_argument("--cnn-lr", type=float, default=None, help="the CNN head's lr (default: the tune stage's choice)")
     ap.add_argument("--markdown", action="store_true")
     a = ap.parse_args()
@@ -227,6 +233,18 @@ def main() -> None:
         sys.exit(f"unknown stages: {', '.join(sorted(unknown))} (stages: tune, runs, throughput, table)")
     defenses = [d.strip() for d in a.defenses.split(",") if d.strip()]
     noises = [float(v) for v in a.noises.split(",") if v.strip()]
+    recipe_names = set(defenses) | {f"dpsgd-{v:g}" for v in noises}
+    per: dict[str, int] = {}
+    for item in a.models_of:
+        name, _, count = item.partition("=")
+        if name not in recipe_names or not count.isdigit() or int(count) < 2:
+            sys.exit(f"--models-of {item!r}: want RECIPE=S with RECIPE one of {', '.join(sorted(recipe_names))} "
+                     "and S >= 2")
+        per[name] = int(count)
+
+    def models_of(defense: str, noise: float | None) -> int:
+        return per.get(defense if noise is None else f"dpsgd-{noise:g}", a.models)
+
     data, out = a.data_dir.resolve(), a.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     if "tune" in stages:
@@ -237,7 +255,7 @@ def main() -> None:
     if "runs" in stages:
         for defense, _, noise in recipes:
             for head in HEADS:
-                evaluate(data, out, head, lr, a.models, defense, noise)  # type: ignore[arg-type]
+                evaluate(data, out, head, lr, models_of(defense, noise), defense, noise)  # type: ignore[arg-type]
     speed_file = out / "throughput.json"
     if "throughput" in stages:
         speed_file.write_text(json.dumps(throughput(data, noises[0], lr), indent=1) + "\n")  # type: ignore[arg-type]
@@ -245,7 +263,7 @@ def main() -> None:
         rows = []
         for defense, what, noise in recipes:
             for head in HEADS:
-                run = _finished(run_folder(out, head, defense, noise))
+                run = _finished(run_folder(out, head, defense, noise), models_of(defense, noise))
                 if run is None:
                     print(f"table: no {head} {what} run (skipped)")
                     continue
@@ -258,7 +276,8 @@ def main() -> None:
         (out / "cnn-head.json").write_text(json.dumps({"rows": rows, "throughput": speed}, indent=1) + "\n")
         if a.markdown:
             argv = (f"--data-dir {a.data_dir} --out {a.out} --models {a.models} --defenses {a.defenses} "
-                    f"--noises {a.noises}" + (f" --cnn-lr {a.cnn_lr:g}" if a.cnn_lr is not None else "") + " --markdown")
+                    f"--noises {a.noises}" + "".join(f" --models-of {m}" for m in a.models_of)
+                    + (f" --cnn-lr {a.cnn_lr:g}" if a.cnn_lr is not None else "") + " --markdown")
             DOC.write_text(markdown(rows, speed, argv))
             print(f"wrote {DOC}")
 
