@@ -126,8 +126,6 @@ class LayerClipper:
         of ``mean_k CE(net(x[i, k]), y[i])`` (the convention of
         :func:`defenses.dpsgd_trainer.per_sample_grad_fn`). ``idx``: x's rows of ``fixed_inputs``
         (K = 1), where the clipper was built with them."""
-        from defenses.dpsgd_trainer import clip_factors
-
         n, k = x.shape[0], x.shape[1]
         with torch.enable_grad():
             out, recs, _ = self._forward(x.reshape(n * k, *x.shape[2:]))
@@ -139,7 +137,8 @@ class LayerClipper:
             if j == self._gram_layer and idx is not None and k == 1:
                 gram = self._grams[idx]  # type: ignore[index]
             sq += self._sq_norms(m, a, e, n, k, gram)
-        f = clip_factors(torch.sqrt(sq), max_grad_norm)
+        norms = torch.sqrt(sq)  # min(1, C / ||g_i||), exactly 1 where ||g_i|| <= C (as the trainer's clip_factors)
+        f = torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
         total: Grads = {}
         with torch.no_grad():
             for (name, m), (a, _), e in zip(self.layers, recs, errors):

@@ -181,7 +181,8 @@ def sixteen(tmp_path_factory) -> dict[str, tuple[Path, str]]:
 def test_declaring_only_the_weak_attack_ranks_as_leaky_as_undefended(sixteen, tmp_path):
     """Issue 44's case: at 16 models, undefended training whose plugin declares only the threshold
     attack. Its leak, hence its rank, is that of undefended training declaring LiRA: the same models,
-    and the harness's own candidates (LiRA, RMIA) in both. The headline test flags it: RMIA or LiRA
+    and the harness's own candidates (LiRA, its scale-invariant adaptation, RMIA; which of them leads
+    at about 99% differs across CPUs) in both. The headline test flags it: RMIA or LiRA
     read about 99% against the threshold attack's 42% at 0.2% FPR. Three of the 16 victims hold the
     threshold attack's false positives, so its read moves by 0.3 with each of them left out; the
     rule before (d over the larger of the bootstrap's and the jackknife's SD, p = 0.83) let that
@@ -190,9 +191,9 @@ def test_declaring_only_the_weak_attack_ranks_as_leaky_as_undefended(sixteen, tm
     thr = json.loads((sixteen["threshold"][0] / "results.json").read_text())
     und = json.loads((sixteen["undefended"][0] / "results.json").read_text())
     fig = thr["sample"]["figure"]
-    assert fig["fpr"] == 0.002 and fig["declared"]["name"] == "threshold" and fig["leak"]["name"] in ("lira", "rmia")
+    assert fig["fpr"] == 0.002 and fig["declared"]["name"] == "threshold" and fig["leak"]["name"] in ("lira", "lira-scaled", "rmia")
     top = thr["headline_test"]["levels"]["sample"]["top"]
-    assert top["name"] in ("lira", "rmia") and top["difference"] > 0 and top["tpr"] > 0.9 > 0.6 > top["headline_tpr"]
+    assert top["name"] in ("lira", "lira-scaled", "rmia") and top["difference"] > 0 and top["tpr"] > 0.9 > 0.6 > top["headline_tpr"]
     assert thr["headline_test"]["levels"]["sample"]["flagged"] and "understates" in " ".join(thr.get("warnings", []))
     assert fig["declared"]["ci"][1] - fig["declared"]["ci"][0] > 0.5  # the threshold's read is that uncertain
     # the rank cannot depend on the declaration: the threshold attack is configured at the quick preset
