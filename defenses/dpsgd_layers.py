@@ -62,6 +62,11 @@ def supports(net: Any) -> bool:
     return any(True for _ in net.parameters())
 
 
+def clip_factors(norms: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+    """``min(1, C / ||g_i||)`` per sample, exactly 1 where ``||g_i|| <= C``."""
+    return torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
+
+
 class LayerClipper:
     """The clipped sum of :func:`defenses.dpsgd_trainer.sum_clipped` for ``net`` (see the module
     docstring), from one forward and one backward pass and per-layer contractions.
@@ -137,8 +142,7 @@ class LayerClipper:
             if j == self._gram_layer and idx is not None and k == 1:
                 gram = self._grams[idx]  # type: ignore[index]
             sq += self._sq_norms(m, a, e, n, k, gram)
-        norms = torch.sqrt(sq)  # min(1, C / ||g_i||), exactly 1 where ||g_i|| <= C (as the trainer's clip_factors)
-        f = torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
+        f = clip_factors(torch.sqrt(sq), max_grad_norm)
         total: Grads = {}
         with torch.no_grad():
             for (name, m), (a, _), e in zip(self.layers, recs, errors):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import numpy as np
 
 from defenses.base import FitContext, LabeledImages, Normalizer
-from defenses.dpsgd_layers import LayerClipper
+from defenses.dpsgd_layers import LayerClipper, clip_factors
 from defenses.dpsgd_layers import supports as supports_layer_clipping
 from defenses.training import RowGather
 from harness.core.lazy import LazyModule
@@ -216,11 +216,6 @@ def per_sample_norms(grads: Grads) -> torch.Tensor:
     """L2 norm of each sample's gradient over all parameters: (n,)."""
     per_param = [torch.linalg.vector_norm(g.flatten(1), dim=1) for g in grads.values()]
     return torch.linalg.vector_norm(torch.stack(per_param), dim=0)
-
-
-def clip_factors(norms: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
-    """``min(1, C / ||g_i||)`` per sample, exactly 1 where ``||g_i|| <= C``."""
-    return torch.where(norms > max_grad_norm, max_grad_norm / norms.clamp_min(1e-12), torch.ones_like(norms))
 
 
 def clip_per_sample(grads: Grads, max_grad_norm: float) -> tuple[Grads, torch.Tensor]:
