@@ -232,3 +232,51 @@ def test_protocol_tables_are_the_benchmark_json():
         block = re.search(rf"<!-- headline-json:{name} -->\n(.*?)<!-- /headline-json -->", protocol, re.S)
         assert block is not None, name
         assert block.group(1) == table + "\n", name
+
+
+def _bench_cnn_head():
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        import bench_cnn_head as bench
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    return bench
+
+
+def test_cnn_head_page_is_the_benchmark_record():
+    """docs/results-cnn-head.md is exactly what ``bench_cnn_head.py --markdown`` writes from
+    benchmarks/results/cnn_head.json (rows kept across sessions, each with its command and date)."""
+    import json
+
+    bench = _bench_cnn_head()
+    record = json.loads(bench.RECORD.read_text())
+    assert bench.DOC.read_text() == bench.markdown(record)
+    for row in record["rows"]:
+        assert row["command"] and row["date"], row["what"]
+        assert f"`python benchmarks/bench_cnn_head.py {row['command']}`" in bench.DOC.read_text()
+
+
+def test_cnn_head_rows_merge_by_head_recipe_and_model_count():
+    """A re-measured row replaces the row of its head, recipe and model count; others stay; the order is
+    the recipe order (undefended, heuristics, DP-SGD), then the head."""
+    bench = _bench_cnn_head()
+    row = lambda head, what, models, acc: {"head": head, "what": what, "models": models, "test_accuracy": acc}  # noqa: E731
+    kept = [row("scatter-cnn", "DP-SGD noise 0.1", 16, 0.5), row("scatter-cnn", "undefended", 16, 0.6),
+            row("scatter-linear", "undefended", 16, 0.61)]
+    merged = bench.merge_rows(kept, [row("scatter-cnn", "undefended", 16, 0.7), row("scatter-cnn", "undefended", 64, 0.8),
+                                     row("scatter-cnn", "hamp tuned (entropy_threshold 0.9)", 16, 0.55)])
+    assert [(r["head"], r["what"], r["models"], r["test_accuracy"]) for r in merged] == [
+        ("scatter-linear", "undefended", 16, 0.61), ("scatter-cnn", "undefended", 16, 0.7),
+        ("scatter-cnn", "undefended", 64, 0.8), ("scatter-cnn", "hamp tuned (entropy_threshold 0.9)", 16, 0.55),
+        ("scatter-cnn", "DP-SGD noise 0.1", 16, 0.5)]
+
+
+def test_cnn_head_rows_record_the_command_that_remakes_them():
+    """A table-only call records the command with every stage that makes its rows (the tuned defenses'
+    tunes, the DP-SGD recipe stage), not the table-only call a reader could not re-measure from."""
+    bench = _bench_cnn_head()
+    line = bench.command_line(["--data-dir", "d", "--stages", "table", "--tune-defenses", "hamp", "--markdown"],
+                              ["hamp"], cnn_dp=True, throughput=False)
+    assert line == "--stages tune,tune-defenses,dp-recipe,runs,table --data-dir d --tune-defenses hamp --markdown"
+    assert bench.command_line(["--stages=table"], [], cnn_dp=False, throughput=True) == \
+        "--stages tune,runs,throughput,table"
