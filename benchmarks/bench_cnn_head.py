@@ -282,7 +282,7 @@ def _tune_summary(tune_json: Path) -> dict[str, Any]:
                           "validation_accuracy": (e.get("validation_accuracy") or {}).get("mean"),
                           "se": (e.get("validation_accuracy") or {}).get("se")} for e in t["settings"]],
             "choice": None if t["choice"] is None else t["choice"]["params"], "why": t["why"],
-            "seconds": t["seconds"], "date": dt.date.today().isoformat()}
+            "seconds": t["seconds"], "date": dt.date.fromtimestamp(tune_json.stat().st_mtime).isoformat()}
 
 
 def _params(params: dict[str, Any]) -> str:
@@ -509,7 +509,8 @@ def main() -> None:
             tunes["tune-dp-recipe (scatter-cnn, DP-SGD noise 0.1)"] = {
                 **_tune_summary(out / "tune-dp-recipe" / "tune.json"), "command": argv}
         for run, head, what in found:
-            rows.append({**_row(run, head, what), "command": argv, "date": today})
+            when = dt.date.fromtimestamp((run / "results.json").stat().st_mtime).isoformat()
+            rows.append({**_row(run, head, what), "command": argv, "date": when})
             r = rows[-1]
             print(f"{head:15s} {what}: {r['models']} models, test {_pct(r['test_accuracy'])}, sample leak "
                   f"{_pct(r['sample_leak'])} (>= {_pct(r['sample_lower'])}), population {_pct(r['population_leak'])}, "
