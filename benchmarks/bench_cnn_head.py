@@ -348,9 +348,10 @@ def markdown(record: dict[str, Any]) -> str:
               "stage's choice (below). Training seconds a model: the runs' own record (two workers on two cores)."]
     for name, t in sorted(tunes.items()):
         target = "" if t["min_accuracy"] is None else f" to at least {100 * t['min_accuracy']:.1f}% validation accuracy"
-        lines += ["", f"`{name}` ({t['date']}, {t['seconds']:.0f} s): `harness tune {t['defense']}` on the CNN head"
-                  f"{target}, every setting's validation accuracy (mean over its models and the 500 validation "
-                  "images, ± SE):", "", "| setting | models | validation accuracy |", "|---|---|---|"]
+        lines += ["", f"`{name}` ({t['date']}, {t['seconds']:.0f} s; `python benchmarks/bench_cnn_head.py "
+                  f"{t['command']}`): `harness tune {t['defense']}` on the CNN head{target}, every setting's validation "
+                  "accuracy (mean over its models and the 500 validation images, ± SE):", "",
+                  "| setting | models | validation accuracy |", "|---|---|---|"]
         for e in t["settings"]:
             acc = "-" if e["validation_accuracy"] is None else f"{100 * e['validation_accuracy']:.1f}% ± {100 * e['se']:.1f}"
             mark = " (chosen)" if e["params"] == t["choice"] else ""
